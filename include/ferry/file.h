@@ -1,0 +1,96 @@
+// ferry::File: an open file that reads into and writes from host or GPU memory. Requests are
+// split into tasks of `task_size` run on a shared thread pool; each returns an IoFuture that
+// yields the byte count and the request's route report. A File may be used by several threads
+// at once; close() and move must not race with requests in flight.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ferry/route.h"
+#include "ferry/settings.h"
+
+namespace ferry {
+
+namespace core {
+class RequestState;
+class OpenFile;
+}  // namespace core
+
+// The result of an asynchronous request. get() waits and returns the byte count, or throws
+// the request's error (IoError, CudaError, RouteError). Destroying an IoFuture waits for the
+// request, so a buffer is never written after its future is gone.
+class IoFuture {
+ public:
+  IoFuture() = default;
+  explicit IoFuture(std::shared_ptr<core::RequestState> state);
+  ~IoFuture();
+  IoFuture(IoFuture&&) noexcept = default;
+  IoFuture& operator=(IoFuture&& other) noexcept;
+
+  bool valid() const { return state_ != nullptr; }
+  bool ready() const;
+  void wait() const;
+  // Waits at most `seconds`; true when the request is complete.
+  bool wait_for(double seconds) const;
+  // Bytes moved so far by finished tasks (for progress bars).
+  std::uint64_t progress() const;
+  std::size_t get() const;
+  // The report, complete once ready(); waits.
+  RouteReport route() const;
+
+ private:
+  std::shared_ptr<core::RequestState> state_;
+};
+
+struct FileOptions {
+  bool direct = false;        // O_DIRECT, falling back to buffered I/O with a reason.
+  SettingsOverride settings;  // per-File overrides of the process-wide settings.
+};
+
+class File {
+ public:
+  // mode: "r" read, "r+" read/write, "w" write (create, truncate), "w+" read/write (create,
+  // truncate), "a" write (create, keep contents; append() writes at the end).
+  // Throws IoError naming the path.
+  explicit File(const std::filesystem::path& path, std::string_view mode = "r",
+                FileOptions options = {});
+  File();
+  // Internal: wraps an already open file (tests use it to inject an I/O seam).
+  explicit File(std::shared_ptr<core::OpenFile> file);
+  ~File();
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Reads up to `size` bytes at `file_offset` into `buf` (host or GPU memory). Fewer bytes
+  // only at end of file.
+  IoFuture pread(void* buf, std::size_t size, std::uint64_t file_offset = 0);
+  // Writes all `size` bytes or fails with IoError carrying the bytes that reached the file.
+  IoFuture pwrite(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
+  std::size_t read(void* buf, std::size_t size, std::uint64_t file_offset = 0);
+  std::size_t write(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
+  // Writes at the current end of the file (for mode "a").
+  std::size_t append(const void* buf, std::size_t size);
+
+  std::uint64_t size() const;
+  // fsync: the bytes written so far are on stable storage when it returns. Throws IoError.
+  void sync();
+  bool is_open() const;
+  void close();
+  const std::string& path() const;
+  // The effective settings of this File's requests (process-wide ones plus overrides).
+  Settings effective_settings() const;
+  // The route of the last request this File completed.
+  RouteReport last_route() const;
+
+ private:
+  std::shared_ptr<core::OpenFile> file_;
+};
+
+}  // namespace ferry

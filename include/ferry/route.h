@@ -1,0 +1,77 @@
+// The route report: how one request was served, at both layers. Layer 1 is ferry's own choice
+// between cuFile and its POSIX path; layer 2 is what cuFile did with the requests it received
+// (nvidia-fs, its POSIX compatibility path, or PCI P2PDMA). A report is a plain value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/memory.h"
+
+namespace ferry {
+
+enum class Op { kRead, kWrite };
+enum class Path { kPosix, kCufile };
+
+// Why a request (or part of it) took the path it took. Stable names: see to_string().
+enum class ReasonCode {
+  kCompatModeOn,       // "compat_mode=on": cuFile is never called.
+  kHostBuffer,         // cuFile serves GPU memory only.
+  kBelowThreshold,     // the request is smaller than gds_threshold.
+  kCufileUnavailable,  // libcufile missing, driver open failed, handle registration failed...
+  kNoCudaDriver,       // libcuda could not be loaded: only host memory is possible.
+  kDirectIoRefused,    // the file system refused O_DIRECT: buffered I/O instead.
+  kEngine,             // how the POSIX path moved the bytes (pread, bounce buffers, io_uring).
+};
+std::string to_string(ReasonCode code);
+
+struct RouteReason {
+  ReasonCode code;
+  std::string text;
+};
+
+// What cuFile's own counters say about the pieces it served. `observable` is false when the
+// counters could not be read (no cuFile, unknown stats layout); `why_not` then says why.
+// `shared_window` is true when other requests ran at the same time, so the counts are those
+// of the whole window, not of this request alone.
+struct CufileCounts {
+  bool observable = false;
+  std::string why_not;
+  bool shared_window = false;
+  std::uint64_t nvfs = 0;
+  std::uint64_t posix = 0;
+  std::uint64_t p2p = 0;
+};
+
+struct RouteReport {
+  Op op = Op::kRead;
+  std::string file;
+  MemoryKind memory = MemoryKind::kHostPageable;
+  int device = -1;
+  std::uint64_t offset = 0;
+  std::uint64_t requested = 0;  // bytes asked for
+  std::uint64_t bytes = 0;      // bytes moved
+  std::size_t tasks = 0;
+  double seconds = 0;
+  bool direct = false;  // O_DIRECT was used
+  // Layer 1.
+  std::size_t posix_tasks = 0;
+  std::size_t cufile_tasks = 0;
+  std::vector<RouteReason> reasons;
+  // Layer 2.
+  CufileCounts cufile;
+
+  // One sentence saying what happened and why.
+  std::string verdict() const;
+  // A few lines for people: the verdict, then each layer with its reasons.
+  std::string to_text() const;
+  // A stable JSON object (documented in docs/data-paths.md).
+  std::string to_json() const;
+};
+
+std::string to_string(Op op);
+std::string to_string(Path path);
+
+}  // namespace ferry

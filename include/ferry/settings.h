@@ -1,0 +1,90 @@
+// ferry's settings: process-wide values, read from the environment once at first use, that code
+// may change globally, per File (SettingsOverride) or for a scope (ScopedSettings). All functions
+// here are thread-safe; a request takes a snapshot of the settings when it starts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+// Whether ferry calls cuFile: auto tries it and falls back with a reason, on never calls it,
+// off always calls it and fails rather than fall back.
+enum class CompatMode { kAuto, kOn, kOff };
+
+// Strict mode: which fallbacks are refused. any refuses none; cufile refuses ferry's own
+// fallback to POSIX; gds also refuses cuFile's compatibility path.
+enum class Require { kAny, kCufile, kGds };
+
+enum class SettingSource { kDefault, kEnvironment, kCode };
+
+struct Settings {
+  CompatMode compat_mode = CompatMode::kAuto;
+  Require require = Require::kAny;
+  std::size_t task_size = std::size_t{4} << 20;
+  std::size_t gds_threshold = std::size_t{16} << 10;
+  std::size_t nthreads = 16;
+  std::size_t bounce_buffer_size = std::size_t{16} << 20;
+};
+
+// A partial set of settings: the fields that are set replace the base ones.
+struct SettingsOverride {
+  std::optional<CompatMode> compat_mode;
+  std::optional<Require> require;
+  std::optional<std::size_t> task_size;
+  std::optional<std::size_t> gds_threshold;
+  std::optional<std::size_t> nthreads;
+  std::optional<std::size_t> bounce_buffer_size;
+
+  Settings apply_to(Settings base) const;
+  // Parses `value` for the setting called `name` (compat_mode, require, task_size,
+  // gds_threshold, nthreads, bounce_buffer_size); throws SettingError.
+  void set(std::string_view name, std::string_view value);
+};
+
+// The current process-wide settings. The first call reads FERRY_* from the environment and
+// throws SettingError for a malformed value.
+Settings settings();
+void set_settings(const SettingsOverride& changes);
+
+// One row per setting: name, environment variable, value as text, and where it came from.
+struct SettingInfo {
+  std::string name;
+  std::string env;
+  std::string value;
+  SettingSource source;
+};
+std::vector<SettingInfo> describe_settings();
+
+// Applies `changes` to the process-wide settings and restores the previous ones on destruction.
+// Scopes nest; destroy them in reverse order of creation.
+class ScopedSettings {
+ public:
+  explicit ScopedSettings(const SettingsOverride& changes);
+  ~ScopedSettings();
+  ScopedSettings(const ScopedSettings&) = delete;
+  ScopedSettings& operator=(const ScopedSettings&) = delete;
+
+ private:
+  struct Saved;
+  Saved* saved_;
+};
+
+// "4MiB", "16KiB", "1GiB", "4M", "4096" -> bytes. `setting` names the variable in the error.
+// Zero, negative, fractional and unknown units are errors.
+std::uint64_t parse_size(std::string_view text, std::string_view setting);
+std::size_t parse_count(std::string_view text, std::string_view setting);
+CompatMode parse_compat_mode(std::string_view text, std::string_view setting);
+Require parse_require(std::string_view text, std::string_view setting);
+
+std::string to_string(CompatMode mode);
+std::string to_string(Require require);
+std::string to_string(SettingSource source);
+// 4194304 -> "4 MiB", 5000 -> "5000 B".
+std::string format_size(std::uint64_t bytes);
+
+}  // namespace ferry

@@ -1,0 +1,44 @@
+// The seam between the request engine and one way of moving bytes (ferry's POSIX path, cuFile).
+// The engine splits a request into tasks and runs one Worker per pool job; a Worker moves the
+// tasks it is given and may keep work in flight until finish(). Workers are used by one thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "core/open_file.h"
+#include "core/task_splitter.h"
+#include "ferry/memory.h"
+#include "ferry/route.h"
+#include "ferry/settings.h"
+
+namespace ferry::core {
+
+struct RequestContext {
+  OpenFile& file;
+  Op op;
+  char* buffer;  // host address or CUDA device address of the request's first byte
+  MemoryInfo memory;
+  Settings settings;
+  const std::atomic<bool>& cancelled;  // set when another task failed: stop promptly
+};
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  // Moves one task. Reads return fewer bytes than task.size only at end of file. Throws
+  // IoError (with the bytes this task moved before failing) or CudaError.
+  virtual std::size_t run(const Task& task) = 0;
+  // Completes whatever run() left in flight; throws like run().
+  virtual void finish() {}
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::unique_ptr<Worker> make_worker(const RequestContext& context) = 0;
+  // How this backend moves the bytes of `context`, in words, for the route report.
+  virtual std::string describe(const RequestContext& context) const = 0;
+};
+
+}  // namespace ferry::core

@@ -1,0 +1,94 @@
+#include "ferry/file.h"
+
+#include <cerrno>
+
+#include "core/open_file.h"
+#include "core/request.h"
+#include "ferry/error.h"
+
+namespace ferry {
+
+IoFuture::IoFuture(std::shared_ptr<core::RequestState> state) : state_(std::move(state)) {}
+
+IoFuture::~IoFuture() {
+  if (state_) state_->wait();
+}
+
+IoFuture& IoFuture::operator=(IoFuture&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->wait();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+namespace {
+const core::RequestState& checked(const std::shared_ptr<core::RequestState>& s) {
+  if (!s) throw Error("IoFuture has no request (default-constructed or moved from)");
+  return *s;
+}
+}  // namespace
+
+bool IoFuture::ready() const { return checked(state_).ready(); }
+void IoFuture::wait() const { checked(state_).wait(); }
+bool IoFuture::wait_for(double seconds) const { return checked(state_).wait_for(seconds); }
+std::uint64_t IoFuture::progress() const { return checked(state_).progress(); }
+std::size_t IoFuture::get() const { return checked(state_).get(); }
+RouteReport IoFuture::route() const { return checked(state_).route(); }
+
+File::File() = default;
+File::File(const std::filesystem::path& path, std::string_view mode, FileOptions options)
+    : file_(std::make_shared<core::OpenFile>(path, mode, std::move(options), posix::system_io())) {}
+File::File(std::shared_ptr<core::OpenFile> file) : file_(std::move(file)) {}
+File::~File() = default;
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+
+namespace {
+core::OpenFile& open_or_throw(const std::shared_ptr<core::OpenFile>& f, const char* op) {
+  if (!f) throw IoError(EBADF, op, "<no file>", 0, 0, 0, "File is not open");
+  return *f;
+}
+}  // namespace
+
+IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
+  open_or_throw(file_, "pread");
+  return core::submit(file_, Op::kRead, buf, size, file_offset);
+}
+
+IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offset) {
+  open_or_throw(file_, "pwrite");
+  // The engine never writes through a write request's buffer.
+  return core::submit(file_, Op::kWrite, const_cast<void*>(buf), size, file_offset);
+}
+
+std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {
+  return pread(buf, size, file_offset).get();
+}
+
+std::size_t File::write(const void* buf, std::size_t size, std::uint64_t file_offset) {
+  return pwrite(buf, size, file_offset).get();
+}
+
+std::size_t File::append(const void* buf, std::size_t size) {
+  return write(buf, size, open_or_throw(file_, "append").size());
+}
+
+std::uint64_t File::size() const { return open_or_throw(file_, "fstat").size(); }
+void File::sync() {
+  core::OpenFile& f = open_or_throw(file_, "fsync");
+  if (f.io().fsync(f.fd()) != 0) throw IoError(errno, "fsync", f.path(), 0, 0);
+}
+
+bool File::is_open() const { return file_ && file_->fd() >= 0; }
+
+void File::close() {
+  if (file_) file_->close();
+  file_.reset();
+}
+
+const std::string& File::path() const { return open_or_throw(file_, "path").path(); }
+Settings File::effective_settings() const { return open_or_throw(file_, "settings").settings(); }
+RouteReport File::last_route() const { return open_or_throw(file_, "last_route").last_route(); }
+
+}  // namespace ferry

@@ -1,0 +1,107 @@
+#include "core/open_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ferry/error.h"
+
+namespace ferry::core {
+namespace {
+
+int open_flags(std::string_view mode, const std::string& path, bool* readable, bool* writable) {
+  if (mode == "r") {
+    *readable = true;
+    return O_RDONLY;
+  }
+  if (mode == "r+") {
+    *readable = *writable = true;
+    return O_RDWR;
+  }
+  if (mode == "w") {
+    *writable = true;
+    return O_WRONLY | O_CREAT | O_TRUNC;
+  }
+  if (mode == "w+") {
+    *readable = *writable = true;
+    return O_RDWR | O_CREAT | O_TRUNC;
+  }
+  if (mode == "a") {
+    *writable = true;
+    return O_WRONLY | O_CREAT;
+  }
+  throw Error(fmt::format("open {}: invalid mode '{}'; expected r, r+, w, w+ or a", path, mode));
+}
+
+const char* file_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
+                   posix::IoSeam& io)
+    : path_(path.string()), options_(std::move(options)), io_(io) {
+  int flags = open_flags(mode, path_, &readable_, &writable_);
+  // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
+  // regular files that get past the type check below.
+  fd_ = io_.open(path_.c_str(), flags | O_NONBLOCK, 0644);
+  if (fd_ < 0) throw IoError(errno, "open", path_, 0, 0);
+  struct stat st {};
+  if (io_.fstat(fd_, &st) != 0) {
+    int err = errno;
+    close();
+    throw IoError(err, "fstat", path_, 0, 0);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    int err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    close();
+    throw IoError(
+        err, "open", path_, 0, 0, 0,
+        fmt::format("{}; ferry reads and writes regular files only", file_type(st.st_mode)));
+  }
+  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  if (options_.direct) {
+    // The second descriptor never creates or truncates: the first open already did.
+    int dflags = (flags & ~(O_CREAT | O_TRUNC)) | O_DIRECT;
+    direct_fd_ = io_.open(path_.c_str(), dflags, 0);
+    if (direct_fd_ < 0) {
+      // tmpfs answers EINVAL: not an error for the request, a route decision with a reason.
+      direct_refused_ = fmt::format("O_DIRECT refused for {}: {}; using buffered I/O", path_,
+                                    std::strerror(errno));
+    }
+  }
+}
+
+OpenFile::~OpenFile() { close(); }
+
+void OpenFile::close() {
+  if (direct_fd_ >= 0) io_.close(direct_fd_);
+  if (fd_ >= 0) io_.close(fd_);
+  fd_ = direct_fd_ = -1;
+}
+
+std::uint64_t OpenFile::size() const {
+  struct stat st {};
+  if (fd_ < 0) throw IoError(EBADF, "fstat", path_, 0, 0, 0, "file is closed");
+  if (io_.fstat(fd_, &st) != 0) throw IoError(errno, "fstat", path_, 0, 0);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+void OpenFile::set_last_route(const RouteReport& report) {
+  std::lock_guard lock(mu_);
+  last_route_ = report;
+}
+
+RouteReport OpenFile::last_route() const {
+  std::lock_guard lock(mu_);
+  return last_route_;
+}
+
+}  // namespace ferry::core

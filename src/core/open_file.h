@@ -1,0 +1,55 @@
+// The state behind a ferry::File: its descriptors (buffered, and O_DIRECT where asked and
+// allowed), its settings overrides and its last route. Shared by the File and its requests in
+// flight, so a moved or closed File never frees state a request still uses. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ferry/file.h"
+#include "ferry/route.h"
+#include "posix/io_seam.h"
+
+namespace ferry::core {
+
+class OpenFile {
+ public:
+  OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
+           posix::IoSeam& io);
+  ~OpenFile();
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  posix::IoSeam& io() const { return io_; }
+  int fd() const { return fd_; }
+  // The O_DIRECT descriptor, or -1 when direct I/O was not asked for or was refused.
+  int direct_fd() const { return direct_fd_; }
+  bool direct_requested() const { return options_.direct; }
+  // Why O_DIRECT was refused (empty when it was not).
+  const std::string& direct_refused() const { return direct_refused_; }
+  bool readable() const { return readable_; }
+  bool writable() const { return writable_; }
+  Settings settings() const { return options_.settings.apply_to(ferry::settings()); }
+  // Current size from fstat; throws IoError.
+  std::uint64_t size() const;
+  void close();
+
+  void set_last_route(const RouteReport& report);
+  RouteReport last_route() const;
+
+ private:
+  std::string path_;
+  FileOptions options_;
+  posix::IoSeam& io_;
+  int fd_ = -1;
+  int direct_fd_ = -1;
+  std::string direct_refused_;
+  bool readable_ = false;
+  bool writable_ = false;
+  mutable std::mutex mu_;
+  RouteReport last_route_;
+};
+
+}  // namespace ferry::core

@@ -1,0 +1,237 @@
+#include "core/request.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/routing.h"
+#include "core/stats_recorder.h"
+#include "core/task_splitter.h"
+#include "core/thread_pool.h"
+#include "ferry/error.h"
+#include "posix/posix_backend.h"
+
+namespace ferry::core {
+
+void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteReport report) {
+  {
+    std::lock_guard lock(mu_);
+    bytes_ = bytes;
+    error_ = std::move(error);
+    report_ = std::move(report);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool RequestState::ready() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+void RequestState::wait() const {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+}
+
+bool RequestState::wait_for(double seconds) const {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; });
+}
+
+std::size_t RequestState::get() const {
+  wait();
+  std::lock_guard lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+  return bytes_;
+}
+
+RouteReport RequestState::route() const {
+  wait();
+  std::lock_guard lock(mu_);
+  return report_;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Everything the pool jobs of one request share.
+struct Job {
+  std::shared_ptr<OpenFile> file;
+  std::shared_ptr<RequestState> state;
+  Backend* backend;
+  RequestContext context;
+  TaskSplitter tasks;
+  std::vector<std::size_t> done;  // bytes moved per task; each slot written by one job
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> cancelled{false};
+  std::atomic<std::size_t> jobs_left{0};
+  std::mutex error_mu;
+  std::exception_ptr error;   // the first failure
+  std::uint64_t partial = 0;  // bytes the failing task moved before it failed
+  RouteReport report;
+  Clock::time_point start;
+
+  Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
+      MemoryInfo memory, Settings settings, std::uint64_t offset, std::size_t size)
+      : file(std::move(f)),
+        state(std::move(s)),
+        backend(b),
+        context{*file, op, buffer, std::move(memory), settings, cancelled},
+        tasks(offset, size, settings.task_size),
+        done(tasks.count(), 0) {}
+
+  void fail(std::exception_ptr e, std::uint64_t moved) {
+    std::lock_guard lock(error_mu);
+    if (!error) {
+      error = std::move(e);
+      partial = moved;
+    }
+    cancelled.store(true, std::memory_order_relaxed);
+  }
+
+  void run_one() {
+    try {
+      std::unique_ptr<Worker> worker = backend->make_worker(context);
+      for (;;) {
+        if (cancelled.load(std::memory_order_relaxed)) break;
+        std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= tasks.count()) break;
+        try {
+          done[i] = worker->run(tasks[i]);
+          state->add_progress(done[i]);
+        } catch (const IoError& e) {
+          fail(std::current_exception(), e.bytes_done());
+          break;
+        }
+      }
+      worker->finish();
+    } catch (...) {
+      fail(std::current_exception(), 0);
+    }
+    if (jobs_left.fetch_sub(1, std::memory_order_acq_rel) == 1) complete();
+  }
+
+  // Runs once, after every job is done.
+  void complete() {
+    std::size_t bytes = 0;
+    if (context.op == Op::kRead) {
+      // A read is the contiguous prefix up to the first task cut short by end of file.
+      for (std::size_t i = 0; i < tasks.count(); ++i) {
+        bytes += done[i];
+        if (done[i] < tasks[i].size) break;
+      }
+    } else {
+      for (std::size_t d : done) bytes += d;
+    }
+    report.bytes = bytes;
+    report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::exception_ptr e = error;
+    if (e) {
+      std::uint64_t moved = 0;
+      for (std::size_t d : done) moved += d;
+      moved += partial;
+      try {
+        std::rethrow_exception(e);
+      } catch (const IoError& io) {
+        e = std::make_exception_ptr(io.with_bytes_done(moved));
+      } catch (...) {
+      }
+    }
+    record_request(report, e != nullptr);
+    file->set_last_route(report);
+    state->complete(bytes, e, report);
+  }
+};
+
+posix::PosixBackend& posix_backend() {
+  static posix::PosixBackend backend;
+  return backend;
+}
+
+std::optional<std::string> cufile_unavailable(const OpenFile&) {
+  return std::string("this build of ferry has no cuFile backend");
+}
+
+}  // namespace
+
+IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
+                std::uint64_t offset) {
+  auto state = std::make_shared<RequestState>();
+  IoFuture future(state);
+  Clock::time_point start = Clock::now();
+  RouteReport report;
+  report.op = op;
+  report.file = file->path();
+  report.offset = offset;
+  report.requested = size;
+  auto fail_now = [&](std::exception_ptr e) {
+    record_request(report, true);
+    state->complete(0, std::move(e), report);
+    return std::move(future);
+  };
+  try {
+    if (file->fd() < 0)
+      throw IoError(EBADF, to_string(op), file->path(), offset, size, 0, "file is closed");
+    if (buffer == nullptr && size > 0) {
+      throw IoError(EFAULT, to_string(op), file->path(), offset, size, 0, "null buffer");
+    }
+    if (offset > static_cast<std::uint64_t>(LLONG_MAX) ||
+        size > static_cast<std::uint64_t>(LLONG_MAX) - offset) {
+      throw IoError(EOVERFLOW, to_string(op), file->path(), offset, size, 0,
+                    "offset + size overflows off_t");
+    }
+    if (op == Op::kRead && !file->readable()) {
+      throw IoError(EBADF, "pread", file->path(), offset, size, 0, "file not opened for reading");
+    }
+    if (op == Op::kWrite && !file->writable()) {
+      throw IoError(EBADF, "pwrite", file->path(), offset, size, 0, "file not opened for writing");
+    }
+    Settings settings = file->settings();
+    MemoryInfo memory = classify_memory(buffer);
+    report.memory = memory.kind;
+    report.device = memory.device;
+    report.direct = file->direct_fd() >= 0;
+    std::size_t effective = size;
+    if (op == Op::kRead) {
+      std::uint64_t file_size = file->size();
+      effective = offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
+    }
+    RouteDecision route = decide_route(settings, memory, effective, cufile_unavailable(*file));
+    report.reasons = route.reasons;
+    if (route.refusal) throw RouteError(*route.refusal);
+    if (file->direct_requested() && file->direct_fd() < 0) {
+      report.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
+    }
+    Backend* backend = &posix_backend();
+    auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(buffer), memory,
+                                     settings, offset, effective);
+    job->start = start;
+    report.tasks = job->tasks.count();
+    report.posix_tasks = report.tasks;
+    report.reasons.push_back({ReasonCode::kEngine, backend->describe(job->context)});
+    report.cufile.why_not = "no request went to cuFile";
+    job->report = report;
+    if (job->tasks.count() == 0) {
+      job->jobs_left = 1;
+      job->complete();
+      return future;
+    }
+    std::size_t jobs = std::min(settings.nthreads, job->tasks.count());
+    ThreadPool& pool = ThreadPool::shared();
+    pool.ensure_threads(settings.nthreads);
+    job->jobs_left = jobs;
+    for (std::size_t j = 0; j < jobs; ++j) pool.submit([job] { job->run_one(); });
+  } catch (...) {
+    return fail_now(std::current_exception());
+  }
+  return future;
+}
+
+}  // namespace ferry::core

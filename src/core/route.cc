@@ -1,0 +1,114 @@
+#include "ferry/route.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ferry {
+
+std::string to_string(ReasonCode code) {
+  switch (code) {
+    case ReasonCode::kCompatModeOn:
+      return "compat_mode_on";
+    case ReasonCode::kHostBuffer:
+      return "host_buffer";
+    case ReasonCode::kBelowThreshold:
+      return "below_threshold";
+    case ReasonCode::kCufileUnavailable:
+      return "cufile_unavailable";
+    case ReasonCode::kNoCudaDriver:
+      return "no_cuda_driver";
+    case ReasonCode::kDirectIoRefused:
+      return "direct_io_refused";
+    case ReasonCode::kEngine:
+      return "engine";
+  }
+  return "?";
+}
+
+std::string to_string(Op op) { return op == Op::kRead ? "read" : "write"; }
+std::string to_string(Path path) { return path == Path::kPosix ? "posix" : "cufile"; }
+
+std::string RouteReport::verdict() const {
+  std::string why;
+  for (const RouteReason& r : reasons) {
+    if (r.code != ReasonCode::kEngine) why += why.empty() ? r.text : "; " + r.text;
+  }
+  std::string text;
+  if (cufile_tasks == 0) {
+    text = fmt::format("{} task(s) went to ferry's POSIX path, cuFile was not called", tasks);
+    if (!why.empty()) text += fmt::format(": {}", why);
+    return text;
+  }
+  text = fmt::format("{} request(s) went to cuFile", cufile_tasks);
+  if (posix_tasks > 0) text += fmt::format(" and {} to ferry's POSIX path", posix_tasks);
+  if (!cufile.observable) {
+    return text + fmt::format("; what cuFile did is not observable: {}", cufile.why_not);
+  }
+  std::uint64_t pieces = cufile.nvfs + cufile.posix + cufile.p2p;
+  std::string window = cufile.shared_window ? " (counted over a window shared with other "
+                                              "requests)"
+                                            : "";
+  if (cufile.posix == 0 && cufile.p2p == 0) {
+    text += fmt::format("; cuFile served all {} piece(s) through nvidia-fs{}", pieces, window);
+  } else if (cufile.nvfs == 0 && cufile.p2p == 0) {
+    text += fmt::format("; cuFile served all {} piece(s) through its POSIX compatibility path{}",
+                        pieces, window);
+    if (!cufile.why_not.empty()) text += fmt::format(": {}", cufile.why_not);
+  } else {
+    text += fmt::format(
+        "; cuFile served {} piece(s) through nvidia-fs, {} through its POSIX "
+        "compatibility path and {} through PCI P2PDMA{}",
+        cufile.nvfs, cufile.posix, cufile.p2p, window);
+  }
+  return text;
+}
+
+std::string RouteReport::to_text() const {
+  std::string text = fmt::format("route: {}\n", verdict());
+  text += fmt::format("  layer 1 (ferry): {} task(s): {} to cuFile, {} to the POSIX path\n", tasks,
+                      cufile_tasks, posix_tasks);
+  for (const RouteReason& r : reasons) {
+    text += fmt::format("    {}: {}\n", to_string(r.code), r.text);
+  }
+  if (cufile.observable) {
+    text +=
+        fmt::format("  layer 2 (cuFile): nvfs={} posix={} p2p={}{}\n", cufile.nvfs, cufile.posix,
+                    cufile.p2p, cufile.shared_window ? " (window shared with other requests)" : "");
+  } else {
+    text += fmt::format("  layer 2 (cuFile): not observable: {}\n", cufile.why_not);
+  }
+  return text;
+}
+
+std::string RouteReport::to_json() const {
+  nlohmann::json reasons_json = nlohmann::json::array();
+  for (const RouteReason& r : reasons) {
+    reasons_json.push_back({{"code", to_string(r.code)}, {"text", r.text}});
+  }
+  nlohmann::json j = {
+      {"op", to_string(op)},
+      {"file", file},
+      {"memory", to_string(memory)},
+      {"device", device},
+      {"offset", offset},
+      {"requested", requested},
+      {"bytes", bytes},
+      {"tasks", tasks},
+      {"seconds", seconds},
+      {"direct", direct},
+      {"layer1",
+       {{"posix_tasks", posix_tasks}, {"cufile_tasks", cufile_tasks}, {"reasons", reasons_json}}},
+      {"layer2",
+       {{"observable", cufile.observable},
+        {"why_not", cufile.why_not},
+        {"shared_window", cufile.shared_window},
+        {"nvfs", cufile.nvfs},
+        {"posix", cufile.posix},
+        {"p2p", cufile.p2p}}},
+      {"verdict", verdict()},
+  };
+  return j.dump();
+}
+
+}  // namespace ferry

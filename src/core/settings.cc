@@ -1,0 +1,173 @@
+// Process-wide settings. One table lists every setting once: its name, its environment variable,
+// and how to read, parse and print it; the environment, the string setter and the report all go
+// through that table.
+#include "ferry/settings.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdlib>
+#include <mutex>
+
+#include "ferry/error.h"
+
+namespace ferry {
+namespace {
+
+struct Descriptor {
+  const char* name;
+  const char* env;
+  void (*parse)(SettingsOverride&, std::string_view value, std::string_view env);
+  bool (*is_set)(const SettingsOverride&);
+  std::string (*print)(const Settings&);
+};
+
+constexpr std::array<Descriptor, 6> kTable{{
+    {"compat_mode", "FERRY_COMPAT_MODE",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.compat_mode = parse_compat_mode(v, e);
+     },
+     [](const SettingsOverride& o) { return o.compat_mode.has_value(); },
+     [](const Settings& s) { return to_string(s.compat_mode); }},
+    {"require", "FERRY_REQUIRE",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.require = parse_require(v, e);
+     },
+     [](const SettingsOverride& o) { return o.require.has_value(); },
+     [](const Settings& s) { return to_string(s.require); }},
+    {"task_size", "FERRY_TASK_SIZE",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.task_size = parse_size(v, e);
+     },
+     [](const SettingsOverride& o) { return o.task_size.has_value(); },
+     [](const Settings& s) { return format_size(s.task_size); }},
+    {"gds_threshold", "FERRY_GDS_THRESHOLD",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.gds_threshold = parse_size(v, e);
+     },
+     [](const SettingsOverride& o) { return o.gds_threshold.has_value(); },
+     [](const Settings& s) { return format_size(s.gds_threshold); }},
+    {"nthreads", "FERRY_NTHREADS",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.nthreads = parse_count(v, e);
+     },
+     [](const SettingsOverride& o) { return o.nthreads.has_value(); },
+     [](const Settings& s) { return std::to_string(s.nthreads); }},
+    {"bounce_buffer_size", "FERRY_BOUNCE_BUFFER_SIZE",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.bounce_buffer_size = parse_size(v, e);
+     },
+     [](const SettingsOverride& o) { return o.bounce_buffer_size.has_value(); },
+     [](const Settings& s) { return format_size(s.bounce_buffer_size); }},
+}};
+
+struct Global {
+  std::mutex mu;
+  bool loaded = false;
+  Settings current;
+  std::array<SettingSource, kTable.size()> sources{};
+};
+
+Global& global() {
+  static Global g;
+  return g;
+}
+
+// Reads the environment on first use. A malformed variable throws and leaves the settings
+// unloaded, so every later call reports the same error until the environment is fixed.
+Global& loaded_global() {
+  Global& g = global();
+  if (g.loaded) return g;
+  SettingsOverride env;
+  std::array<SettingSource, kTable.size()> sources{};
+  for (size_t i = 0; i < kTable.size(); ++i) {
+    const char* value = std::getenv(kTable[i].env);
+    if (value == nullptr) continue;
+    kTable[i].parse(env, value, kTable[i].env);
+    sources[i] = SettingSource::kEnvironment;
+  }
+  g.current = env.apply_to(Settings{});
+  g.sources = sources;
+  g.loaded = true;
+  return g;
+}
+
+void mark_code(Global& g, const SettingsOverride& changes) {
+  for (size_t i = 0; i < kTable.size(); ++i) {
+    if (kTable[i].is_set(changes)) g.sources[i] = SettingSource::kCode;
+  }
+}
+
+}  // namespace
+
+Settings SettingsOverride::apply_to(Settings base) const {
+  if (compat_mode) base.compat_mode = *compat_mode;
+  if (require) base.require = *require;
+  if (task_size) base.task_size = *task_size;
+  if (gds_threshold) base.gds_threshold = *gds_threshold;
+  if (nthreads) base.nthreads = *nthreads;
+  if (bounce_buffer_size) base.bounce_buffer_size = *bounce_buffer_size;
+  return base;
+}
+
+void SettingsOverride::set(std::string_view name, std::string_view value) {
+  for (const Descriptor& d : kTable) {
+    if (name == d.name) {
+      d.parse(*this, value, d.name);
+      return;
+    }
+  }
+  std::string names;
+  for (const Descriptor& d : kTable) names += names.empty() ? d.name : fmt::format(", {}", d.name);
+  throw SettingError(std::string(name), std::string(value),
+                     fmt::format("unknown setting '{}'; known settings: {}", name, names));
+}
+
+Settings settings() {
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  return loaded_global().current;
+}
+
+void set_settings(const SettingsOverride& changes) {
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  loaded_global();
+  g.current = changes.apply_to(g.current);
+  mark_code(g, changes);
+}
+
+std::vector<SettingInfo> describe_settings() {
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  loaded_global();
+  std::vector<SettingInfo> rows;
+  for (size_t i = 0; i < kTable.size(); ++i) {
+    rows.push_back({kTable[i].name, kTable[i].env, kTable[i].print(g.current), g.sources[i]});
+  }
+  return rows;
+}
+
+struct ScopedSettings::Saved {
+  Settings settings;
+  std::array<SettingSource, kTable.size()> sources;
+};
+
+ScopedSettings::ScopedSettings(const SettingsOverride& changes) {
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  loaded_global();
+  saved_ = new Saved{g.current, g.sources};
+  g.current = changes.apply_to(g.current);
+  mark_code(g, changes);
+}
+
+ScopedSettings::~ScopedSettings() {
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  g.current = saved_->settings;
+  g.sources = saved_->sources;
+  delete saved_;
+}
+
+}  // namespace ferry

@@ -1,0 +1,145 @@
+// Parsing of size, count and enum settings. Every failure names the setting, the value and the
+// accepted forms; nothing falls back to a default.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <limits>
+
+#include "ferry/error.h"
+#include "ferry/settings.h"
+
+namespace ferry {
+namespace {
+
+constexpr const char* kSizeForms =
+    "a positive whole number of bytes, optionally followed by a unit: B, K/KB/KiB, M/MB/MiB, "
+    "G/GB/GiB, T/TB/TiB (binary multiples, case-insensitive), e.g. 4194304, 4MiB, 16KiB, 4M";
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+[[noreturn]] void bad(std::string_view setting, std::string_view text, std::string_view why,
+                      std::string_view forms) {
+  throw SettingError(std::string(setting), std::string(text),
+                     fmt::format("invalid {}='{}': {}; expected {}", setting, text, why, forms));
+}
+
+}  // namespace
+
+std::uint64_t parse_size(std::string_view text, std::string_view setting) {
+  std::string_view s = trim(text);
+  if (s.empty()) bad(setting, text, "empty value", kSizeForms);
+  if (s.front() == '-') bad(setting, text, "negative size", kSizeForms);
+  std::uint64_t number = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), number);
+  if (ec == std::errc::result_out_of_range) bad(setting, text, "number too large", kSizeForms);
+  if (ec != std::errc() || end == s.data()) bad(setting, text, "not a number", kSizeForms);
+  std::string unit = lower(trim(std::string_view(end, s.data() + s.size() - end)));
+  unsigned shift = 0;
+  if (unit.empty() || unit == "b") {
+    shift = 0;
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    shift = 10;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    shift = 20;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    shift = 30;
+  } else if (unit == "t" || unit == "tb" || unit == "tib") {
+    shift = 40;
+  } else {
+    bad(setting, text, fmt::format("unknown unit '{}'", unit), kSizeForms);
+  }
+  if (number == 0) bad(setting, text, "must be greater than zero", kSizeForms);
+  if (number > (std::numeric_limits<std::uint64_t>::max() >> shift)) {
+    bad(setting, text, "size too large", kSizeForms);
+  }
+  return number << shift;
+}
+
+std::size_t parse_count(std::string_view text, std::string_view setting) {
+  constexpr const char* kForms = "a whole number from 1 to 4096";
+  std::string_view s = trim(text);
+  std::size_t number = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), number);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
+    bad(setting, text, "not a whole number", kForms);
+  }
+  if (number == 0 || number > 4096) bad(setting, text, "out of range", kForms);
+  return number;
+}
+
+CompatMode parse_compat_mode(std::string_view text, std::string_view setting) {
+  std::string s = lower(trim(text));
+  if (s == "auto") return CompatMode::kAuto;
+  if (s == "on" || s == "true" || s == "yes" || s == "1") return CompatMode::kOn;
+  if (s == "off" || s == "false" || s == "no" || s == "0") return CompatMode::kOff;
+  bad(setting, text, "unknown mode", "auto, on (never call cuFile) or off (always call cuFile)");
+}
+
+Require parse_require(std::string_view text, std::string_view setting) {
+  std::string s = lower(trim(text));
+  if (s == "any") return Require::kAny;
+  if (s == "cufile") return Require::kCufile;
+  if (s == "gds") return Require::kGds;
+  bad(setting, text, "unknown requirement",
+      "any (allow every fallback), cufile (refuse ferry's POSIX fallback) or gds (also refuse "
+      "cuFile's compatibility path)");
+}
+
+std::string to_string(CompatMode mode) {
+  switch (mode) {
+    case CompatMode::kAuto:
+      return "auto";
+    case CompatMode::kOn:
+      return "on";
+    case CompatMode::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+std::string to_string(Require require) {
+  switch (require) {
+    case Require::kAny:
+      return "any";
+    case Require::kCufile:
+      return "cufile";
+    case Require::kGds:
+      return "gds";
+  }
+  return "?";
+}
+
+std::string to_string(SettingSource source) {
+  switch (source) {
+    case SettingSource::kDefault:
+      return "default";
+    case SettingSource::kEnvironment:
+      return "environment";
+    case SettingSource::kCode:
+      return "code";
+  }
+  return "?";
+}
+
+std::string format_size(std::uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return fmt::format("{} {}", bytes, kUnits[unit]);
+}
+
+}  // namespace ferry

@@ -1,0 +1,55 @@
+#include "core/thread_pool.h"
+
+namespace ferry::core {
+
+ThreadPool::ThreadPool(std::size_t nthreads) { ensure_threads(nthreads); }
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ThreadPool::ensure_threads(std::size_t nthreads) {
+  std::lock_guard lock(mu_);
+  while (threads_.size() < nthreads) threads_.emplace_back([this] { work(); });
+}
+
+std::size_t ThreadPool::size() const {
+  std::lock_guard lock(mu_);
+  return threads_.size();
+}
+
+void ThreadPool::submit(std::function<void()> job) {
+  {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::work() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping_ and drained.
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+ThreadPool& ThreadPool::shared() {
+  // Leaked on purpose: requests still in flight at exit keep running threads that must not be
+  // joined by a static destructor racing with them.
+  static ThreadPool* pool = new ThreadPool(0);
+  return *pool;
+}
+
+}  // namespace ferry::core

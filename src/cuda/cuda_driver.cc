@@ -1,0 +1,153 @@
+#include "cuda/cuda_driver.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "ferry/error.h"
+
+namespace ferry::cuda {
+namespace {
+
+#define FERRY_STR_(x) #x
+#define FERRY_STR(x) FERRY_STR_(x)
+
+struct Loaded {
+  Driver table{};
+  bool ok = false;
+  std::string why_not;
+};
+
+Loaded load() {
+  Loaded out;
+  // FERRY_CUDA_LIBRARY lets tests point at a library that does not exist, to exercise the
+  // "no driver" branch on a machine that has one.
+  const char* name = std::getenv("FERRY_CUDA_LIBRARY");
+  if (name == nullptr || *name == '\0') name = "libcuda.so.1";
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    std::string error = dlerror();
+    out.why_not = error.find("No such file") != std::string::npos
+                      ? fmt::format("no CUDA driver: {} not found", name)
+                      : fmt::format("no CUDA driver: {} could not be loaded ({})", name, error);
+    return out;
+  }
+  std::string missing;
+  auto resolve = [&](auto& slot, const char* symbol) {
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, symbol));
+    if (slot == nullptr) missing += missing.empty() ? symbol : fmt::format(", {}", symbol);
+  };
+  Driver& d = out.table;
+#define FERRY_RESOLVE(field, api) resolve(d.field, FERRY_STR(api))
+  FERRY_RESOLVE(Init, cuInit);
+  FERRY_RESOLVE(DriverGetVersion, cuDriverGetVersion);
+  FERRY_RESOLVE(GetErrorString, cuGetErrorString);
+  FERRY_RESOLVE(GetErrorName, cuGetErrorName);
+  FERRY_RESOLVE(DeviceGetCount, cuDeviceGetCount);
+  FERRY_RESOLVE(DeviceGet, cuDeviceGet);
+  FERRY_RESOLVE(DeviceGetName, cuDeviceGetName);
+  FERRY_RESOLVE(DeviceGetPCIBusId, cuDeviceGetPCIBusId);
+  FERRY_RESOLVE(DeviceTotalMem, cuDeviceTotalMem);
+  FERRY_RESOLVE(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
+  FERRY_RESOLVE(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease);
+  FERRY_RESOLVE(CtxSetCurrent, cuCtxSetCurrent);
+  FERRY_RESOLVE(CtxGetCurrent, cuCtxGetCurrent);
+  FERRY_RESOLVE(PointerGetAttributes, cuPointerGetAttributes);
+  FERRY_RESOLVE(MemAlloc, cuMemAlloc);
+  FERRY_RESOLVE(MemAllocManaged, cuMemAllocManaged);
+  FERRY_RESOLVE(MemFree, cuMemFree);
+  FERRY_RESOLVE(MemHostAlloc, cuMemHostAlloc);
+  FERRY_RESOLVE(MemFreeHost, cuMemFreeHost);
+  FERRY_RESOLVE(MemcpyHtoDAsync, cuMemcpyHtoDAsync);
+  FERRY_RESOLVE(MemcpyDtoHAsync, cuMemcpyDtoHAsync);
+  FERRY_RESOLVE(MemcpyHtoD, cuMemcpyHtoD);
+  FERRY_RESOLVE(MemcpyDtoH, cuMemcpyDtoH);
+  FERRY_RESOLVE(MemsetD8, cuMemsetD8);
+  FERRY_RESOLVE(StreamCreate, cuStreamCreate);
+  FERRY_RESOLVE(StreamDestroy, cuStreamDestroy);
+  FERRY_RESOLVE(StreamSynchronize, cuStreamSynchronize);
+  FERRY_RESOLVE(EventCreate, cuEventCreate);
+  FERRY_RESOLVE(EventDestroy, cuEventDestroy);
+  FERRY_RESOLVE(EventRecord, cuEventRecord);
+  FERRY_RESOLVE(EventSynchronize, cuEventSynchronize);
+#undef FERRY_RESOLVE
+  if (!missing.empty()) {
+    out.why_not = fmt::format("CUDA driver {} lacks symbols: {}", name, missing);
+    return out;
+  }
+  CUresult init = d.Init(0);
+  if (init != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    d.GetErrorName(init, &text);
+    out.why_not = fmt::format("CUDA driver present but cuInit failed: {} ({})",
+                              text ? text : "unknown", static_cast<int>(init));
+    return out;
+  }
+  out.ok = true;
+  return out;  // The handle stays open for the life of the process, on purpose.
+}
+
+const Loaded& loaded() {
+  static const Loaded instance = load();
+  return instance;
+}
+
+}  // namespace
+
+const Driver* driver_or_null(std::string* why_not) {
+  const Loaded& l = loaded();
+  if (!l.ok && why_not != nullptr) *why_not = l.why_not;
+  return l.ok ? &l.table : nullptr;
+}
+
+const Driver& driver() {
+  const Loaded& l = loaded();
+  if (!l.ok) throw CudaError(l.why_not, 0);
+  return l.table;
+}
+
+std::string describe(CUresult result, const char* what) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (const Driver* d = driver_or_null()) {
+    d->GetErrorName(result, &name);
+    d->GetErrorString(result, &text);
+  }
+  return fmt::format("{}: {} ({})", what, name ? name : fmt::format("CUresult {}", int(result)),
+                     text ? text : "no description");
+}
+
+void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) throw CudaError(describe(result, what), static_cast<int>(result));
+}
+
+CUcontext use_device(int ordinal) {
+  const Driver& d = driver();
+  static std::mutex mu;
+  static std::vector<CUcontext> contexts;  // Retained once, released by the driver at exit.
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard lock(mu);
+    int count = 0;
+    check(d.DeviceGetCount(&count), "cuDeviceGetCount");
+    if (ordinal < 0 || ordinal >= count) {
+      throw CudaError(
+          fmt::format("GPU {} does not exist: this machine has {} GPU(s)", ordinal, count),
+          static_cast<int>(CUDA_ERROR_INVALID_DEVICE));
+    }
+    if (contexts.size() < static_cast<size_t>(count)) contexts.resize(count, nullptr);
+    if (contexts[ordinal] == nullptr) {
+      CUdevice dev = 0;
+      check(d.DeviceGet(&dev, ordinal), "cuDeviceGet");
+      check(d.DevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
+    }
+    ctx = contexts[ordinal];
+  }
+  check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
+  return ctx;
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,210 @@
+// Pointer classification, Buffer and the CUDA status report: the public face of the libcuda
+// loader.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "cuda/cuda_driver.h"
+#include "ferry/error.h"
+#include "ferry/memory.h"
+
+namespace ferry {
+
+std::string to_string(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHostPageable:
+      return "host";
+    case MemoryKind::kHostPinned:
+      return "host-pinned";
+    case MemoryKind::kDevice:
+      return "gpu";
+    case MemoryKind::kManaged:
+      return "gpu-managed";
+  }
+  return "?";
+}
+
+MemoryInfo classify_memory(const void* ptr) {
+  MemoryInfo info;
+  std::string why;
+  const cuda::Driver* d = cuda::driver_or_null(&why);
+  if (d == nullptr) {
+    info.note = why;
+    return info;
+  }
+  unsigned int memory_type = 0;
+  int ordinal = -1;
+  unsigned int managed = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void* values[] = {&memory_type, &ordinal, &managed};
+  // cuPointerGetAttributes succeeds for unknown (pageable) pointers and leaves memory_type 0.
+  CUresult r = d->PointerGetAttributes(3, attrs, values, reinterpret_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS) {
+    info.note = cuda::describe(r, "cuPointerGetAttributes");
+    return info;
+  }
+  if (managed != 0) {
+    info.kind = MemoryKind::kManaged;
+  } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
+    info.kind = MemoryKind::kDevice;
+  } else if (memory_type == CU_MEMORYTYPE_HOST) {
+    info.kind = MemoryKind::kHostPinned;
+  } else {
+    return info;
+  }
+  info.device = ordinal;
+  return info;
+}
+
+Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), size_(size) {
+  if (size == 0) return;
+  switch (kind) {
+    case MemoryKind::kHostPageable:
+      // Page-aligned so that the same buffer can serve O_DIRECT tests.
+      data_ = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+      if (data_ == nullptr) throw std::bad_alloc();
+      return;
+    case MemoryKind::kHostPinned:
+      cuda::use_device(device);
+      cuda::check(cuda::driver().MemHostAlloc(&data_, size, CU_MEMHOSTALLOC_PORTABLE),
+                  "cuMemHostAlloc");
+      device_ = device;
+      return;
+    case MemoryKind::kDevice: {
+      cuda::use_device(device);
+      CUdeviceptr p = 0;
+      cuda::check(cuda::driver().MemAlloc(&p, size),
+                  fmt::format("cuMemAlloc {} B on GPU {}", size, device).c_str());
+      data_ = reinterpret_cast<void*>(p);
+      device_ = device;
+      return;
+    }
+    case MemoryKind::kManaged: {
+      cuda::use_device(device);
+      CUdeviceptr p = 0;
+      cuda::check(cuda::driver().MemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL),
+                  "cuMemAllocManaged");
+      data_ = reinterpret_cast<void*>(p);
+      device_ = device;
+      return;
+    }
+  }
+}
+
+Buffer::~Buffer() { release(); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : kind_(other.kind_), size_(other.size_), device_(other.device_), data_(other.data_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    kind_ = other.kind_;
+    size_ = other.size_;
+    device_ = other.device_;
+    data_ = other.data_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::release() noexcept {
+  if (data_ == nullptr) return;
+  switch (kind_) {
+    case MemoryKind::kHostPageable:
+      std::free(data_);
+      break;
+    case MemoryKind::kHostPinned:
+      cuda::driver().MemFreeHost(data_);
+      break;
+    case MemoryKind::kDevice:
+    case MemoryKind::kManaged:
+      cuda::use_device(device_);
+      cuda::driver().MemFree(reinterpret_cast<CUdeviceptr>(data_));
+      break;
+  }
+  data_ = nullptr;
+}
+
+namespace {
+void check_range(std::size_t buffer_size, std::size_t size, std::size_t offset) {
+  if (offset > buffer_size || size > buffer_size - offset) {
+    throw Error(fmt::format("buffer range offset={} len={} exceeds the buffer's {} bytes", offset,
+                            size, buffer_size));
+  }
+}
+}  // namespace
+
+void Buffer::copy_to_host(void* dst, std::size_t size, std::size_t offset) const {
+  check_range(size_, size, offset);
+  if (size == 0) return;
+  char* src = static_cast<char*>(data_) + offset;
+  if (!is_gpu(kind_)) {
+    std::memcpy(dst, src, size);
+    return;
+  }
+  cuda::use_device(device_);
+  cuda::check(cuda::driver().MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), size),
+              "cuMemcpyDtoH");
+}
+
+void Buffer::copy_from_host(const void* src, std::size_t size, std::size_t offset) {
+  check_range(size_, size, offset);
+  if (size == 0) return;
+  char* dst = static_cast<char*>(data_) + offset;
+  if (!is_gpu(kind_)) {
+    std::memcpy(dst, src, size);
+    return;
+  }
+  cuda::use_device(device_);
+  cuda::check(cuda::driver().MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, size),
+              "cuMemcpyHtoD");
+}
+
+void Buffer::fill(unsigned char value) {
+  if (size_ == 0) return;
+  if (!is_gpu(kind_)) {
+    std::memset(data_, value, size_);
+    return;
+  }
+  cuda::use_device(device_);
+  cuda::check(cuda::driver().MemsetD8(reinterpret_cast<CUdeviceptr>(data_), value, size_),
+              "cuMemsetD8");
+}
+
+CudaStatus cuda_status() {
+  CudaStatus status;
+  const cuda::Driver* d = cuda::driver_or_null(&status.why_not);
+  if (d == nullptr) return status;
+  status.available = true;
+  d->DriverGetVersion(&status.driver_version);
+  int count = 0;
+  if (CUresult r = d->DeviceGetCount(&count); r != CUDA_SUCCESS) {
+    status.why_not = cuda::describe(r, "cuDeviceGetCount");
+    return status;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    if (d->DeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    GpuInfo gpu;
+    gpu.ordinal = i;
+    char text[256] = {};
+    if (d->DeviceGetName(text, sizeof text, dev) == CUDA_SUCCESS) gpu.name = text;
+    if (d->DeviceGetPCIBusId(text, sizeof text, dev) == CUDA_SUCCESS) gpu.pci_bus_id = text;
+    size_t total = 0;
+    if (d->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) gpu.total_memory = total;
+    status.gpus.push_back(gpu);
+  }
+  if (count == 0) status.why_not = "the CUDA driver sees no GPU";
+  return status;
+}
+
+}  // namespace ferry

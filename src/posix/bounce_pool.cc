@@ -1,0 +1,83 @@
+#include "posix/bounce_pool.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "cuda/cuda_driver.h"
+
+namespace ferry::posix {
+namespace {
+
+std::unique_ptr<Stager> create(int device, std::size_t size) {
+  auto s = std::make_unique<Stager>();
+  s->device = device;
+  s->size = size;
+  s->slots.assign(kPipelineDepth, nullptr);
+  s->events.assign(kPipelineDepth, nullptr);
+  s->pending.assign(kPipelineDepth, false);
+  // The cleanup below runs if any allocation throws half-way.
+  auto cleanup = [&] {
+    for (char* p : s->slots) {
+      if (p == nullptr) continue;
+      if (device < 0) {
+        std::free(p);
+      } else {
+        cuda::driver().MemFreeHost(p);
+      }
+    }
+  };
+  try {
+    for (char*& slot : s->slots) {
+      if (device < 0) {
+        slot = static_cast<char*>(std::aligned_alloc(kAlignment, size));
+        if (slot == nullptr) throw std::bad_alloc();
+      } else {
+        void* p = nullptr;
+        cuda::check(cuda::driver().MemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE),
+                    "cuMemHostAlloc (bounce buffer)");
+        slot = static_cast<char*>(p);
+      }
+    }
+    if (device >= 0) {
+      const cuda::Driver& d = cuda::driver();
+      cuda::check(d.StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      for (CUevent& e : s->events) {
+        cuda::check(d.EventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      }
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  return s;
+}
+
+}  // namespace
+
+BouncePool::Handle BouncePool::acquire(int device, std::size_t size) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if ((*it)->device == device && (*it)->size == size) {
+        Stager* s = it->release();
+        free_.erase(it);
+        return Handle(s, Release{this});
+      }
+    }
+  }
+  return Handle(create(device, size).release(), Release{this});
+}
+
+void BouncePool::release(Stager* stager) {
+  std::lock_guard lock(mu_);
+  free_.emplace_back(stager);
+}
+
+BouncePool& BouncePool::shared() {
+  // Leaked on purpose: pinned memory is returned to the driver at process exit, and a static
+  // destructor must not race with workers still releasing stagers.
+  static BouncePool* pool = new BouncePool;
+  return *pool;
+}
+
+}  // namespace ferry::posix

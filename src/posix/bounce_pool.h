@@ -1,0 +1,47 @@
+// Reusable staging buffers for the POSIX path: for a GPU, `depth` pinned host buffers with one
+// non-blocking stream and one event per buffer; for O_DIRECT into host memory, page-aligned host
+// buffers. Allocating pinned memory costs milliseconds, so stagers are kept and reused by later
+// requests. The pool is thread-safe; a Stager is used by one thread at a time.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ferry::posix {
+
+constexpr std::size_t kAlignment = 4096;   // O_DIRECT offsets, lengths and buffers
+constexpr std::size_t kPipelineDepth = 2;  // chunks in flight per worker: read k+1, copy k
+
+struct Stager {
+  int device = -1;  // -1: aligned host memory, no stream
+  std::size_t size = 0;
+  std::vector<char*> slots;
+  CUstream stream = nullptr;
+  std::vector<CUevent> events;  // events[i] completes when slots[i] may be reused
+  std::vector<bool> pending;    // an event was recorded on slots[i] and not yet waited for
+  std::size_t next = 0;         // the slot to use next
+};
+
+class BouncePool {
+ public:
+  struct Release {
+    BouncePool* pool;
+    void operator()(Stager* s) const { pool->release(s); }
+  };
+  using Handle = std::unique_ptr<Stager, Release>;
+
+  // A stager for `device` (current context must be the device's) with slots of `size` bytes.
+  Handle acquire(int device, std::size_t size);
+  static BouncePool& shared();
+
+ private:
+  void release(Stager* stager);
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Stager>> free_;
+};
+
+}  // namespace ferry::posix

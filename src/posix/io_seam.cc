@@ -1,0 +1,32 @@
+#include "posix/io_seam.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace ferry::posix {
+namespace {
+
+class SystemIo final : public IoSeam {
+ public:
+  int open(const char* path, int flags, mode_t mode) override {
+    return ::open(path, flags | O_CLOEXEC, mode);
+  }
+  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
+    return ::pread(fd, buf, size, offset);
+  }
+  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
+    return ::pwrite(fd, buf, size, offset);
+  }
+  int fstat(int fd, struct stat* st) override { return ::fstat(fd, st); }
+  int fsync(int fd) override { return ::fsync(fd); }
+  int close(int fd) override { return ::close(fd); }
+};
+
+}  // namespace
+
+IoSeam& system_io() {
+  static SystemIo io;
+  return io;
+}
+
+}  // namespace ferry::posix

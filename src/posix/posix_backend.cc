@@ -1,0 +1,228 @@
+#include "posix/posix_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "cuda/cuda_driver.h"
+#include "ferry/error.h"
+#include "posix/bounce_pool.h"
+
+namespace ferry::posix {
+namespace {
+
+std::uint64_t align_down(std::uint64_t x) { return x / kAlignment * kAlignment; }
+std::uint64_t align_up(std::uint64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
+std::size_t bounce_size(const Settings& s) { return align_up(s.bounce_buffer_size); }
+
+class PosixWorker final : public core::Worker {
+ public:
+  explicit PosixWorker(const core::RequestContext& c)
+      : c_(c),
+        io_(c.file.io()),
+        gpu_(is_gpu(c.memory.kind)),
+        fd_(c.file.fd()),
+        dfd_(c.file.direct_fd()) {
+    if (gpu_) {
+      cuda::use_device(c.memory.device);
+      stager_ = BouncePool::shared().acquire(c.memory.device, bounce_size(c.settings));
+    } else if (dfd_ >= 0) {
+      stager_ = BouncePool::shared().acquire(-1, bounce_size(c.settings));
+    }
+  }
+
+  ~PosixWorker() override {
+    // Copies may still read from the bounce buffers after a failure: drain them before the
+    // stager goes back to the pool.
+    if (stager_ && stager_->stream != nullptr) cuda::driver().StreamSynchronize(stager_->stream);
+  }
+
+  std::size_t run(const core::Task& task) override {
+    moved_ = 0;
+    if (c_.op == Op::kRead) {
+      read_task(task);
+    } else {
+      write_task(task);
+    }
+    return moved_;
+  }
+
+  void finish() override {
+    if (stager_ && stager_->stream != nullptr) {
+      cuda::check(cuda::driver().StreamSynchronize(stager_->stream),
+                  "cuStreamSynchronize (copies from bounce buffers)");
+      std::fill(stager_->pending.begin(), stager_->pending.end(), false);
+    }
+  }
+
+ private:
+  char* target(const core::Task& task, std::uint64_t file_offset) const {
+    return c_.buffer + task.buffer_offset + (file_offset - task.file_offset);
+  }
+
+  // Reads until `len` bytes or end of file; returns the count. O_DIRECT reads stop at the first
+  // short read, which only end of file produces.
+  std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off) {
+    std::size_t done = 0;
+    while (done < len) {
+      ssize_t n = io_.pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        throw IoError(errno, fd == dfd_ ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
+                      len - done, moved_);
+      }
+      if (n == 0) break;
+      done += static_cast<std::size_t>(n);
+      if (fd == dfd_ && done < len) break;
+    }
+    return done;
+  }
+
+  void write_full(int fd, const char* buf, std::size_t len, std::uint64_t off) {
+    std::size_t done = 0;
+    while (done < len) {
+      ssize_t n = io_.pwrite(fd, buf + done, len - done, static_cast<off_t>(off + done));
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        throw IoError(errno, fd == dfd_ ? "pwrite(O_DIRECT)" : "pwrite", c_.file.path(), off + done,
+                      len - done, moved_ + done);
+      }
+      if (n == 0) {
+        throw IoError(EIO, "pwrite", c_.file.path(), off + done, len - done, moved_ + done,
+                      "pwrite wrote nothing");
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    moved_ += len;
+  }
+
+  // The next bounce slot, once the copy that last used it has completed.
+  std::size_t next_slot() {
+    std::size_t i = stager_->next;
+    stager_->next = (i + 1) % stager_->slots.size();
+    if (stager_->pending[i]) {
+      cuda::check(cuda::driver().EventSynchronize(stager_->events[i]),
+                  "cuEventSynchronize (copy from bounce buffer)");
+      stager_->pending[i] = false;
+    }
+    return i;
+  }
+
+  void read_task(const core::Task& task) {
+    const std::uint64_t begin = task.file_offset;
+    const std::uint64_t end = begin + task.size;
+    const bool direct = dfd_ >= 0;
+    char* dst = target(task, begin);
+    if (!gpu_ && (!direct || (reinterpret_cast<std::uintptr_t>(dst) % kAlignment == 0 &&
+                              begin % kAlignment == 0 && task.size % kAlignment == 0))) {
+      moved_ = read_full(direct ? dfd_ : fd_, dst, task.size, begin);
+      return;
+    }
+    // Through the bounce buffers: for O_DIRECT the aligned cover of [begin, end).
+    const int fd = direct ? dfd_ : fd_;
+    std::uint64_t pos = direct ? align_down(begin) : begin;
+    const std::uint64_t stop = direct ? align_up(end) : end;
+    while (pos < stop && !c_.cancelled.load(std::memory_order_relaxed)) {
+      const std::size_t len = std::min<std::uint64_t>(stager_->size, stop - pos);
+      const std::size_t slot = gpu_ ? next_slot() : 0;
+      char* bounce = stager_->slots[slot];
+      const std::size_t n = read_full(fd, bounce, len, pos);
+      const std::uint64_t use_begin = std::max(pos, begin);
+      const std::uint64_t use_end = std::min(pos + n, end);
+      if (use_end > use_begin) {
+        const std::size_t use = use_end - use_begin;
+        if (gpu_) {
+          const cuda::Driver& d = cuda::driver();
+          cuda::check(d.MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(target(task, use_begin)),
+                                        bounce + (use_begin - pos), use, stager_->stream),
+                      "cuMemcpyHtoDAsync");
+          cuda::check(d.EventRecord(stager_->events[slot], stager_->stream), "cuEventRecord");
+          stager_->pending[slot] = true;
+        } else {
+          std::memcpy(target(task, use_begin), bounce + (use_begin - pos), use);
+        }
+        moved_ += use;
+      }
+      if (n < len) break;  // end of file
+      pos += len;
+    }
+  }
+
+  // Writes [off, off+len) of the task from the caller's buffer through `fd`, staging through
+  // the bounce buffers when the source is GPU memory or O_DIRECT needs an aligned source.
+  void write_segment(const core::Task& task, int fd, std::uint64_t off, std::size_t len) {
+    const char* src = target(task, off);
+    const bool aligned_src = reinterpret_cast<std::uintptr_t>(src) % kAlignment == 0;
+    if (!gpu_ && (fd != dfd_ || aligned_src)) {
+      write_full(fd, src, len, off);
+      return;
+    }
+    std::size_t done = 0;
+    while (done < len && !c_.cancelled.load(std::memory_order_relaxed)) {
+      const std::size_t n = std::min(stager_->size, len - done);
+      char* bounce = stager_->slots[0];
+      if (gpu_) {
+        const cuda::Driver& d = cuda::driver();
+        cuda::check(d.MemcpyDtoHAsync(bounce, reinterpret_cast<CUdeviceptr>(src + done), n,
+                                      stager_->stream),
+                    "cuMemcpyDtoHAsync");
+        cuda::check(d.StreamSynchronize(stager_->stream), "cuStreamSynchronize");
+      } else {
+        std::memcpy(bounce, src + done, n);
+      }
+      write_full(fd, bounce, n, off + done);
+      done += n;
+    }
+  }
+
+  void write_task(const core::Task& task) {
+    const std::uint64_t begin = task.file_offset;
+    const std::uint64_t end = begin + task.size;
+    if (dfd_ < 0) {
+      write_segment(task, fd_, begin, task.size);
+      return;
+    }
+    // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered
+    // descriptor, since O_DIRECT cannot write part of a block.
+    const std::uint64_t mid_begin = std::min(align_up(begin), end);
+    const std::uint64_t mid_end = std::max(align_down(end), mid_begin);
+    if (mid_begin > begin) write_segment(task, fd_, begin, mid_begin - begin);
+    if (mid_end > mid_begin) write_segment(task, dfd_, mid_begin, mid_end - mid_begin);
+    if (end > mid_end) write_segment(task, fd_, mid_end, end - mid_end);
+  }
+
+  const core::RequestContext& c_;
+  IoSeam& io_;
+  const bool gpu_;
+  const int fd_;
+  const int dfd_;
+  BouncePool::Handle stager_{nullptr, BouncePool::Release{nullptr}};
+  std::size_t moved_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<core::Worker> PosixBackend::make_worker(const core::RequestContext& context) {
+  return std::make_unique<PosixWorker>(context);
+}
+
+std::string PosixBackend::describe(const core::RequestContext& c) const {
+  const bool direct = c.file.direct_fd() >= 0;
+  const char* call = c.op == Op::kRead ? (direct ? "O_DIRECT pread" : "pread")
+                                       : (direct ? "O_DIRECT pwrite" : "pwrite");
+  if (is_gpu(c.memory.kind)) {
+    return fmt::format(
+        "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
+        "GPU {} on non-blocking streams",
+        call, kPipelineDepth, format_size(bounce_size(c.settings)), c.settings.nthreads,
+        c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
+  }
+  return fmt::format(
+      "{} {} the {} buffer{} ({} thread(s))", call,
+      c.op == Op::kRead ? "straight into" : "straight from", to_string(c.memory.kind),
+      direct ? ", through aligned bounce buffers where unaligned" : "", c.settings.nthreads);
+}
+
+}  // namespace ferry::posix

@@ -1,0 +1,147 @@
+#include "common.h"
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+namespace ferry::cli {
+
+void add_memory_options(CLI::App& cmd, MemoryChoice& choice) {
+  auto* gpu =
+      cmd.add_option("--gpu", choice.gpu, "GPU ordinal to use (default: 0 when a GPU exists)");
+  auto* host = cmd.add_flag("--host", choice.host, "Use pageable host memory");
+  auto* pinned = cmd.add_flag("--pinned", choice.pinned, "Use pinned host memory (needs a driver)");
+  gpu->excludes(host)->excludes(pinned);
+  host->excludes(pinned);
+}
+
+void add_settings_options(CLI::App& cmd, SettingsFlags& flags) {
+  cmd.add_option("--task-size", flags.task_size, "Task size, e.g. 4MiB (FERRY_TASK_SIZE)");
+  cmd.add_option("--threads", flags.threads, "Worker threads (FERRY_NTHREADS)");
+  cmd.add_option("--compat", flags.compat, "compat mode: auto, on or off (FERRY_COMPAT_MODE)");
+  cmd.add_option("--require", flags.require, "Strict mode: any, cufile or gds (FERRY_REQUIRE)");
+  cmd.add_option("--bounce-size", flags.bounce, "Bounce buffer size (FERRY_BOUNCE_BUFFER_SIZE)");
+  cmd.add_flag("--direct", flags.direct, "Use O_DIRECT (falls back to buffered I/O with a reason)");
+}
+
+FileOptions file_options(const SettingsFlags& flags) {
+  FileOptions options;
+  options.direct = flags.direct;
+  if (!flags.task_size.empty())
+    options.settings.task_size = parse_size(flags.task_size, "--task-size");
+  if (!flags.threads.empty()) options.settings.nthreads = parse_count(flags.threads, "--threads");
+  if (!flags.compat.empty())
+    options.settings.compat_mode = parse_compat_mode(flags.compat, "--compat");
+  if (!flags.require.empty()) options.settings.require = parse_require(flags.require, "--require");
+  if (!flags.bounce.empty()) {
+    options.settings.bounce_buffer_size = parse_size(flags.bounce, "--bounce-size");
+  }
+  return options;
+}
+
+Target resolve_target(const MemoryChoice& choice) {
+  if (choice.host) return {MemoryKind::kHostPageable, -1, ""};
+  if (choice.pinned) return {MemoryKind::kHostPinned, 0, ""};
+  if (choice.gpu) {
+    CudaStatus cuda = cuda_status();
+    if (!cuda.available) throw CudaError(cuda.why_not, 0);
+    return {MemoryKind::kDevice, *choice.gpu, ""};
+  }
+  CudaStatus cuda = cuda_status();
+  if (!cuda.available || cuda.gpus.empty()) {
+    return {MemoryKind::kHostPageable, -1,
+            fmt::format("no GPU, using host memory ({})", cuda.why_not)};
+  }
+  return {MemoryKind::kDevice, 0, ""};
+}
+
+std::string sha256(const Buffer& buffer, std::size_t size) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    throw Error("OpenSSL: SHA-256 initialisation failed");
+  }
+  if (!is_gpu(buffer.kind())) {
+    EVP_DigestUpdate(ctx.get(), buffer.data(), size);
+  } else {
+    constexpr std::size_t kChunk = std::size_t{64} << 20;
+    std::vector<unsigned char> host(std::min(kChunk, size));
+    for (std::size_t off = 0; off < size; off += kChunk) {
+      std::size_t n = std::min(kChunk, size - off);
+      buffer.copy_to_host(host.data(), n, off);
+      EVP_DigestUpdate(ctx.get(), host.data(), n);
+    }
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed) {
+  if (pattern == "zero") {
+    buffer.fill(0);
+    return;
+  }
+  if (pattern != "random") {
+    throw Error(fmt::format("invalid --pattern '{}': expected random or zero", pattern));
+  }
+  // splitmix64: fast, deterministic, and different for every 8-byte word.
+  auto generate = [](std::uint64_t* words, std::size_t count, std::uint64_t index) {
+    for (std::size_t i = 0; i < count; ++i, ++index) {
+      std::uint64_t z = index * 0x9E3779B97F4A7C15ull;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      words[i] = z ^ (z >> 31);
+    }
+  };
+  constexpr std::size_t kChunk = std::size_t{64} << 20;
+  std::vector<std::uint64_t> host(std::min(kChunk, buffer.size()) / 8 + 1);
+  std::uint64_t index = seed << 40;
+  for (std::size_t off = 0; off < buffer.size(); off += kChunk) {
+    std::size_t n = std::min(kChunk, buffer.size() - off);
+    generate(host.data(), n / 8 + 1, index);
+    index += n / 8 + 1;
+    buffer.copy_from_host(host.data(), n, off);
+  }
+}
+
+void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb) {
+  if (!isatty(STDERR_FILENO) || total < (std::uint64_t{256} << 20)) {
+    future.wait();
+    return;
+  }
+  bool drawn = false;
+  while (!future.wait_for(0.1)) {
+    std::uint64_t done = std::min(future.progress(), total);
+    int width = 40;
+    int filled = static_cast<int>(width * done / total);
+    fmt::print(stderr, "\r{} [{}{}] {:5.1f}%", verb, std::string(filled, '#'),
+               std::string(width - filled, ' '), 100.0 * done / total);
+    drawn = true;
+  }
+  if (drawn) fmt::print(stderr, "\r{}\r", std::string(60, ' '));
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return secs(usage.ru_utime) + secs(usage.ru_stime);
+}
+
+std::uint64_t size_option(const std::string& text, const char* option) {
+  return parse_size(text, option);
+}
+
+double gbps(std::uint64_t bytes, double seconds) {
+  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,60 @@
+// Pieces shared by the ferry subcommands: choosing and allocating the target memory, checksums,
+// the progress bar, CPU time. Single-threaded use.
+#pragma once
+
+#include <ferry/ferry.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ferry::cli {
+
+// --gpu N / --host and the settings flags common to read and write.
+struct MemoryChoice {
+  std::optional<int> gpu;
+  bool host = false;
+  bool pinned = false;
+};
+void add_memory_options(CLI::App& cmd, MemoryChoice& choice);
+
+struct SettingsFlags {
+  std::string task_size;
+  std::string threads;
+  std::string compat;
+  std::string require;
+  std::string bounce;
+  bool direct = false;
+};
+void add_settings_options(CLI::App& cmd, SettingsFlags& flags);
+FileOptions file_options(const SettingsFlags& flags);
+
+// The memory a command will use: the GPU asked for, or GPU 0 when one exists and --host was not
+// given, else host memory. `note` says why host memory was chosen when it was not asked for.
+struct Target {
+  MemoryKind kind;
+  int device;
+  std::string note;
+};
+Target resolve_target(const MemoryChoice& choice);
+
+// SHA-256 (hex) of `size` bytes of `buffer` from `offset`, copied back in chunks where needed.
+std::string sha256(const Buffer& buffer, std::size_t size);
+
+// Fills `buffer` with a pattern: "random" (deterministic from `seed`) or "zero".
+void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed);
+
+// Waits for `future`, drawing a progress bar on stderr when it is a terminal and the request
+// takes long enough to be worth one.
+void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb);
+
+// CPU seconds (user + system) used by this process so far.
+double cpu_seconds();
+
+std::uint64_t size_option(const std::string& text, const char* option);
+
+// "1.07 GB/s" style helpers.
+double gbps(std::uint64_t bytes, double seconds);
+
+}  // namespace ferry::cli
