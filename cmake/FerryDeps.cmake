@@ -18,15 +18,34 @@ if(FERRY_CUFILE_INCLUDE_DIR)
   message(STATUS "cufile.h found in ${FERRY_CUFILE_INCLUDE_DIR}: declarations will be checked")
 endif()
 
-find_package(nlohmann_json 3 REQUIRED)
-find_package(fmt REQUIRED)
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# Header-only fallbacks: where a package's CMake files are missing (the GPU machine has some
+# headers but not all packages), scripts/carry-deps copies Debian's headers into .carry/include.
+set(FERRY_CARRY_INCLUDE ${PROJECT_SOURCE_DIR}/.carry/include)
+
+find_package(nlohmann_json 3 QUIET)
+if(NOT nlohmann_json_FOUND)
+  find_path(FERRY_JSON_INCLUDE_DIR nlohmann/json.hpp HINTS ${FERRY_CARRY_INCLUDE} REQUIRED)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  target_include_directories(nlohmann_json::nlohmann_json INTERFACE ${FERRY_JSON_INCLUDE_DIR})
+endif()
+
+find_package(fmt QUIET)
+if(NOT fmt_FOUND)
+  find_path(FERRY_FMT_INCLUDE_DIR fmt/format.h HINTS ${FERRY_CARRY_INCLUDE} REQUIRED)
+  add_library(fmt::fmt INTERFACE IMPORTED)
+  target_include_directories(fmt::fmt INTERFACE ${FERRY_FMT_INCLUDE_DIR})
+  target_compile_definitions(fmt::fmt INTERFACE FMT_HEADER_ONLY=1)
+  message(STATUS "fmt: header-only from ${FERRY_FMT_INCLUDE_DIR}")
+endif()
+
 find_package(CLI11 CONFIG QUIET)
 if(NOT CLI11_FOUND)
-  find_path(FERRY_CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+  find_path(FERRY_CLI11_INCLUDE_DIR CLI/CLI.hpp HINTS ${FERRY_CARRY_INCLUDE} REQUIRED)
   add_library(CLI11::CLI11 INTERFACE IMPORTED)
   target_include_directories(CLI11::CLI11 INTERFACE ${FERRY_CLI11_INCLUDE_DIR})
 endif()
+
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 
 # liburing is optional; without it the POSIX backend records why it uses pread.
 find_package(PkgConfig QUIET)
