@@ -1,0 +1,123 @@
+// ferry::plan: layer 1 (ferry's tasks) mirrors KvikIO: a request below gds_threshold is one
+// POSIX read without the thread pool; any other request is cut from its start offset into
+// task_size tasks, the last one shorter. Layer 2 is predict_cufile_pieces per task.
+#include "ferry/plan.h"
+
+#include <fmt/format.h>
+
+#include "platform/text_file.h"
+
+namespace ferry {
+namespace {
+
+using platform::size_words;
+
+std::string_view compat_words(CompatMode m) {
+  switch (m) {
+    case CompatMode::kAuto:
+      return "AUTO";
+    case CompatMode::kOn:
+      return "ON";
+    case CompatMode::kOff:
+      return "OFF";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string_view to_string(PlanPath p) {
+  switch (p) {
+    case PlanPath::kNothing:
+      return "nothing";
+    case PlanPath::kPosixBelowThreshold:
+      return "posix-below-threshold";
+    case PlanPath::kPosixCompatOn:
+      return "posix-compat-on";
+    case PlanPath::kCufile:
+      return "cufile";
+  }
+  return "?";
+}
+
+Plan plan(const PlanRequest& r) {
+  Plan p;
+  p.request = r;
+  if (r.size == 0) {
+    p.path = PlanPath::kNothing;
+    p.words.push_back("Nothing to read: the request is 0 bytes.");
+    return p;
+  }
+  if (r.size < r.gds_threshold) {
+    p.path = PlanPath::kPosixBelowThreshold;
+    p.task_count = 1;
+    p.first_task_size = p.last_task_size = r.size;
+    p.groups.push_back(PlanTaskGroup{1, r.size, std::nullopt});
+    p.words.push_back(
+        fmt::format("ferry: {} is below gds_threshold {}: one POSIX read, cuFile is not called.",
+                    size_words(r.size), size_words(r.gds_threshold)));
+    return p;
+  }
+  std::uint64_t task = r.task_size == 0 ? r.size : r.task_size;
+  std::uint64_t full = r.size / task;
+  std::uint64_t rest = r.size % task;
+  p.task_count = full + (rest ? 1 : 0);
+  p.first_task_size = full ? task : rest;
+  p.last_task_size = rest ? rest : task;
+  bool cufile = r.compat_mode != CompatMode::kOn;
+  p.path = cufile ? PlanPath::kCufile : PlanPath::kPosixCompatOn;
+  auto group = [&](std::uint64_t count, std::uint64_t size) {
+    PlanTaskGroup g{count, size, std::nullopt};
+    if (cufile) g.pieces = predict_cufile_pieces(size, r.buffer_registered, r.cufile);
+    p.groups.push_back(std::move(g));
+  };
+  if (full) group(full, task);
+  if (rest) group(1, rest);
+
+  std::string split = p.task_count == 1
+                          ? fmt::format("1 task of {}", size_words(r.size))
+                          : (rest ? fmt::format("{} tasks of {} and a last one of {}", full,
+                                                size_words(task), size_words(rest))
+                                  : fmt::format("{} tasks of {}", full, size_words(task)));
+  p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.", size_words(r.size),
+                                r.offset, size_words(task), split));
+  if (!cufile) {
+    p.words.push_back(
+        "ferry: compat mode ON: its own POSIX path reads every task; cuFile is never "
+        "called.");
+    return p;
+  }
+  p.words.push_back(fmt::format(
+      "ferry: compat mode {}: each task is one cuFileRead{}.", compat_words(r.compat_mode),
+      r.compat_mode == CompatMode::kAuto ? " (if cuFile opens for this file; else ferry's POSIX "
+                                           "path, with the reason recorded)"
+                                         : ""));
+  std::uint64_t total = 0;
+  bool all_known = true;
+  for (const auto& g : p.groups) {
+    const auto& pieces = *g.pieces;
+    all_known = all_known && pieces.known;
+    total += g.count * pieces.count;
+    p.words.push_back(fmt::format("cuFile: each {} request ({} of them): {}.",
+                                  size_words(g.task_size), g.count, pieces.words));
+  }
+  if (all_known) {
+    p.cufile_pieces_total = total;
+    p.words.push_back(fmt::format(
+        "cuFile: {} request{}, {} piece{} in all (its level-3 stats count pieces; pieces are "
+        "scheduling units of its thread pool, not single storage transfers). cufile.json: {}.",
+        p.task_count, p.task_count == 1 ? "" : "s", total, total == 1 ? "" : "s", r.cufile.source));
+  }
+  return p;
+}
+
+std::string format_plan(const Plan& p) {
+  std::string out;
+  for (const auto& w : p.words) {
+    out += w;
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace ferry

@@ -1,0 +1,205 @@
+#include "ferry/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "platform/cufile_config.h"
+#include "platform/cufile_plan.h"
+#include "platform/fake_tree.h"
+#include "platform/text_file.h"
+
+namespace ferry {
+namespace {
+
+constexpr std::uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+
+CufilePieces pieces(std::uint64_t size) { return predict_cufile_pieces(size, false, {}); }
+
+TEST(CufilePlan, FourAndEightMiBAreOnePiece) {
+  for (auto size : {4 * kMiB, 8 * kMiB}) {
+    auto p = pieces(size);
+    ASSERT_TRUE(p.known);
+    EXPECT_EQ(p.count, 1u);
+    EXPECT_EQ(p.first_size, size);
+    EXPECT_TRUE(p.count_measured);
+  }
+}
+
+TEST(CufilePlan, SixteenMiBIsTwoPiecesOfEight) {
+  auto p = pieces(16 * kMiB);
+  EXPECT_EQ(p.count, 2u);
+  EXPECT_EQ(p.first_size, 8 * kMiB);
+  EXPECT_EQ(p.last_size, 8 * kMiB);
+  EXPECT_EQ(p.words, "2 pieces of 8 MiB");
+}
+
+TEST(CufilePlan, ThirtyTwoMiBIsFourPieces) {
+  auto p = pieces(32 * kMiB);
+  EXPECT_EQ(p.count, 4u);
+  EXPECT_EQ(p.first_size, 8 * kMiB);
+}
+
+TEST(CufilePlan, LargeRequestsAreCappedAtMaxRequestParallelism) {
+  for (auto size : {64 * kMiB, 256 * kMiB, kGiB}) {
+    auto p = pieces(size);
+    EXPECT_EQ(p.count, 4u) << size;
+    EXPECT_EQ(p.first_size, size / 4);
+    EXPECT_TRUE(p.count_measured);
+  }
+}
+
+TEST(CufilePlan, RegisteredBuffersFollowTheSameRule) {
+  EXPECT_EQ(predict_cufile_pieces(16 * kMiB, true, {}).count, 2u);
+  EXPECT_EQ(predict_cufile_pieces(kGiB, true, {}).count, 4u);
+}
+
+TEST(CufilePlan, NonMultipleSizeIsMarkedAsExtrapolated) {
+  auto p = pieces(20 * kMiB);
+  ASSERT_TRUE(p.known);
+  EXPECT_EQ(p.count, 2u);
+  EXPECT_EQ(p.first_size, 10 * kMiB);
+  EXPECT_FALSE(p.count_measured);
+  EXPECT_NE(p.words.find("not measured"), std::string::npos) << p.words;
+}
+
+TEST(CufilePlan, UnevenPiecesSayBoundariesArePredicted) {
+  auto p = pieces(20 * kMiB + 4 * kKiB + 1);
+  EXPECT_EQ(p.count, 2u);
+  EXPECT_EQ(p.first_size % 4096, 0u);
+  EXPECT_EQ(p.first_size + p.last_size, 20 * kMiB + 4 * kKiB + 1);
+  EXPECT_NE(p.words.find("prediction"), std::string::npos) << p.words;
+}
+
+TEST(CufilePlan, ParallelIoFalseIsUnknownNotGuessed) {
+  CufileScheduling s;
+  s.parallel_io = false;
+  auto p = predict_cufile_pieces(kGiB, false, s);
+  EXPECT_FALSE(p.known);
+  EXPECT_EQ(p.words, "cuFile's splitting rule with parallel_io=false is not known");
+}
+
+TEST(CufilePlan, UnknownConfigValueIsUnknownWithReason) {
+  CufileScheduling s;
+  s.max_request_parallelism.reset();
+  s.unknown_reason = "execution.max_request_parallelism: expected a non-negative integer";
+  auto p = predict_cufile_pieces(kGiB, false, s);
+  EXPECT_FALSE(p.known);
+  EXPECT_NE(p.words.find("max_request_parallelism"), std::string::npos);
+}
+
+TEST(Plan, OneGiBInFourMiBTasksIs256RequestsOfOnePiece) {
+  PlanRequest r;
+  r.size = kGiB;
+  auto p = plan(r);
+  EXPECT_EQ(p.path, PlanPath::kCufile);
+  EXPECT_EQ(p.task_count, 256u);
+  EXPECT_EQ(p.first_task_size, 4 * kMiB);
+  EXPECT_EQ(p.last_task_size, 4 * kMiB);
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].pieces->count, 1u);
+  EXPECT_EQ(p.cufile_pieces_total, 256u);
+}
+
+TEST(Plan, TaskSizeOneGiBIsOneRequestOfFourPiecesOf256MiB) {
+  PlanRequest r;
+  r.size = kGiB;
+  r.task_size = kGiB;
+  auto p = plan(r);
+  EXPECT_EQ(p.task_count, 1u);
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].pieces->count, 4u);
+  EXPECT_EQ(p.groups[0].pieces->first_size, 256 * kMiB);
+  EXPECT_NE(format_plan(p).find("4 pieces of 256 MiB"), std::string::npos) << format_plan(p);
+}
+
+TEST(Plan, SixteenMiBInOneTaskIsTwoPiecesOfEightMiB) {
+  PlanRequest r;
+  r.size = 16 * kMiB;
+  r.task_size = 16 * kMiB;
+  auto p = plan(r);
+  EXPECT_EQ(p.task_count, 1u);
+  EXPECT_EQ(p.groups[0].pieces->count, 2u);
+  EXPECT_EQ(p.groups[0].pieces->first_size, 8 * kMiB);
+}
+
+TEST(Plan, ThirtyTwoMiBInOneTaskIsFourPieces) {
+  PlanRequest r;
+  r.size = 32 * kMiB;
+  r.task_size = 32 * kMiB;
+  EXPECT_EQ(plan(r).cufile_pieces_total, 4u);
+}
+
+TEST(Plan, EightKiBIsPosixBelowTheSixteenKiBThreshold) {
+  PlanRequest r;
+  r.size = 8 * kKiB;
+  auto p = plan(r);
+  EXPECT_EQ(p.path, PlanPath::kPosixBelowThreshold);
+  EXPECT_EQ(p.task_count, 1u);
+  EXPECT_FALSE(p.cufile_pieces_total);
+  ASSERT_FALSE(p.words.empty());
+  EXPECT_NE(p.words[0].find("below gds_threshold 16 KiB"), std::string::npos) << p.words[0];
+  EXPECT_NE(p.words[0].find("cuFile is not called"), std::string::npos);
+}
+
+TEST(Plan, ThresholdItselfGoesToCufile) {
+  PlanRequest r;
+  r.size = 16 * kKiB;
+  EXPECT_EQ(plan(r).path, PlanPath::kCufile);
+}
+
+TEST(Plan, LastTaskIsShorterAndGetsItsOwnPieces) {
+  PlanRequest r;
+  r.offset = 4096;
+  r.size = 10 * kMiB;
+  r.task_size = 4 * kMiB;
+  auto p = plan(r);
+  EXPECT_EQ(p.task_count, 3u);
+  ASSERT_EQ(p.groups.size(), 2u);
+  EXPECT_EQ(p.groups[0].count, 2u);
+  EXPECT_EQ(p.groups[1].task_size, 2 * kMiB);
+  EXPECT_EQ(p.last_task_size, 2 * kMiB);
+  EXPECT_EQ(p.cufile_pieces_total, 3u);
+}
+
+TEST(Plan, CompatModeOnNeverCallsCufile) {
+  PlanRequest r;
+  r.size = kGiB;
+  r.compat_mode = CompatMode::kOn;
+  auto p = plan(r);
+  EXPECT_EQ(p.path, PlanPath::kPosixCompatOn);
+  EXPECT_EQ(p.task_count, 256u);
+  EXPECT_FALSE(p.groups[0].pieces);
+  EXPECT_FALSE(p.cufile_pieces_total);
+}
+
+TEST(Plan, EmptyRequestReadsNothing) {
+  PlanRequest r;
+  EXPECT_EQ(plan(r).path, PlanPath::kNothing);
+  EXPECT_EQ(plan(r).task_count, 0u);
+}
+
+TEST(Plan, SchedulingComesFromTheStockCufileJson) {
+  platform::testing::FakeTree t;
+  t.write("etc/cufile.json",
+          platform::read_text_file(platform::testing::data_dir() / "cufile/stock.json").text);
+  auto s = platform::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
+  EXPECT_EQ(s.parallel_io, true);
+  EXPECT_EQ(s.min_io_threshold_size_kb, 8192u);
+  EXPECT_EQ(s.max_request_parallelism, 4u);
+  EXPECT_NE(s.source.find("/etc/cufile.json"), std::string::npos);
+}
+
+TEST(Plan, BrokenCufileJsonMakesPiecesUnknown) {
+  platform::testing::FakeTree t;
+  t.write("etc/cufile.json", "{ oops");
+  PlanRequest r;
+  r.size = kGiB;
+  r.cufile = platform::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
+  auto p = plan(r);
+  EXPECT_FALSE(p.groups[0].pieces->known);
+  EXPECT_FALSE(p.cufile_pieces_total);
+  EXPECT_NE(p.groups[0].pieces->words.find("does not parse"), std::string::npos)
+      << p.groups[0].pieces->words;
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,157 @@
+// Faults injected at the POSIX backend's I/O seam: retries of EINTR/EAGAIN and short transfers,
+// and errors that must name the file and offset and never look like success.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "core/open_file.h"
+#include "ferry/ferry.h"
+#include "posix/io_seam.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::TempDir;
+
+// Passes calls to the real system, except the faults it was told to inject.
+class FaultyIo final : public posix::IoSeam {
+ public:
+  std::atomic<int> eintr_left{0};            // the next N preads/pwrites fail with EINTR
+  std::atomic<bool> short_transfers{false};  // every transfer moves at most 1000 bytes
+  std::int64_t fail_offset = -1;  // a transfer covering this offset fails with `fail_errno`
+  int fail_errno = EIO;
+  std::atomic<int> calls{0};
+
+  int open(const char* path, int flags, mode_t mode) override {
+    return posix::system_io().open(path, flags, mode);
+  }
+  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
+    if (ssize_t r = fault(size, offset); r != 0) return r;
+    return posix::system_io().pread(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
+                                    offset);
+  }
+  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
+    if (ssize_t r = fault(size, offset); r != 0) return r;
+    return posix::system_io().pwrite(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
+                                     offset);
+  }
+  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return posix::system_io().fsync(fd); }
+  int close(int fd) override { return posix::system_io().close(fd); }
+
+ private:
+  ssize_t fault(size_t size, off_t offset) {
+    calls.fetch_add(1);
+    if (eintr_left.fetch_sub(1) > 0) {
+      errno = EINTR;
+      return -1;
+    }
+    if (fail_offset >= offset && fail_offset < offset + static_cast<off_t>(size)) {
+      errno = fail_errno;
+      return -1;
+    }
+    return 0;
+  }
+};
+
+File open_with(FaultyIo& io, const std::filesystem::path& path, const char* mode,
+               const char* task = "64KiB") {
+  FileOptions options;
+  options.settings.set("task_size", task);
+  options.settings.set("nthreads", "4");
+  return File(std::make_shared<core::OpenFile>(path, mode, options, io));
+}
+
+TEST(FaultInjection, EintrAndShortReadsAreRetriedToTheFullCount) {
+  TempDir dir;
+  auto data = test::random_bytes(300000, 31);
+  test::write_file(dir / "f.bin", data);
+  FaultyIo io;
+  io.eintr_left = 5;
+  io.short_transfers = true;
+  File f = open_with(io, dir / "f.bin", "r");
+  std::vector<unsigned char> buf(data.size());
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), data.size());
+  EXPECT_EQ(buf, data);
+}
+
+TEST(FaultInjection, EioOnReadNamesFileOffsetAndLength) {
+  TempDir dir;
+  auto path = (dir / "eio.bin").string();
+  test::write_file(path, test::random_bytes(1 << 20, 32));
+  FaultyIo io;
+  io.fail_offset = 600000;
+  File f = open_with(io, path, "r");
+  std::vector<unsigned char> buf(1 << 20);
+  try {
+    f.read(buf.data(), buf.size(), 0);
+    FAIL() << "read reported success despite EIO";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EIO);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_EQ(e.op(), "pread");
+    EXPECT_LE(e.offset(), 600000u);
+    EXPECT_GT(e.offset() + e.length(), 600000u);
+    std::string what = e.what();
+    EXPECT_NE(what.find(path), std::string::npos);
+    EXPECT_NE(what.find("offset="), std::string::npos);
+    EXPECT_NE(what.find("Input/output error"), std::string::npos) << what;
+  }
+  // The pool and the file stay usable.
+  io.fail_offset = -1;
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), buf.size());
+}
+
+TEST(FaultInjection, EnospcOnWriteReportsBytesWrittenAndNeverSuccess) {
+  TempDir dir;
+  auto path = (dir / "full.bin").string();
+  FaultyIo io;
+  io.fail_offset = 500000;
+  io.fail_errno = ENOSPC;
+  File f = open_with(io, path, "w");
+  auto data = test::random_bytes(1 << 20, 33);
+  try {
+    f.write(data.data(), data.size(), 0);
+    FAIL() << "write reported success despite ENOSPC";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), ENOSPC);
+    EXPECT_EQ(e.op(), "pwrite");
+    EXPECT_LT(e.bytes_done(), data.size());
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos);
+  }
+  Stats s = stats();
+  EXPECT_GE(s.failed_requests, 1u);
+}
+
+TEST(FaultInjection, ShortWritesAreContinued) {
+  TempDir dir;
+  auto path = dir / "short.bin";
+  FaultyIo io;
+  io.short_transfers = true;
+  io.eintr_left = 3;
+  auto data = test::random_bytes(250000, 34);
+  {
+    File f = open_with(io, path, "w");
+    EXPECT_EQ(f.write(data.data(), data.size(), 0), data.size());
+  }
+  EXPECT_EQ(test::read_file(path), data);
+}
+
+TEST(FaultInjection, FailedRequestStopsTheOtherTasksPromptly) {
+  TempDir dir;
+  auto path = dir / "stop.bin";
+  test::write_file(path, test::random_bytes(8 << 20, 35));
+  FaultyIo io;
+  io.fail_offset = 0;  // the very first task fails
+  File f = open_with(io, path, "r", "4KiB");
+  std::vector<unsigned char> buf(8 << 20);
+  EXPECT_THROW(f.read(buf.data(), buf.size(), 0), IoError);
+  // 2048 tasks of 4 KiB: after the failure the others stop instead of running them all.
+  EXPECT_LT(io.calls.load(), 1024);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <functional>
+
+#include "ferry/ferry.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::TempDir;
+
+// Expects `body` to throw IoError whose message names `path`, with errno `err`.
+template <typename Body>
+void expect_io_error(Body body, const std::string& path, int err) {
+  try {
+    body();
+    FAIL() << "no error for " << path;
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), err) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_EQ(e.path(), path);
+  }
+}
+
+TEST(FileErrors, MissingFileNamesThePath) {
+  TempDir dir;
+  auto p = (dir / "missing.bin").string();
+  expect_io_error([&] { File f(p); }, p, ENOENT);
+}
+
+TEST(FileErrors, DirectoryIsRefusedAtOpen) {
+  TempDir dir;
+  expect_io_error([&] { File f(dir.path()); }, dir.path().string(), EISDIR);
+}
+
+TEST(FileErrors, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  auto p = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(p.c_str(), 0600), 0);
+  expect_io_error([&] { File f(p); }, p, EINVAL);
+}
+
+TEST(FileErrors, InvalidModeIsAnError) {
+  TempDir dir;
+  test::write_file(dir / "m.bin", {1});
+  EXPECT_THROW(File(dir / "m.bin", "rw"), Error);
+}
+
+TEST(FileErrors, ReadOnlyFileOpenedReadOnlyRefusesWrites) {
+  TempDir dir;
+  auto p = (dir / "ro.bin").string();
+  test::write_file(p, {1, 2, 3});
+  File f(p, "r");
+  unsigned char b[3] = {};
+  expect_io_error([&] { f.write(b, 3, 0); }, p, EBADF);
+}
+
+TEST(FileErrors, WriteOnlyFileRefusesReads) {
+  TempDir dir;
+  auto p = (dir / "wo.bin").string();
+  File f(p, "w");
+  unsigned char b[3] = {};
+  expect_io_error([&] { f.read(b, 3, 0); }, p, EBADF);
+}
+
+// Permission checks are bypassed by root, so the denied opens run in a child process that
+// drops to the unprivileged 'nobody' user (uid 65534) first.
+int run_as_nobody(const std::function<int()>& body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+}
+
+TEST(FileErrors, PermissionDeniedNamesThePath) {
+  TempDir dir;
+  auto p = (dir / "secret.bin").string();
+  test::write_file(p, {1, 2, 3});
+  chmod(p.c_str(), 0600);
+  chmod(dir.path().c_str(), 0755);
+  if (geteuid() != 0) {
+    expect_io_error([&] { File f("/etc/shadow"); }, "/etc/shadow", EACCES);
+    return;
+  }
+  int rc = run_as_nobody([&] {
+    try {
+      File f(p);
+    } catch (const IoError& e) {
+      return e.error_code() == EACCES && std::string(e.what()).find(p) != std::string::npos ? 0 : 1;
+    }
+    return 2;
+  });
+  if (rc == 77) GTEST_SKIP() << "cannot drop privileges to uid 65534 here";
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(FileErrors, ReadOnlyFileOpenedForWritingIsDenied) {
+  TempDir dir;
+  auto p = (dir / "readonly.bin").string();
+  test::write_file(p, {1, 2, 3});
+  chmod(p.c_str(), 0444);
+  chmod(dir.path().c_str(), 0755);
+  if (geteuid() != 0) {
+    expect_io_error([&] { File f(p, "r+"); }, p, EACCES);
+    return;
+  }
+  int rc = run_as_nobody([&] {
+    try {
+      File f(p, "r+");
+    } catch (const IoError& e) {
+      return e.error_code() == EACCES ? 0 : 1;
+    }
+    return 2;
+  });
+  if (rc == 77) GTEST_SKIP() << "cannot drop privileges to uid 65534 here";
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(FileErrors, FileThatShrinksBetweenOpenAndReadGivesAShortCount) {
+  TempDir dir;
+  auto p = dir / "shrink.bin";
+  auto data = test::random_bytes(1 << 20, 21);
+  test::write_file(p, data);
+  FileOptions options;
+  options.settings.set("task_size", "64KiB");
+  File f(p, "r", options);
+  ASSERT_EQ(truncate(p.c_str(), 300000), 0);
+  std::vector<unsigned char> buf(1 << 20);
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), 300000u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), 300000));
+}
+
+TEST(FileErrors, NullBufferIsAnErrorNamingTheFile) {
+  TempDir dir;
+  auto p = (dir / "n.bin").string();
+  test::write_file(p, {1, 2, 3});
+  File f(p);
+  expect_io_error([&] { f.read(nullptr, 3, 0); }, p, EFAULT);
+}
+
+TEST(FileErrors, OffsetPlusSizeOverflowIsAnError) {
+  TempDir dir;
+  auto p = (dir / "o.bin").string();
+  test::write_file(p, {1, 2, 3});
+  File f(p);
+  char b[4];
+  expect_io_error([&] { f.read(b, 4, std::uint64_t{LLONG_MAX} - 1); }, p, EOVERFLOW);
+}
+
+TEST(FileErrors, ClosedFileIsAnError) {
+  TempDir dir;
+  test::write_file(dir / "c.bin", {1});
+  File f(dir / "c.bin");
+  f.close();
+  char b[1];
+  EXPECT_THROW(f.read(b, 1, 0), IoError);
+  EXPECT_FALSE(f.is_open());
+}
+
+}  // namespace
+}  // namespace ferry

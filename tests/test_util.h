@@ -1,0 +1,73 @@
+// Helpers shared by ferry's tests: temporary folders that clean up, files of random content,
+// and a reference pread. Not thread-safe unless stated.
+#pragma once
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ferry::test {
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& parent = "") {
+    std::string base = parent.empty() ? std::filesystem::temp_directory_path().string() : parent;
+    std::string pattern = base + "/ferry-test-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::vector<unsigned char> random_bytes(std::size_t size, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<unsigned char> out(size);
+  for (std::size_t i = 0; i < size; i += 8) {
+    std::uint64_t v = rng();
+    for (std::size_t j = 0; j < 8 && i + j < size; ++j)
+      out[i + j] = static_cast<unsigned char>(v >> (8 * j));
+  }
+  return out;
+}
+
+inline void write_file(const std::filesystem::path& path, const std::vector<unsigned char>& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("open " + path.string());
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) throw std::runtime_error("write " + path.string());
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+inline std::vector<unsigned char> read_file(const std::filesystem::path& path) {
+  std::vector<unsigned char> out(std::filesystem::file_size(path));
+  int fd = ::open(path.c_str(), O_RDONLY);
+  std::size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+}  // namespace ferry::test
