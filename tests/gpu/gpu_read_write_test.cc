@@ -1,0 +1,145 @@
+// Reads into and writes from every kind of memory ferry classifies (device, managed, pinned,
+// pageable), at unaligned sizes and buffer offsets, byte for byte against a host reference.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "ferry/ferry.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::TempDir;
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CudaStatus cuda = cuda_status();
+    if (!cuda.available || cuda.gpus.empty()) {
+      GTEST_SKIP() << "no GPU: " << (cuda.why_not.empty() ? "no device" : cuda.why_not);
+    }
+  }
+};
+
+std::vector<unsigned char> copy_back(const Buffer& b, std::size_t offset, std::size_t size) {
+  std::vector<unsigned char> host(size);
+  b.copy_to_host(host.data(), size, offset);
+  return host;
+}
+
+const MemoryKind kKinds[] = {MemoryKind::kDevice, MemoryKind::kManaged, MemoryKind::kHostPinned,
+                             MemoryKind::kHostPageable};
+
+TEST_F(Gpu, ClassifiesEveryKindOfMemory) {
+  for (MemoryKind kind : kKinds) {
+    Buffer b(kind, 4096, 0);
+    MemoryInfo info = classify_memory(static_cast<char*>(b.data()) + 100);
+    EXPECT_EQ(info.kind, kind) << to_string(kind);
+    if (kind != MemoryKind::kHostPageable) {
+      EXPECT_EQ(info.device, 0);
+    }
+  }
+}
+
+TEST_F(Gpu, ReadsUnalignedSizesAtBufferOffsetsIntoEveryKind) {
+  TempDir dir;
+  const std::size_t file_size = (64 << 20) + 4099;
+  auto data = test::pattern_bytes(file_size, 41);
+  test::write_file(dir / "g.bin", data);
+  std::mt19937_64 rng(42);
+  for (bool direct : {false, true}) {
+    FileOptions options;
+    options.direct = direct;
+    options.settings.set("task_size", "1MiB");
+    options.settings.set("bounce_buffer_size", "256KiB");
+    File file(dir / "g.bin", "r", options);
+    for (MemoryKind kind : kKinds) {
+      for (std::size_t size :
+           {std::size_t{1}, std::size_t{4095}, std::size_t{(4 << 20) + 1}, file_size - 3}) {
+        std::size_t buffer_offset = rng() % 512;
+        std::uint64_t offset = std::min<std::uint64_t>(rng() % 8192, file_size - size);
+        Buffer b(kind, size + buffer_offset + 64, 0);
+        b.fill(0xAB);
+        IoFuture f = file.pread(static_cast<char*>(b.data()) + buffer_offset, size, offset);
+        ASSERT_EQ(f.get(), size) << to_string(kind) << " size " << size;
+        auto back = copy_back(b, 0, b.size());
+        ASSERT_EQ(0, std::memcmp(back.data() + buffer_offset, data.data() + offset, size))
+            << to_string(kind) << " size " << size << " offset " << offset << " direct " << direct;
+        for (std::size_t i = 0; i < buffer_offset; ++i) ASSERT_EQ(back[i], 0xAB);
+        for (std::size_t i = buffer_offset + size; i < back.size(); ++i) ASSERT_EQ(back[i], 0xAB);
+        RouteReport r = f.route();
+        EXPECT_EQ(r.memory, kind);
+        EXPECT_EQ(r.bytes, size);
+      }
+    }
+  }
+}
+
+TEST_F(Gpu, WritesFromEveryKindReadBackExactly) {
+  TempDir dir;
+  const std::size_t size = (16 << 20) + 333;
+  auto data = test::pattern_bytes(size, 43);
+  for (bool direct : {false, true}) {
+    for (MemoryKind kind : kKinds) {
+      Buffer b(kind, size + 7, 0);
+      b.copy_from_host(data.data(), size, 7);
+      FileOptions options;
+      options.direct = direct;
+      options.settings.set("task_size", "1MiB");
+      {
+        File file(dir / "w.bin", "w", options);
+        EXPECT_EQ(file.write(static_cast<char*>(b.data()) + 7, size, 5), size);
+      }
+      auto back = test::read_file(dir / "w.bin");
+      ASSERT_EQ(back.size(), size + 5);
+      EXPECT_EQ(0, std::memcmp(back.data() + 5, data.data(), size))
+          << to_string(kind) << " direct " << direct;
+    }
+  }
+}
+
+TEST_F(Gpu, ReadsEightGibUnalignedIntoDeviceMemory) {
+  TempDir dir;
+  const std::size_t size = (std::size_t{8} << 30) + 3;
+  auto data = test::pattern_bytes(size, 44);
+  test::write_file(dir / "big.bin", data);
+  Buffer b(MemoryKind::kDevice, size, 0);
+  File file(dir / "big.bin");
+  IoFuture f = file.pread(b.data(), size, 0);
+  ASSERT_EQ(f.get(), size);
+  EXPECT_EQ(f.route().tasks, (size + (4 << 20) - 1) / (4 << 20));
+  std::vector<unsigned char> chunk(std::size_t{256} << 20);
+  for (std::size_t off = 0; off < size; off += chunk.size()) {
+    std::size_t n = std::min(chunk.size(), size - off);
+    b.copy_to_host(chunk.data(), n, off);
+    ASSERT_EQ(0, std::memcmp(chunk.data(), data.data() + off, n)) << "at offset " << off;
+  }
+}
+
+TEST_F(Gpu, RouteReportNamesTheBouncePathForGpuMemory) {
+  TempDir dir;
+  test::write_file(dir / "r.bin", test::pattern_bytes(8 << 20, 45));
+  Buffer b(MemoryKind::kDevice, 8 << 20, 0);
+  SettingsOverride o;
+  o.compat_mode = CompatMode::kOn;
+  File file(dir / "r.bin", "r", FileOptions{false, o});
+  IoFuture f = file.pread(b.data(), 8 << 20, 0);
+  f.get();
+  RouteReport r = f.route();
+  EXPECT_EQ(r.memory, MemoryKind::kDevice);
+  EXPECT_EQ(r.device, 0);
+  EXPECT_EQ(r.posix_tasks, 2u);
+  bool engine = false;
+  for (const RouteReason& reason : r.reasons) {
+    if (reason.code == ReasonCode::kEngine) {
+      engine = true;
+      EXPECT_NE(reason.text.find("pinned bounce buffers"), std::string::npos) << reason.text;
+    }
+  }
+  EXPECT_TRUE(engine);
+}
+
+}  // namespace
+}  // namespace ferry
