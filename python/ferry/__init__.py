@@ -1,0 +1,62 @@
+"""ferry: read files into GPU or host memory by the fastest path the machine has, and report
+which path every request took.
+
+    import ferry, cupy
+    a = cupy.empty(1 << 28, cupy.float32)
+    with ferry.open("/data/x.bin") as f:
+        f.read(a)
+        print(f.last_route)
+
+Buffers: CuPy arrays and PyTorch CUDA tensors (CUDA Array Interface), NumPy arrays, bytearray,
+memoryview and anything with the buffer protocol, PyTorch CPU tensors and JAX arrays (DLPack).
+I/O runs with the GIL released.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Union
+
+from . import _ferry
+from ._arrays import last_route, load, read_into
+from ._errors import CudaError, Error, IoError, RouteError, SettingError
+from ._settings import as_text as _as_text
+from ._settings import settings
+from ._ferry import CudaStatus, File, Future, RouteReason, RouteReport, Stats, cuda_status
+
+__version__: str = _ferry.__version__
+
+# cuFile's status and buffer registration exist when the library was built with them.
+if hasattr(_ferry, "cufile_status"):
+    from ._ferry import RegisteredBuffer, cufile_status, register_buffer
+
+__all__ = [
+    "CudaError", "CudaStatus", "Error", "File", "Future", "IoError", "RegisteredBuffer",
+    "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
+    "cufile_status", "last_route", "load", "open", "read_into", "register_buffer", "settings",
+    "stats",
+]
+
+
+def open(path: Union[str, "os.PathLike[str]"], mode: str = "r", direct: bool = False,
+         **settings: Any) -> File:
+    """Opens `path` ("r", "r+", "w", "w+" or "a"); `direct` asks for O_DIRECT (falling back to
+    buffered I/O with a reason in the route report). Keyword arguments override settings for
+    this file only: ``ferry.open(p, task_size="1MiB", compat="on")``."""
+    return File(os.fspath(path), mode, direct, _as_text(settings))
+
+
+class _StatsAccessor:
+    """``ferry.stats()`` returns the process counters; ``ferry.stats.reset()`` clears them."""
+
+    def __call__(self) -> Stats:
+        return _ferry.stats()
+
+    def reset(self) -> None:
+        _ferry.reset_stats()
+
+    def __repr__(self) -> str:
+        return repr(_ferry.stats())
+
+
+stats = _StatsAccessor()

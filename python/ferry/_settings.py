@@ -1,0 +1,90 @@
+"""``ferry.settings``: read and change ferry's process-wide settings.
+
+    ferry.settings.task_size                 # 4194304
+    ferry.settings.task_size = "1MiB"        # parsed by the C++ side, same errors
+    with ferry.settings(compat="on", task_size="1MiB"):
+        ...                                  # restored on exit
+
+Scopes are process-wide (not per thread) and must end innermost first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+from . import _ferry
+
+# Short names accepted wherever a setting is named.
+ALIASES = {"compat": "compat_mode", "threads": "nthreads"}
+
+
+def as_text(values: Mapping[str, Any]) -> dict[str, str]:
+    """{name: value} with aliases resolved and values as the strings the C++ parser reads."""
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, str)):
+            text = str(value)
+        else:
+            raise TypeError(f"ferry setting '{name}': expected str or int, got {type(value).__name__}")
+        out[ALIASES.get(name, name)] = text
+    return out
+
+
+class Scope:
+    """Context manager returned by ``ferry.settings(**values)``; values are checked at once."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._scope = _ferry.SettingsScope(as_text(values))
+
+    def __enter__(self) -> "Scope":
+        self._scope.enter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scope.exit()
+
+
+class Settings:
+    """The process-wide settings; each one is an attribute (see ``names()``)."""
+
+    def __call__(self, **values: Any) -> Scope:
+        return Scope(values)
+
+    def __getattr__(self, name: str) -> Any:
+        current = _ferry.get_settings()
+        try:
+            return current[ALIASES.get(name, name)]
+        except KeyError:
+            raise AttributeError(f"ferry has no setting '{name}'; known: {', '.join(current)}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _ferry.set_settings(as_text({name: value}))
+
+    def update(self, **values: Any) -> None:
+        """Changes several settings at once (all or none: they are parsed first)."""
+        _ferry.set_settings(as_text(values))
+
+    def names(self) -> list[str]:
+        return list(_ferry.get_settings())
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(_ferry.get_settings())
+
+    def describe(self) -> list[dict[str, str]]:
+        """One row per setting: name, env (its FERRY_* variable), value and source."""
+        return list(_ferry.describe_settings())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self.names()]
+
+    def __repr__(self) -> str:
+        rows = [f"  {r['name']:<20} {r['value']:<12} ({r['source']}, {r['env']})" for r in self.describe()]
+        return "ferry.settings:\n" + "\n".join(rows)
+
+
+settings = Settings()

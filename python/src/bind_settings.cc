@@ -1,0 +1,80 @@
+// Settings: typed reads, changes by name with C++'s own parsing (so errors read the same), and
+// scopes. ScopedSettings must end in reverse order of creation, so scopes live on one stack
+// (guarded by the GIL) and ending any but the innermost is refused.
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "bindings.h"
+#include "ferry/settings.h"
+#include "settings_dict.h"
+
+namespace ferry::python {
+
+namespace {
+
+SettingsOverride parse(const std::map<std::string, std::string>& values) {
+  SettingsOverride changes;
+  for (const auto& [name, value] : values) changes.set(name, value);
+  return changes;
+}
+
+class Scope {
+ public:
+  explicit Scope(const std::map<std::string, std::string>& values) : changes_(parse(values)) {}
+  void enter() { stack().push_back({this, std::make_unique<ScopedSettings>(changes_)}); }
+  void exit() {
+    if (stack().empty() || stack().back().first != this) {
+      throw std::logic_error(
+          "ferry.settings scopes are process-wide and must end in reverse order of their start; "
+          "this one is not the innermost (was another thread's scope opened inside it?)");
+    }
+    stack().pop_back();
+  }
+
+ private:
+  using Entry = std::pair<const Scope*, std::unique_ptr<ScopedSettings>>;
+  static std::vector<Entry>& stack() {
+    static auto* entries = new std::vector<Entry>();  // outlives interpreter teardown
+    return *entries;
+  }
+  SettingsOverride changes_;
+};
+
+}  // namespace
+
+void bind_settings(py::module_& m) {
+  using py::arg;
+  m.def(
+      "get_settings", [] { return settings_dict(settings()); },
+      "The process-wide settings as {name: value}.");
+  m.def(
+      "set_settings",
+      [](const std::map<std::string, std::string>& values) { set_settings(parse(values)); },
+      arg("values"), "Changes process-wide settings; values are strings parsed as in C++.");
+  m.def("describe_settings", [] {
+    py::list rows;
+    for (const SettingInfo& info : describe_settings()) {
+      py::dict row;
+      row["name"] = info.name;
+      row["env"] = info.env;
+      row["value"] = info.value;
+      row["source"] = to_string(info.source);
+      rows.append(row);
+    }
+    return rows;
+  });
+  m.def(
+      "parse_size", [](const std::string& text) { return parse_size(text, "size"); }, arg("text"),
+      "\"4MiB\" -> 4194304.");
+  m.def("format_size", &format_size, arg("bytes"), "4194304 -> \"4 MiB\".");
+
+  py::class_<Scope>(m, "SettingsScope")
+      .def(py::init<const std::map<std::string, std::string>&>(), arg("values"))
+      .def("enter", &Scope::enter)
+      .def("exit", &Scope::exit);
+}
+
+}  // namespace ferry::python

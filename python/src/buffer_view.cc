@@ -1,0 +1,173 @@
+#include "buffer_view.h"
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace ferry::python {
+
+namespace {
+
+// DLPack's stable C ABI (dlpack.h, versions 0.x, the unversioned "dltensor" capsule), declared
+// here so the extension needs no dlpack header.
+struct DLDevice {
+  std::int32_t device_type;
+  std::int32_t device_id;
+};
+struct DLDataType {
+  std::uint8_t code;
+  std::uint8_t bits;
+  std::uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  std::int32_t ndim;
+  DLDataType dtype;
+  std::int64_t* shape;
+  std::int64_t* strides;  // in elements; null means C-contiguous
+  std::uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+
+std::string type_name(const py::handle& obj) {
+  return py::str(py::type::handle_of(obj).attr("__qualname__")).cast<std::string>();
+}
+
+std::string describe(const std::vector<std::int64_t>& v) {
+  std::ostringstream out;
+  out << "(";
+  for (std::size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
+  out << (v.size() == 1 ? ",)" : ")");
+  return out.str();
+}
+
+// Bytes covered by a C-contiguous array, or nullopt when `strides` (in bytes; empty means
+// contiguous) say it is not. Dimensions of extent 1 may carry any stride.
+std::optional<std::size_t> contiguous_bytes(const std::vector<std::int64_t>& shape,
+                                            const std::vector<std::int64_t>& strides,
+                                            std::size_t itemsize) {
+  std::size_t count = 1;
+  for (std::int64_t extent : shape) count *= static_cast<std::size_t>(extent);
+  if (count == 0 || strides.empty()) return count * itemsize;
+  std::int64_t expected = static_cast<std::int64_t>(itemsize);
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return std::nullopt;
+    expected *= shape[i];
+  }
+  return count * itemsize;
+}
+
+[[noreturn]] void not_contiguous(const py::handle& obj, const std::vector<std::int64_t>& shape,
+                                 const std::vector<std::int64_t>& strides) {
+  throw py::value_error("ferry: the target (" + type_name(obj) + ", shape " + describe(shape) +
+                        ", byte strides " + describe(strides) +
+                        ") is not C-contiguous; ferry moves one contiguous byte range. Pass a "
+                        "contiguous array (e.g. ascontiguousarray(x) or x.contiguous()) or a "
+                        "contiguous slice");
+}
+
+[[noreturn]] void read_only(const py::handle& obj) {
+  throw py::value_error("ferry: the target (" + type_name(obj) +
+                        ") is read-only; a read needs a writable target such as a bytearray, a "
+                        "NumPy, CuPy or PyTorch array");
+}
+
+}  // namespace
+
+BufferView::~BufferView() {
+  if (has_view_) PyBuffer_Release(&view_);
+}
+
+std::shared_ptr<BufferView> BufferView::of(const py::handle& obj, bool writable) {
+  auto view = std::make_shared<BufferView>();
+  view->owner_ = py::reinterpret_borrow<py::object>(obj);
+  // JAX arrays are immutable, whatever their exporters say.
+  std::string module = py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>();
+  if (writable && (module.rfind("jax", 0) == 0)) {
+    throw py::value_error(
+        "ferry: JAX arrays are immutable and cannot be read into; use "
+        "ferry.load(path, dtype, like='jax') to get a new one");
+  }
+
+  py::object cai = py::getattr(obj, "__cuda_array_interface__", py::none());
+  if (!cai.is_none()) {
+    py::dict d = cai.cast<py::dict>();
+    if (d.contains("mask") && !d["mask"].is_none()) {
+      throw py::value_error("ferry: masked CUDA arrays are not supported");
+    }
+    std::string typestr = d["typestr"].cast<std::string>();
+    std::size_t itemsize = std::stoul(typestr.substr(2));
+    std::vector<std::int64_t> shape, strides;
+    for (py::handle e : d["shape"]) shape.push_back(e.cast<std::int64_t>());
+    if (d.contains("strides") && !d["strides"].is_none()) {
+      for (py::handle e : d["strides"]) strides.push_back(e.cast<std::int64_t>());
+    }
+    py::tuple data = d["data"].cast<py::tuple>();
+    if (writable && data[1].cast<bool>()) read_only(obj);
+    std::optional<std::size_t> bytes = contiguous_bytes(shape, strides, itemsize);
+    if (!bytes) not_contiguous(obj, shape, strides);
+    view->data_ = reinterpret_cast<void*>(data[0].cast<std::uintptr_t>());
+    view->nbytes_ = *bytes;
+    view->exporter_ = "cuda_array_interface";
+    return view;
+  }
+
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view->view_, flags) != 0) {
+      PyErr_Clear();
+      if (writable && PyObject_GetBuffer(obj.ptr(), &view->view_, PyBUF_SIMPLE) == 0) {
+        PyBuffer_Release(&view->view_);
+        read_only(obj);
+      }
+      PyErr_Clear();
+      throw py::value_error("ferry: could not get the memory of the target (" + type_name(obj) +
+                            ") through the buffer protocol");
+    }
+    view->has_view_ = true;
+    if (!PyBuffer_IsContiguous(&view->view_, 'C')) {
+      std::vector<std::int64_t> shape(view->view_.shape, view->view_.shape + view->view_.ndim);
+      std::vector<std::int64_t> strides(view->view_.strides,
+                                        view->view_.strides + view->view_.ndim);
+      not_contiguous(obj, shape, strides);
+    }
+    view->data_ = view->view_.buf;
+    view->nbytes_ = static_cast<std::size_t>(view->view_.len);
+    view->exporter_ = "buffer";
+    return view;
+  }
+
+  if (py::hasattr(obj, "__dlpack__")) {
+    py::object capsule = obj.attr("__dlpack__")();
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+    if (managed == nullptr) throw py::error_already_set();
+    const DLTensor& t = managed->dl_tensor;
+    std::size_t itemsize = (t.dtype.bits * t.dtype.lanes + 7) / 8;
+    std::vector<std::int64_t> shape(t.shape, t.shape + t.ndim), strides;
+    if (t.strides != nullptr) {
+      for (int i = 0; i < t.ndim; ++i) strides.push_back(t.strides[i] * itemsize);
+    }
+    std::optional<std::size_t> bytes = contiguous_bytes(shape, strides, itemsize);
+    if (!bytes) not_contiguous(obj, shape, strides);
+    // The capsule keeps the tensor alive; its destructor calls the deleter, since it is never
+    // renamed to "used_dltensor".
+    view->capsule_ = capsule;
+    view->data_ = static_cast<char*>(t.data) + t.byte_offset;
+    view->nbytes_ = *bytes;
+    view->exporter_ = "dlpack";
+    return view;
+  }
+
+  throw py::type_error("ferry: a " + type_name(obj) +
+                       " exports no memory; pass an object with __cuda_array_interface__, the "
+                       "buffer protocol or __dlpack__ (CuPy, PyTorch, NumPy, JAX, bytearray, "
+                       "memoryview)");
+}
+
+}  // namespace ferry::python

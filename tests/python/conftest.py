@@ -1,0 +1,54 @@
+"""Shared fixtures. Run with the package on the path:
+    PYTHONPATH=<repo>/python python3 -m pytest -q tests/python
+`gpu` tests skip, with the reason, when CuPy/PyTorch or a GPU is missing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+import ferry
+
+
+@pytest.fixture(scope="session")
+def data_file(tmp_path_factory):
+    """(path, bytes): 8 MiB + 12345 bytes of random data."""
+    path = tmp_path_factory.mktemp("data") / "random.bin"
+    data = os.urandom((8 << 20) + 12345)
+    path.write_bytes(data)
+    return str(path), data
+
+
+@pytest.fixture(autouse=True)
+def default_settings():
+    """Each test starts and ends with the same process-wide settings."""
+    before = ferry.settings.as_dict()
+    yield
+    ferry.settings.update(**before)
+
+
+def _gpu_module(name: str):
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        pytest.skip(f"{name} is not installed ({e})")
+    try:
+        count = (module.cuda.runtime.getDeviceCount() if name == "cupy"
+                 else module.cuda.device_count())
+    except Exception as e:  # CuPy raises its own CUDA errors without a driver
+        pytest.skip(f"{name} sees no GPU ({e})")
+    if count == 0:
+        pytest.skip(f"{name} sees no GPU")
+    return module
+
+
+@pytest.fixture
+def cupy():
+    return _gpu_module("cupy")
+
+
+@pytest.fixture
+def torch():
+    return _gpu_module("torch")

@@ -1,0 +1,73 @@
+"""C++ errors surface as Python exceptions of the expected builtin classes, with context."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import ferry
+
+
+def test_missing_file_is_file_not_found_and_ferry_io_error(tmp_path):
+    missing = str(tmp_path / "nope.bin")
+    with pytest.raises(FileNotFoundError) as info:
+        ferry.open(missing)
+    e = info.value
+    assert isinstance(e, ferry.IoError) and isinstance(e, OSError) and isinstance(e, ferry.Error)
+    assert e.errno == errno.ENOENT
+    assert e.filename == missing
+    assert e.op == "open"
+    assert missing in str(e) and str(e).startswith("[Errno 2]")
+
+
+def test_permission_error_maps_to_its_builtin(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root ignores file permissions")
+    path = tmp_path / "locked.bin"
+    path.write_bytes(b"x")
+    path.chmod(0)
+    with pytest.raises(PermissionError):
+        ferry.open(path)
+
+
+def test_writing_a_read_only_file_names_the_operation(data_file):
+    path, _ = data_file
+    with ferry.open(path) as f:
+        with pytest.raises(ferry.IoError) as info:
+            f.write(b"abc", file_offset=5)
+    assert info.value.errno == errno.EBADF
+    assert info.value.offset == 5 and info.value.length == 3
+    assert info.value.filename == path
+
+
+def test_strict_mode_raises_route_error_with_the_report(data_file):
+    path, _ = data_file
+    with ferry.open(path, require="cufile") as f:
+        with pytest.raises(ferry.RouteError) as info:
+            f.read(np.empty(1 << 20, np.uint8))  # host memory never goes to cuFile
+        fut = f.pread(np.empty(1 << 20, np.uint8))
+        with pytest.raises(ferry.RouteError):
+            fut.result()
+    e = info.value
+    assert isinstance(e, OSError)
+    assert "require=cufile" in str(e)
+    assert e.report is not None and e.report.file == path and e.report.bytes == 0
+    assert e.report.reasons
+
+
+def test_error_classes_mix_with_builtins():
+    assert issubclass(ferry.RouteError, OSError)
+    assert issubclass(ferry.CudaError, RuntimeError)
+    assert issubclass(ferry.SettingError, ValueError)
+    for cls in (ferry.IoError, ferry.RouteError, ferry.CudaError, ferry.SettingError):
+        assert issubclass(cls, ferry.Error) and cls.__module__ == "ferry"
+
+
+def test_asking_for_a_gpu_without_one_is_a_cuda_error(data_file):
+    from ferry._arrays import _gpu_framework
+
+    if _gpu_framework() is not None:
+        pytest.skip("a GPU framework sees a GPU here")
+    with pytest.raises(ferry.CudaError, match="device='cpu'"):
+        ferry.load(data_file[0], np.uint8, device="cuda:0")

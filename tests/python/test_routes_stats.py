@@ -1,0 +1,70 @@
+"""Route reports and process counters: every C++ field is bound, text and dict forms agree."""
+
+import numpy as np
+
+import ferry
+
+
+def _read(path, n=1 << 20):
+    with ferry.open(path) as f:
+        f.read(np.empty(n, np.uint8))
+        return f.last_route
+
+
+def test_report_fields_describe_the_request(data_file):
+    path, _ = data_file
+    r = _read(path)
+    assert (r.op, r.file, r.offset, r.requested, r.bytes) == ("read", path, 0, 1 << 20, 1 << 20)
+    assert r.memory == "host" and r.device == -1
+    assert r.tasks == r.posix_tasks + r.cufile_tasks >= 1
+    assert r.seconds >= 0 and r.direct is False
+    assert r.cufile_tasks == 0 and not r.cufile.observable and r.cufile.why_not
+    assert any(reason.code == "engine" for reason in r.reasons)
+    assert str(r) == r.to_text() and str(r).startswith("route: ")
+    assert r.verdict in str(r) and r.verdict in repr(r)
+
+
+def test_every_json_field_is_an_attribute(data_file):
+    """Fails when route.h gains a field that to_json() shows but the binding lacks."""
+    r = _read(data_file[0])
+    d = r.to_dict()
+    for key, value in d.items():
+        if key == "layer1":
+            for k in value:
+                assert hasattr(r, k), f"RouteReport.{k} is not bound"
+        elif key == "layer2":
+            for k, v in value.items():
+                if k == "nvfs_module":  # nvidia-fs's own counters: the module_* fields
+                    for m in v:
+                        assert getattr(r.cufile, f"module_{m}") == v[m], f"cufile.module_{m}"
+                else:
+                    assert getattr(r.cufile, k) == v, f"RouteReport.cufile.{k} is not bound"
+        else:
+            assert getattr(r, key) == value, key
+    assert [x["code"] for x in d["layer1"]["reasons"]] == [x.code for x in r.reasons]
+
+
+def test_stats_count_requests_and_reset(data_file):
+    path, _ = data_file
+    ferry.stats.reset()
+    assert ferry.stats().requests == 0
+    _read(path, 1000)
+    _read(path, 2000)
+    s = ferry.stats()
+    assert s.requests == 2 and s.bytes_read == 3000 and s.failed_requests == 0
+    assert s.reasons.get("engine") == 2
+    d = s.to_dict()
+    for key, value in d.items():
+        assert getattr(s, key) == value, f"Stats.{key} is not bound"
+    ferry.stats.reset()
+    assert ferry.stats().bytes_read == 0
+
+
+def test_cuda_status_is_a_report_not_an_error():
+    status = ferry.cuda_status()
+    assert status.available or status.why_not
+
+
+def test_cufile_status_is_a_dict_with_the_reason():
+    status = ferry.cufile_status(open_driver=False)
+    assert status["loaded"] or status["load_error"]

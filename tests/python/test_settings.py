@@ -1,0 +1,98 @@
+"""ferry.settings: every setting readable and settable, scopes, per-file overrides, errors."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ferry
+from ferry import _ferry
+
+
+def test_every_cpp_setting_is_bound_with_a_typed_value():
+    described = [row["name"] for row in ferry.settings.describe()]
+    assert ferry.settings.names() == described
+    for name in described:
+        value = getattr(ferry.settings, name)
+        assert isinstance(value, str if name in ("compat_mode", "require") else int), name
+
+
+def test_settings_are_set_by_name_with_sizes_counts_and_modes():
+    ferry.settings.task_size = "1MiB"
+    ferry.settings.gds_threshold = 4096
+    ferry.settings.compat = "on"
+    ferry.settings.update(nthreads=3, require="any")
+    assert ferry.settings.task_size == 1 << 20
+    assert ferry.settings.gds_threshold == 4096
+    assert ferry.settings.compat_mode == "on"
+    assert ferry.settings.nthreads == 3
+    rows = {row["name"]: row for row in ferry.settings.describe()}
+    assert rows["task_size"]["source"] == "code"
+    assert rows["task_size"]["env"] == "FERRY_TASK_SIZE"
+    assert "task_size" in repr(ferry.settings)
+
+
+def test_scope_overrides_then_restores_even_on_error():
+    before = ferry.settings.as_dict()
+    with pytest.raises(KeyError):
+        with ferry.settings(compat="on", task_size="1MiB"):
+            assert ferry.settings.compat_mode == "on"
+            assert ferry.settings.task_size == 1 << 20
+            with ferry.settings(task_size="2MiB"):
+                assert ferry.settings.task_size == 2 << 20
+            assert ferry.settings.task_size == 1 << 20
+            raise KeyError("boom")
+    assert ferry.settings.as_dict() == before
+
+
+def test_scopes_ending_out_of_order_are_refused():
+    outer, inner = ferry.settings(task_size="1MiB"), ferry.settings(task_size="2MiB")
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(RuntimeError, match="reverse order"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    outer.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("task_size", "1.5MiB", ["task_size", "1.5MiB"]),
+    ("task_size", "0", ["task_size"]),
+    ("compat_mode", "sometimes", ["compat_mode", "sometimes", "auto"]),
+    ("require", "fast", ["require", "fast", "gds"]),
+    ("nthreads", "-2", ["nthreads"]),
+])
+def test_bad_values_raise_value_error_with_the_cpp_message(name, value, words):
+    with pytest.raises(ValueError) as info:
+        setattr(ferry.settings, name, value)
+    assert isinstance(info.value, ferry.SettingError)
+    assert (info.value.setting, info.value.value) == (name, value)
+    for word in words:
+        assert word in str(info.value)
+    with pytest.raises(ValueError) as again:
+        ferry.settings(**{name: value})  # checked when the scope is made
+    assert str(again.value) == str(info.value)
+
+
+def test_unknown_settings_are_errors():
+    with pytest.raises(ValueError, match="unknown setting 'speed'"):
+        ferry.settings.speed = 3
+    with pytest.raises(AttributeError, match="no setting 'speed'"):
+        ferry.settings.speed
+    with pytest.raises(TypeError):
+        ferry.settings.task_size = 1.5
+
+
+def test_per_file_settings_split_the_request(data_file):
+    path, data = data_file
+    with ferry.open(path, task_size="1MiB", compat="on") as f:
+        assert f.settings["task_size"] == 1 << 20
+        assert f.settings["compat_mode"] == "on"
+        f.read(np.empty(len(data), np.uint8))
+        assert f.last_route.tasks == math.ceil(len(data) / (1 << 20))
+    assert ferry.settings.task_size == 4 << 20  # the process-wide value is untouched
+
+
+def test_sizes_parse_and_format_like_cpp():
+    assert _ferry.parse_size("16KiB") == 16384
+    assert _ferry.format_size(4 << 20) == "4 MiB"
