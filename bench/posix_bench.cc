@@ -181,6 +181,7 @@ int main(int argc, char** argv) try {
     for (std::uint64_t off = 0; off < size; off += src.size()) {
       out.write(src.data(), std::min<std::uint64_t>(src.size(), size - off), off);
     }
+    out.sync();
   }
   ferry::Buffer gpu(ferry::MemoryKind::kDevice, size, 0);
   ferry::File file(path, "r");
@@ -215,12 +216,16 @@ int main(int argc, char** argv) try {
     }
   }
 
-  // Cold data: O_DIRECT bypasses the page cache, so these read the disk.
+  // Cold data: O_DIRECT bypasses the page cache, so these read the disk. The file was synced
+  // after it was written, and the raw baseline runs before and after ferry, so writeback or a
+  // warming disk cannot favour either side.
   {
     ferry::File direct(path, "r", ferry::FileOptions{true, {}});
+    results.push_back(measure("odirect_pread_16threads_host", cold_size, 1,
+                              [&] { direct_read(path, cold_size, 16); }));
     results.push_back(measure("ferry_read_gpu_direct_cold", cold_size, 1,
                               [&] { direct.read(gpu.data(), cold_size, 0); }));
-    results.push_back(measure("odirect_pread_16threads_host", cold_size, 1,
+    results.push_back(measure("odirect_pread_16threads_host_again", cold_size, 1,
                               [&] { direct_read(path, cold_size, 16); }));
   }
 
@@ -264,10 +269,13 @@ int main(int argc, char** argv) try {
              ferry_default.gbps() / find("pread_memcpy_1thread").gbps(),
              ferry_default.gbps() / find("kvikio_algorithm_16threads").gbps(),
              100 * ferry_default.gbps() / find("h2d_pinned_ceiling_1GiB").gbps());
-  fmt::print(
-      stderr, "cold: ferry --direct {:.2f} GB/s vs raw O_DIRECT {:.2f} GB/s ({:.2f}x)\n",
-      find("ferry_read_gpu_direct_cold").gbps(), find("odirect_pread_16threads_host").gbps(),
-      find("ferry_read_gpu_direct_cold").gbps() / find("odirect_pread_16threads_host").gbps());
+  const double raw = std::max(find("odirect_pread_16threads_host").gbps(),
+                              find("odirect_pread_16threads_host_again").gbps());
+  fmt::print(stderr,
+             "cold: ferry --direct {:.2f} GB/s vs raw O_DIRECT (best of 2) {:.2f} GB/s "
+             "({:.2f}x)\n",
+             find("ferry_read_gpu_direct_cold").gbps(), raw,
+             find("ferry_read_gpu_direct_cold").gbps() / raw);
   fmt::print(stderr, "write from GPU: ferry {:.2f} GB/s vs 1-thread copy+pwrite {:.2f} GB/s\n",
              find("ferry_write_from_gpu").gbps(), find("memcpy_pwrite_1thread").gbps());
   ::unlink(path.c_str());

@@ -27,8 +27,8 @@ struct Settings {
   Require require = Require::kAny;
   std::size_t task_size = std::size_t{4} << 20;
   std::size_t gds_threshold = std::size_t{16} << 10;
-  std::size_t nthreads = 16;
-  std::size_t bounce_buffer_size = std::size_t{16} << 20;
+  std::size_t nthreads = 8;  // measured: bench/NOTES.md
+  std::size_t bounce_buffer_size = std::size_t{4} << 20;  // measured: bench/NOTES.md
 };
 
 // A partial set of settings: the fields that are set replace the base ones.

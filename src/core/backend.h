@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "core/open_file.h"
@@ -37,6 +38,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::unique_ptr<Worker> make_worker(const RequestContext& context) = 0;
+  // The most workers worth running for `context`; more only contend (default: no limit).
+  virtual std::size_t max_workers(const RequestContext&) const { return SIZE_MAX; }
   // How this backend moves the bytes of `context`, in words, for the route report.
   virtual std::string describe(const RequestContext& context) const = 0;
 };

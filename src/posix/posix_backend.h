@@ -13,6 +13,7 @@ class PosixBackend final : public core::Backend {
  public:
   std::unique_ptr<core::Worker> make_worker(const core::RequestContext& context) override;
   std::string describe(const core::RequestContext& context) const override;
+  std::size_t max_workers(const core::RequestContext& context) const override;
 };
 
 }  // namespace ferry::posix
