@@ -36,6 +36,11 @@ struct RouteReason {
 // counters could not be read (no cuFile, unknown stats layout); `why_not` then says why.
 // `shared_window` is true when other requests ran at the same time, so the counts are those
 // of the whole window, not of this request alone.
+// Pieces are cuFile's scheduling units: it cuts one request into up to max_request_parallelism
+// pieces of at least min_io_threshold_size_kb. `compat_why` says why cuFile used its POSIX
+// compatibility path when it did. The module_* fields are nvidia-fs's own counters
+// (/proc/driver/nvidia-fs/stats), a system-wide second witness: other processes add to them,
+// and they count only with the module's rw_stats_enabled=1.
 struct CufileCounts {
   bool observable = false;
   std::string why_not;
@@ -43,6 +48,11 @@ struct CufileCounts {
   std::uint64_t nvfs = 0;
   std::uint64_t posix = 0;
   std::uint64_t p2p = 0;
+  int version = 0;  // cuFileGetVersion(), 0 when unknown
+  std::string compat_why;
+  bool module_observable = false;
+  std::string module_why_not;
+  std::uint64_t module_ops = 0;  // growth of nvidia-fs's Reads (or Writes) n
 };
 
 struct RouteReport {

@@ -18,6 +18,8 @@ struct Stats {
   std::uint64_t nvfs_pieces = 0;
   std::uint64_t compat_pieces = 0;
   std::uint64_t p2p_pieces = 0;
+  // cuFile requests whose layer-2 counts covered a window shared with another request.
+  std::uint64_t shared_windows = 0;
   double seconds = 0;
   // Requests per reason code name (to_string(ReasonCode)).
   std::map<std::string, std::uint64_t> reasons;

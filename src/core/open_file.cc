@@ -82,6 +82,10 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
 OpenFile::~OpenFile() { close(); }
 
 void OpenFile::close() {
+  {
+    std::lock_guard lock(attachment_mu_);
+    attachment_.reset();
+  }
   if (direct_fd_ >= 0) io_.close(direct_fd_);
   if (fd_ >= 0) io_.close(fd_);
   fd_ = direct_fd_ = -1;
@@ -97,6 +101,13 @@ std::uint64_t OpenFile::size() const {
 void OpenFile::set_last_route(const RouteReport& report) {
   std::lock_guard lock(mu_);
   last_route_ = report;
+}
+
+std::shared_ptr<void> OpenFile::attachment(const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard lock(attachment_mu_);
+  if (fd_ < 0) return nullptr;
+  if (attachment_ == nullptr) attachment_ = make();
+  return attachment_;
 }
 
 RouteReport OpenFile::last_route() const {

@@ -3,6 +3,7 @@
 // flight, so a moved or closed File never frees state a request still uses. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +40,11 @@ class OpenFile {
   void set_last_route(const RouteReport& report);
   RouteReport last_route() const;
 
+  // State a backend attaches on first use (cuFile's O_DIRECT descriptor and registered handle):
+  // made once by `make`, dropped by close(). Requests keep their own reference, so close()
+  // never frees it under them. Null once the file is closed.
+  std::shared_ptr<void> attachment(const std::function<std::shared_ptr<void>()>& make);
+
  private:
   std::string path_;
   FileOptions options_;
@@ -50,6 +56,8 @@ class OpenFile {
   bool writable_ = false;
   mutable std::mutex mu_;
   RouteReport last_route_;
+  std::mutex attachment_mu_;
+  std::shared_ptr<void> attachment_;
 };
 
 }  // namespace ferry::core

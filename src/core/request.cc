@@ -13,6 +13,9 @@
 #include "core/stats_recorder.h"
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
+#include "cufile/cufile_backend.h"
+#include "cufile/cufile_stats.h"
+#include "cufile/cufile_testing.h"
 #include "ferry/error.h"
 #include "posix/posix_backend.h"
 
@@ -77,6 +80,10 @@ struct Job {
   std::uint64_t partial = 0;  // bytes the failing task moved before it failed
   RouteReport report;
   Clock::time_point start;
+  // The cuFile path only: the backend holding the file's handle, and layer 2's window.
+  std::shared_ptr<Backend> owned_backend;
+  std::unique_ptr<cufile::Observation> observation;
+  bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
       MemoryInfo memory, Settings settings, std::uint64_t offset, std::size_t size)
@@ -133,6 +140,13 @@ struct Job {
     report.bytes = bytes;
     report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::exception_ptr e = error;
+    if (observation) {
+      observation->end(report.cufile);
+      observation.reset();
+      if (auto refusal = refuse_layer2(context.settings, report, compat_refused); refusal && !e) {
+        e = std::make_exception_ptr(RouteError(*refusal));
+      }
+    }
     if (e) {
       std::uint64_t moved = 0;
       for (std::size_t d : done) moved += d;
@@ -144,8 +158,15 @@ struct Job {
       } catch (...) {
       }
     }
+    // Every worker is gone: drop the cuFile handle's reference now, so a File closed while
+    // this request ran deregisters it before the caller's wait returns.
+    backend = nullptr;
+    owned_backend.reset();
     record_request(report, e != nullptr);
     file->set_last_route(report);
+    // Drop the file before the caller can see completion: pool threads keep this Job alive a
+    // little longer, and the file (with its I/O seam) must not outlive what the caller awaits.
+    file.reset();
     state->complete(bytes, e, report);
   }
 };
@@ -153,10 +174,6 @@ struct Job {
 posix::PosixBackend& posix_backend() {
   static posix::PosixBackend backend;
   return backend;
-}
-
-std::optional<std::string> cufile_unavailable(const OpenFile&) {
-  return std::string("this build of ferry has no cuFile backend");
 }
 
 }  // namespace
@@ -195,6 +212,8 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
     }
     Settings settings = file->settings();
     MemoryInfo memory = classify_memory(buffer);
+    // Layer 1 decides on route_memory, which differs from memory only under a test hook.
+    MemoryInfo route_memory = cufile::testing::route_view(memory);
     report.memory = memory.kind;
     report.device = memory.device;
     report.direct = file->direct_fd() >= 0;
@@ -203,27 +222,47 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
       std::uint64_t file_size = file->size();
       effective = offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
     }
-    RouteDecision route = decide_route(settings, memory, effective, cufile_unavailable(*file));
+    cufile::Probe cufile_probe;
+    RouteDecision route =
+        decide_route(settings, route_memory, effective, [&]() -> std::optional<std::string> {
+          cufile_probe = cufile::probe(*file, settings);
+          if (cufile_probe.state) return std::nullopt;
+          return cufile_probe.why_not;
+        });
     report.reasons = route.reasons;
     if (route.refusal) throw RouteError(*route.refusal);
     if (file->direct_requested() && file->direct_fd() < 0) {
       report.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
     }
+    std::shared_ptr<Backend> cufile_backend;
     Backend* backend = &posix_backend();
+    if (route.path == Path::kCufile) {
+      cufile_backend = std::make_shared<cufile::CufileBackend>(cufile_probe.state);
+      backend = cufile_backend.get();
+    }
     auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(buffer), memory,
                                      settings, offset, effective);
     job->start = start;
+    job->owned_backend = std::move(cufile_backend);
+    job->compat_refused = cufile_probe.compat_refused;
     report.tasks = job->tasks.count();
-    report.posix_tasks = report.tasks;
     report.reasons.push_back({ReasonCode::kEngine, backend->describe(job->context)});
-    report.cufile.why_not = "no request went to cuFile";
+    if (route.path == Path::kCufile) {
+      report.cufile_tasks = report.tasks;
+    } else {
+      report.posix_tasks = report.tasks;
+      report.cufile.why_not = "no request went to cuFile";
+    }
     job->report = report;
+    // Last before the first task runs, so the window holds this request's cuFile calls only.
+    if (route.path == Path::kCufile) job->observation = cufile::Observation::begin(op);
     if (job->tasks.count() == 0) {
       job->jobs_left = 1;
       job->complete();
       return future;
     }
-    std::size_t jobs = std::min(settings.nthreads, job->tasks.count());
+    std::size_t jobs =
+        std::min({settings.nthreads, job->tasks.count(), job->backend->max_workers(job->context)});
     ThreadPool& pool = ThreadPool::shared();
     pool.ensure_threads(settings.nthreads);
     job->jobs_left = jobs;

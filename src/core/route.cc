@@ -54,7 +54,7 @@ std::string RouteReport::verdict() const {
   } else if (cufile.nvfs == 0 && cufile.p2p == 0) {
     text += fmt::format("; cuFile served all {} piece(s) through its POSIX compatibility path{}",
                         pieces, window);
-    if (!cufile.why_not.empty()) text += fmt::format(": {}", cufile.why_not);
+    if (!cufile.compat_why.empty()) text += fmt::format(": {}", cufile.compat_why);
   } else {
     text += fmt::format(
         "; cuFile served {} piece(s) through nvidia-fs, {} through its POSIX "
@@ -75,8 +75,19 @@ std::string RouteReport::to_text() const {
     text +=
         fmt::format("  layer 2 (cuFile): nvfs={} posix={} p2p={}{}\n", cufile.nvfs, cufile.posix,
                     cufile.p2p, cufile.shared_window ? " (window shared with other requests)" : "");
+    if (!cufile.compat_why.empty()) {
+      text += fmt::format("    compatibility path: {}\n", cufile.compat_why);
+    }
   } else {
     text += fmt::format("  layer 2 (cuFile): not observable: {}\n", cufile.why_not);
+  }
+  if (cufile_tasks > 0) {
+    if (cufile.module_observable) {
+      text += fmt::format("  nvidia-fs (system-wide): {} {} counted\n", cufile.module_ops,
+                          op == Op::kRead ? "reads" : "writes");
+    } else {
+      text += fmt::format("  nvidia-fs (system-wide): not observable: {}\n", cufile.module_why_not);
+    }
   }
   return text;
 }
@@ -105,7 +116,13 @@ std::string RouteReport::to_json() const {
         {"shared_window", cufile.shared_window},
         {"nvfs", cufile.nvfs},
         {"posix", cufile.posix},
-        {"p2p", cufile.p2p}}},
+        {"p2p", cufile.p2p},
+        {"version", cufile.version},
+        {"compat_why", cufile.compat_why},
+        {"nvfs_module",
+         {{"observable", cufile.module_observable},
+          {"why_not", cufile.module_why_not},
+          {"ops", cufile.module_ops}}}}},
       {"verdict", verdict()},
   };
   return j.dump();

@@ -6,7 +6,13 @@ namespace ferry::core {
 
 RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                            const std::optional<std::string>& cufile_unavailable) {
+  return decide_route(settings, memory, size, [&] { return cufile_unavailable; });
+}
+
+RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
+                           const std::function<std::optional<std::string>()>& probe_cufile) {
   RouteDecision d;
+  std::optional<std::string> cufile_unavailable;
   auto posix = [&](ReasonCode code, std::string text) {
     d.path = Path::kPosix;
     d.reasons.push_back({code, std::move(text)});
@@ -21,7 +27,7 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
   } else if (settings.compat_mode == CompatMode::kAuto && size < settings.gds_threshold) {
     posix(ReasonCode::kBelowThreshold,
           fmt::format("request {} B below gds_threshold {} B", size, settings.gds_threshold));
-  } else if (cufile_unavailable) {
+  } else if ((cufile_unavailable = probe_cufile())) {
     posix(ReasonCode::kCufileUnavailable, *cufile_unavailable);
     if (settings.compat_mode == CompatMode::kOff) {
       d.refusal = fmt::format("compat_mode=off requires cuFile, which is unavailable: {}",
@@ -35,6 +41,27 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
                             to_string(settings.require), d.reasons.back().text);
   }
   return d;
+}
+
+std::optional<std::string> refuse_layer2(const Settings& settings, const RouteReport& report,
+                                         bool compat_refused_at_open) {
+  if (settings.require != Require::kGds || report.cufile_tasks == 0) return std::nullopt;
+  const CufileCounts& c = report.cufile;
+  if (!c.observable) {
+    if (compat_refused_at_open) return std::nullopt;
+    return fmt::format(
+        "require=gds: cannot prove cuFile used nvidia-fs: its counters are not observable ({}) "
+        "and its driver was opened with compatibility mode allowed",
+        c.why_not);
+  }
+  if (c.posix == 0 && c.p2p == 0) return std::nullopt;
+  std::string text = fmt::format(
+      "require=gds refuses cuFile's non-nvidia-fs paths: of {} piece(s), cuFile served {} through "
+      "its POSIX compatibility path and {} through PCI P2PDMA",
+      c.nvfs + c.posix + c.p2p, c.posix, c.p2p);
+  if (!c.compat_why.empty()) text += fmt::format(" ({})", c.compat_why);
+  if (c.shared_window) text += "; counted over a window shared with other requests";
+  return text;
 }
 
 }  // namespace ferry::core

@@ -25,6 +25,7 @@ void record_request(const RouteReport& report, bool failed) {
   totals.nvfs_pieces += report.cufile.nvfs;
   totals.compat_pieces += report.cufile.posix;
   totals.p2p_pieces += report.cufile.p2p;
+  if (report.cufile.shared_window) ++totals.shared_windows;
   totals.seconds += report.seconds;
   for (const RouteReason& r : report.reasons) ++totals.reasons[to_string(r.code)];
 }
@@ -46,8 +47,8 @@ std::string Stats::to_json() const {
                       {"bytes_read", bytes_read},   {"bytes_written", bytes_written},
                       {"posix_tasks", posix_tasks}, {"cufile_tasks", cufile_tasks},
                       {"nvfs_pieces", nvfs_pieces}, {"compat_pieces", compat_pieces},
-                      {"p2p_pieces", p2p_pieces},   {"seconds", seconds},
-                      {"reasons", reasons}};
+                      {"p2p_pieces", p2p_pieces},   {"shared_windows", shared_windows},
+                      {"seconds", seconds},         {"reasons", reasons}};
   return j.dump();
 }
 

@@ -10,5 +10,9 @@ namespace ferry::cli {
 void add_read_command(CLI::App& app, std::function<int()>& action);
 void add_write_command(CLI::App& app, std::function<int()>& action);
 void add_demo_command(CLI::App& app, std::function<int()>& action);
+void add_check_command(CLI::App& app, std::function<int()>& action);
+void add_explain_command(CLI::App& app, std::function<int()>& action);
+void add_plan_command(CLI::App& app, std::function<int()>& action);
+void add_stats_command(CLI::App& app, std::function<int()>& action);
 
 }  // namespace ferry::cli

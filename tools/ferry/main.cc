@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
   ferry::cli::add_read_command(app, action);
   ferry::cli::add_write_command(app, action);
   ferry::cli::add_demo_command(app, action);
+  ferry::cli::add_check_command(app, action);
+  ferry::cli::add_explain_command(app, action);
+  ferry::cli::add_plan_command(app, action);
+  ferry::cli::add_stats_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,392 @@
+// ferry::explain: layer 1 through the request engine's own rule and cuFile probe, so that the
+// prediction and the read cannot disagree on it; layer 2 from the platform facts, each blocking
+// fact in words. Nothing here reads file data.
+#include "ferry/explain.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/open_file.h"
+#include "core/routing.h"
+#include "core/task_splitter.h"
+#include "cufile/cufile_file.h"
+#include "cufile/cufile_testing.h"
+#include "ferry/plan.h"
+#include "posix/io_seam.h"
+
+namespace ferry {
+namespace {
+
+// "0000:3B:00.0" (libcuda) and "0000:3b:00.0" (sysfs) name one function; libcuda may also
+// print an eight-digit domain.
+std::string normal_bus_id(std::string id) {
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto colon = id.find(':');
+  if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos)
+    id.erase(0, colon - 4);
+  return id;
+}
+
+std::optional<std::string> cufile_value(const PlatformReport& p, std::string_view key) {
+  for (const auto& v : p.cufile.values)
+    if (v.key == key) return v.value;
+  return std::nullopt;
+}
+
+bool contains(const std::optional<std::string>& s, std::string_view what) {
+  return s && s->find(what) != std::string::npos;
+}
+
+// What cuFile makes of a file system: GDS documents nvidia-fs support for local ext4 (ordered
+// data mode) and xfs, and for distributed file systems only with their RDMA client setup.
+void judge_file_system(const PlatformStorage& s, Explanation& e) {
+  if (!s.fs_type) {
+    e.fs_support = "unknown: " + s.mount_reason;
+    e.unknowns.push_back("the file system is unknown: " + s.mount_reason);
+    return;
+  }
+  const std::string& fs = *s.fs_type;
+  if (fs == "ext4") {
+    for (std::string_view mode : {"data=journal", "data=writeback"}) {
+      if (contains(s.super_options, mode)) {
+        e.fs_support = fmt::format("ext4 with {}: nvidia-fs needs data=ordered", mode);
+        e.blocking.push_back(fmt::format("{} is mounted ext4 with {}; nvidia-fs needs data=ordered",
+                                         s.mount_point.value_or("the mount"), mode));
+        return;
+      }
+    }
+    e.fs_support = "ext4 in ordered data mode: supported by nvidia-fs";
+  } else if (fs == "xfs") {
+    e.fs_support = "xfs: supported by nvidia-fs";
+  } else if (fs == "nfs" || fs == "nfs4" || fs == "lustre" || fs == "wekafs" || fs == "gpfs" ||
+             fs == "beegfs") {
+    e.fs_support = fs + ": accelerated only with its RDMA client set up for GDS";
+    e.unknowns.push_back(fmt::format(
+        "{} takes the nvidia-fs path only with its GDS-enabled RDMA client, which ferry does "
+        "not check",
+        fs));
+  } else {
+    e.fs_support = fs +
+                   ": no nvidia-fs support (GDS accelerates ext4, xfs and some distributed "
+                   "file systems)";
+    e.blocking.push_back(fmt::format("{} is {}, which nvidia-fs does not accelerate",
+                                     s.mount_point.value_or("the file's mount"), fs));
+  }
+}
+
+void judge_device(const PlatformStorage& s, const PlatformNvfs& nvfs, Explanation& e) {
+  if (!s.device || s.device->rfind("0:", 0) == 0) return;  // no block device: judged by fs
+  const std::string source = s.source.value_or("");
+  std::string modules = nvfs.storage_modules.empty() ? std::string("none")
+                                                     : fmt::format("{}", nvfs.storage_modules[0]);
+  for (std::size_t i = 1; i < nvfs.storage_modules.size(); ++i)
+    modules += ", " + nvfs.storage_modules[i];
+  if (source.rfind("/dev/nvme", 0) == 0) {
+    if (nvfs.loaded && nvfs.nvme_registered == false)
+      e.blocking.push_back(fmt::format(
+          "{} is NVMe but nvidia-fs has no nvme driver registered (modules: {})", source, modules));
+  } else if (source.rfind("/dev/vd", 0) == 0) {
+    e.blocking.push_back(
+        fmt::format("{} is a virtio disk, which nvidia-fs has no driver for", source));
+  } else if (nvfs.loaded) {
+    e.unknowns.push_back(fmt::format(
+        "{} is not NVMe; whether nvidia-fs serves it depends on its drivers (modules: {})",
+        source.empty() ? *s.device : source, modules));
+  }
+}
+
+// The facts that keep cuFile off nvidia-fs, gathered whichever path layer 1 takes: a read that
+// does not reach cuFile today may reach it once the layer-1 blocker is gone.
+void judge_layer2_facts(Explanation& e) {
+  const PlatformReport& p = e.platform;
+  if (cufile_value(p, "properties.force_compat_mode") == "true")
+    e.blocking.push_back(
+        "properties.force_compat_mode is true (cufile.json or CUFILE_FORCE_COMPAT_MODE): cuFile "
+        "serves every request through its compatibility path");
+  if (!p.nvfs.loaded) e.blocking.push_back("nvidia-fs is not loaded: " + p.nvfs.reason);
+  judge_file_system(e.storage, e);
+  judge_device(e.storage, p.nvfs, e);
+  if (p.iommu.on == true && p.iommu.how.find("passthrough") == std::string::npos) {
+    e.blocking.push_back("the IOMMU is on (" + p.iommu.how +
+                         "); GDS documents that nvidia-fs needs it off or in passthrough mode");
+  } else if (!p.iommu.on) {
+    e.unknowns.push_back("IOMMU state unknown: " + p.iommu.how);
+  }
+}
+
+// Layer 2: what cuFile will do with the requests layer 1 sends it.
+void predict_layer2(const ExplainRequest& r, Explanation& e) {
+  const PlatformReport& p = e.platform;
+  e.layer2 = !e.blocking.empty()   ? PredictedLayer2::kCompat
+             : !e.unknowns.empty() ? PredictedLayer2::kUnknown
+                                   : PredictedLayer2::kNvfs;
+  if (e.layer2 == PredictedLayer2::kCompat &&
+      cufile_value(p, "properties.allow_compat_mode") == "false" && !e.failure)
+    e.failure =
+        "properties.allow_compat_mode is false, so cuFile would fail these reads rather than "
+        "serve them through its compatibility path";
+  if (e.layer2 != PredictedLayer2::kNvfs && e.settings.require == Require::kGds && !e.failure)
+    e.failure = fmt::format(
+        "require=gds would fail the read after it: cuFile is predicted not to use nvidia-fs ({})",
+        e.blocking.empty() ? "undecided: " + e.unknowns.front() : e.blocking.front());
+
+  // Pieces: each task is one cuFile request, cut by cuFile's thread pool.
+  CufileScheduling sched = read_cufile_scheduling(r.root);
+  const std::uint64_t task = e.settings.task_size;
+  const std::uint64_t full = e.size / task;
+  const std::uint64_t rest = e.size % task;
+  std::uint64_t total = 0;
+  bool known = true;
+  for (auto [count, size] : {std::pair<std::uint64_t, std::uint64_t>{full, task},
+                             std::pair<std::uint64_t, std::uint64_t>{rest ? 1 : 0, rest}}) {
+    if (count == 0) continue;
+    CufilePieces pieces = predict_cufile_pieces(size, false, sched);
+    known = known && pieces.known;
+    total += count * pieces.count;
+    e.pieces_words.push_back(
+        fmt::format("{} request(s) of {}: {}", count, format_size(size), pieces.words));
+  }
+  if (known) e.pieces = total;
+}
+
+// The PCI distance between the target GPU and the file's device, as a note.
+void note_distance(const CudaStatus& cuda, Explanation& e) {
+  if (!is_gpu(e.memory) || e.device < 0 || static_cast<std::size_t>(e.device) >= cuda.gpus.size())
+    return;
+  std::string bus = normal_bus_id(cuda.gpus[e.device].pci_bus_id);
+  for (const auto& d : e.storage.gpu_distances) {
+    if (normal_bus_id(d.gpu_bus_id) != bus) continue;
+    e.notes.push_back(fmt::format("PCI distance GPU {} ({}) to the file's device: {} ({})",
+                                  e.device, bus, d.distance.value_or("unknown"), d.reason));
+    return;
+  }
+  e.notes.push_back(fmt::format("PCI distance GPU {} to the file's device: unknown ({})", e.device,
+                                e.storage.pci_reason));
+}
+
+// The memory `ferry read` would use, and the MemoryInfo layer 1 would classify it as.
+MemoryInfo choose_memory(const ExplainRequest& r, const CudaStatus& cuda, Explanation& e) {
+  MemoryInfo m;
+  if (r.host || r.pinned || (!r.gpu && (!cuda.available || cuda.gpus.empty()))) {
+    m.kind = r.pinned ? MemoryKind::kHostPinned : MemoryKind::kHostPageable;
+    m.device = r.pinned ? 0 : -1;
+    if (!cuda.available) m.note = cuda.why_not;  // what classify_memory says without a driver
+    if (!r.host && !r.pinned) e.memory_note = "no GPU, using host memory (" + cuda.why_not + ")";
+    if (r.pinned && !cuda.available) e.failure = cuda.why_not;
+  } else {
+    m.kind = MemoryKind::kDevice;
+    m.device = r.gpu.value_or(0);
+    if (!cuda.available) {
+      e.failure = cuda.why_not;
+    } else if (m.device < 0 || static_cast<std::size_t>(m.device) >= cuda.gpus.size()) {
+      e.failure = fmt::format("GPU {} does not exist: the CUDA driver sees {} GPU(s)", m.device,
+                              cuda.gpus.size());
+    }
+  }
+  e.memory = m.kind;
+  e.device = m.device;
+  return m;
+}
+
+}  // namespace
+
+std::string to_string(PredictedLayer2 p) {
+  switch (p) {
+    case PredictedLayer2::kNone:
+      return "none";
+    case PredictedLayer2::kNvfs:
+      return "nvfs";
+    case PredictedLayer2::kCompat:
+      return "compat";
+    case PredictedLayer2::kUnknown:
+      return "unknown";
+  }
+  return "?";
+}
+
+Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) {
+  Explanation e;
+  e.file = path.string();
+  FileOptions options{r.direct, r.settings};
+  auto file = std::make_shared<core::OpenFile>(path, "r", options, posix::system_io());
+  e.settings = file->settings();
+  e.file_size = file->size();
+  e.offset = r.offset;
+  const std::uint64_t wanted = r.size.value_or(e.file_size > r.offset ? e.file_size - r.offset : 0);
+  e.size = r.offset >= e.file_size ? 0 : std::min<std::uint64_t>(wanted, e.file_size - r.offset);
+
+  CudaStatus cuda = cuda_status();
+  MemoryInfo memory = choose_memory(r, cuda, e);
+
+  e.platform = read_platform(r.root);
+  for (auto& g : e.platform.gpus) {
+    for (const auto& c : cuda.gpus) {
+      if (normal_bus_id(c.pci_bus_id) == normal_bus_id(g.bus_id)) g.name = c.name;
+    }
+  }
+  e.storage = read_storage(path, e.platform.gpus, r.root);
+
+  // The same O_DIRECT open cuFile's probe makes, reported even when cuFile is not reached.
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  e.direct_ok = fd >= 0;
+  if (fd >= 0) {
+    ::close(fd);
+  } else {
+    e.direct_error = std::strerror(errno);
+  }
+
+  // Layer 1: exactly what core::submit decides for this read.
+  core::RouteDecision route = core::decide_route(
+      e.settings, cufile::testing::route_view(memory), e.size, [&]() -> std::optional<std::string> {
+        cufile::Probe probe = cufile::probe(*file, e.settings);
+        if (probe.state) return std::nullopt;
+        return probe.why_not;
+      });
+  e.cufile = cufile_status(false);
+  e.path = route.path;
+  e.reasons = route.reasons;
+  if (route.refusal && !e.failure) e.failure = route.refusal;
+  if (file->direct_requested() && file->direct_fd() < 0)
+    e.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
+  e.tasks = core::TaskSplitter(e.offset, e.size, e.settings.task_size).count();
+  (e.path == Path::kCufile ? e.cufile_tasks : e.posix_tasks) = e.tasks;
+
+  judge_layer2_facts(e);
+  if (e.path == Path::kCufile) predict_layer2(r, e);
+  // Measured on the GPU machine (docs/platform.md): without it cuFileHandleRegister fails with
+  // 5027, so layer 1 falls back; said even where an earlier blocker hides it.
+  if (e.storage.udev_fs_usage == false) {
+    std::string text =
+        fmt::format("udev, device {}: {}", e.storage.device.value_or("?"), e.storage.udev_reason);
+    if (text.find("5027") == std::string::npos)
+      text += " (cuFileHandleRegister fails with 5027 without ID_FS_USAGE)";
+    e.blocking.push_back(text);
+  }
+  note_distance(cuda, e);
+  return e;
+}
+
+std::string Explanation::verdict() const {
+  if (failure) return "the read would fail: " + *failure;
+  std::string l1;
+  if (path == Path::kPosix) {
+    std::string why;
+    for (const RouteReason& r : reasons) why += (why.empty() ? "" : "; ") + r.text;
+    l1 = fmt::format("ferry's POSIX path will read {} task(s), cuFile is not called: {}", tasks,
+                     why);
+  } else {
+    l1 = fmt::format("{} request(s) will go to cuFile", cufile_tasks);
+    std::string count = pieces ? fmt::format("{} piece(s)", *pieces) : "its pieces";
+    switch (layer2) {
+      case PredictedLayer2::kNvfs:
+        l1 += fmt::format(", which should serve {} through nvidia-fs (no blocking fact found)",
+                          count);
+        break;
+      case PredictedLayer2::kCompat:
+        l1 += fmt::format(", which will serve {} through its POSIX compatibility path: {}", count,
+                          blocking.front());
+        break;
+      default:
+        l1 += fmt::format("; whether cuFile uses nvidia-fs is unknown: {}", unknowns.front());
+    }
+  }
+  return l1;
+}
+
+std::string Explanation::to_text() const {
+  std::string o = fmt::format("explain: {}\n", verdict());
+  auto line = [&](std::string_view label, const std::string& value) {
+    o += fmt::format("  {:<10} {}\n", label, value);
+  };
+  line("file", fmt::format("{} ({} B), read {} B at offset {}", file, file_size, size, offset));
+  line("memory", to_string(memory) + (is_gpu(memory) ? fmt::format(" {}", device) : "") +
+                     (memory_note.empty() ? "" : "; " + memory_note));
+  line("settings",
+       fmt::format("compat_mode={} require={} task_size={} gds_threshold={}",
+                   to_string(settings.compat_mode), to_string(settings.require),
+                   format_size(settings.task_size), format_size(settings.gds_threshold)));
+  const PlatformStorage& s = storage;
+  line("mount",
+       s.mount_point
+           ? fmt::format("{} {} from {} ({}), options {} super {}", *s.mount_point,
+                         s.fs_type.value_or("?"), s.source.value_or("?"), s.device.value_or("?"),
+                         s.mount_options.value_or("?"), s.super_options.value_or("?"))
+           : "unknown: " + s.mount_reason);
+  line("fs", fs_support);
+  line("O_DIRECT", direct_ok ? "opens" : "refused: " + direct_error);
+  line("udev", fmt::format("ID_FS_USAGE {}: {}",
+                           s.udev_fs_usage ? (*s.udev_fs_usage ? "present" : "missing") : "unknown",
+                           s.udev_reason));
+  line("nvidia-fs", platform.nvfs.loaded ? "loaded" : "not loaded: " + platform.nvfs.reason);
+  line("iommu", platform.iommu.how);
+  line("cuFile", cufile.loaded ? fmt::format("{} {}{}", cufile.library, cufile.version_text,
+                                             cufile.driver_open ? ", driver open" : "")
+                               : "not loaded: " + cufile.load_error);
+  o += fmt::format("  layer 1 (ferry): {}: {} task(s): {} to cuFile, {} to the POSIX path\n",
+                   to_string(path), tasks, cufile_tasks, posix_tasks);
+  for (const RouteReason& r : reasons) o += fmt::format("    {}: {}\n", to_string(r.code), r.text);
+  o += fmt::format("  layer 2 (cuFile): {}\n", to_string(layer2));
+  for (const auto& w : pieces_words) o += fmt::format("    pieces: {}\n", w);
+  for (const auto& b : blocking) o += fmt::format("    blocks nvidia-fs: {}\n", b);
+  for (const auto& u : unknowns) o += fmt::format("    unknown: {}\n", u);
+  for (const auto& n : notes) o += fmt::format("    note: {}\n", n);
+  if (failure) o += fmt::format("  fails: {}\n", *failure);
+  return o;
+}
+
+std::string Explanation::to_json() const {
+  using nlohmann::json;
+  json reasons_json = json::array();
+  for (const RouteReason& r : reasons)
+    reasons_json.push_back({{"code", to_string(r.code)}, {"text", r.text}});
+  auto count = [&](PredictedLayer2 which) -> json {
+    if (layer2 == PredictedLayer2::kNone) return 0;
+    if (!pieces || layer2 == PredictedLayer2::kUnknown) return nullptr;
+    return layer2 == which ? *pieces : 0;
+  };
+  json j = {
+      {"file", file},
+      {"file_size", file_size},
+      {"offset", offset},
+      {"size", size},
+      {"memory", to_string(memory)},
+      {"device", device},
+      {"memory_note", memory_note},
+      {"settings",
+       {{"compat_mode", to_string(settings.compat_mode)},
+        {"require", to_string(settings.require)},
+        {"task_size", settings.task_size},
+        {"gds_threshold", settings.gds_threshold}}},
+      {"o_direct", {{"ok", direct_ok}, {"error", direct_error}}},
+      {"fs_support", fs_support},
+      {"platform", json::parse(platform_report_json(platform, storage))},
+      {"cufile", json::parse(cufile.to_json())},
+      {"layer1",
+       {{"path", to_string(path)},
+        {"tasks", tasks},
+        {"posix_tasks", posix_tasks},
+        {"cufile_tasks", cufile_tasks},
+        {"reasons", reasons_json}}},
+      {"layer2",
+       {{"path", to_string(layer2)},
+        {"pieces", pieces ? json(*pieces) : json(nullptr)},
+        {"pieces_words", pieces_words},
+        {"expected",
+         {{"nvfs", count(PredictedLayer2::kNvfs)}, {"posix", count(PredictedLayer2::kCompat)}}},
+        {"blocking", blocking},
+        {"unknowns", unknowns},
+        {"notes", notes}}},
+      {"failure", failure ? json(*failure) : json(nullptr)},
+      {"verdict", verdict()},
+  };
+  return j.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace ferry

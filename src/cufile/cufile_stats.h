@@ -1,0 +1,55 @@
+// Layer 2: what cuFile did with the requests ferry gave it, from cuFile's own level-3 counters
+// (per GPU: pieces served through nvidia-fs, its POSIX compatibility path or PCI P2PDMA), with
+// /proc/driver/nvidia-fs/stats as a second, system-wide witness where the module is loaded.
+// The counters are process-wide, so a request's delta is exact only when no other ferry cuFile
+// request overlapped it; otherwise the report says the window was shared (docs/data-paths.md).
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cufile/cufile_library.h"
+#include "ferry/route.h"
+
+namespace ferry::cufile {
+
+enum class StatsLayout { kUnknown, kV1, kV2 };
+// kV1 for cuFile 1.14 to 1.18, kV2 for 1.19 (CUDA 13.4 grew level 1); kUnknown otherwise.
+StatsLayout stats_layout(int version);
+std::string version_text(int version);  // 1150 -> "1.15"
+
+struct PathCounts {
+  std::uint64_t total = 0;
+  std::uint64_t nvfs = 0;
+  std::uint64_t posix = 0;
+  std::uint64_t p2p = 0;
+};
+struct StatsSnapshot {
+  PathCounts reads;
+  PathCounts writes;
+};
+// Sums per_gpu_stats[0, num_gpus) of a level-3 struct of `layout` (not kUnknown).
+StatsSnapshot sum_per_gpu(const void* level3, StatsLayout layout);
+
+// Called once, right after the driver opens: cuFileSetStatsLevel(3) and cuFileStatsStart().
+void start_stats(const Library& library);
+// Empty when layer 2 can be read, else why not.
+std::string stats_unavailable();
+
+// One request's window on the counters. begin() before the first cuFile call, end() after the
+// last; end() fills report.cufile.
+class Observation {
+ public:
+  static std::unique_ptr<Observation> begin(Op op);
+  ~Observation();
+  void end(CufileCounts& out);
+
+ private:
+  Observation() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::cufile

@@ -1,0 +1,23 @@
+// TEST ONLY hooks of the cuFile backend. Nothing in the library or the tools calls the setters;
+// tests/cufile does, so that the cuFile test double (which reads into host memory) can stand in
+// for cuFile on machines without a GPU, and so that captured /proc trees replace the machine's.
+// Thread-safe (atomics and a mutex); set them before the requests they should affect.
+#pragma once
+
+#include <filesystem>
+
+#include "ferry/memory.h"
+
+namespace ferry::cufile::testing {
+
+// Layer 1 then treats a host buffer as memory of GPU 0. The bytes still move as host memory:
+// the POSIX path reads them with pread and the cuFile path hands the host address to the double.
+void treat_host_as_gpu(bool on);
+// The memory as layer 1 sees it: `memory` itself unless treat_host_as_gpu is on.
+MemoryInfo route_view(const MemoryInfo& memory);
+
+// Where /proc/driver/nvidia-fs and /sys/module/nvidia_fs are read from ("/" by default).
+void set_root(const std::filesystem::path& root);
+std::filesystem::path root();
+
+}  // namespace ferry::cufile::testing

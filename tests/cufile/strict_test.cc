@@ -1,0 +1,100 @@
+// Strict mode (require=gds and require=cufile) on the test double.
+#include <gtest/gtest.h>
+
+#include "fake_cufile_env.h"
+#include "ferry/cufile.h"
+#include "ferry/error.h"
+#include "ferry/stats.h"
+
+namespace ferry {
+namespace {
+
+using test::DataFile;
+using test::kMiB;
+
+TEST(CufileStrict, GdsFailsBeforeAnyIoNamingTheMissingModule) {
+  test::use_fake_cufile();
+  DataFile f(16 * kMiB);
+  std::vector<unsigned char> buf(16 * kMiB, 0xab);
+  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds)});
+  try {
+    file.read(buf.data(), buf.size());
+    FAIL() << "expected RouteError";
+  } catch (const RouteError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("require=gds"), std::string::npos) << what;
+    EXPECT_NE(what.find("compatibility mode refused"), std::string::npos) << what;
+    EXPECT_NE(what.find("error 5001"), std::string::npos) << what;
+    EXPECT_NE(what.find("nvidia-fs kernel module is not loaded"), std::string::npos) << what;
+  }
+  EXPECT_EQ(test::fake_read_calls(), 0);
+  EXPECT_EQ(buf[0], 0xab);
+  CufileStatus s = cufile_status(false);
+  EXPECT_FALSE(s.driver_open);
+  EXPECT_EQ(s.driver_error, 5001);
+}
+
+TEST(CufileStrict, GdsAcceptsRequestsServedByNvidiaFs) {
+  setenv("FERRY_FAKE_CUFILE_NVFS", "1", 1);
+  test::use_fake_cufile();
+  DataFile f(16 * kMiB);
+  std::vector<unsigned char> buf(16 * kMiB);
+  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds)});
+  ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
+  EXPECT_EQ(buf, f.data());
+  RouteReport r = file.last_route();
+  EXPECT_EQ(r.cufile.nvfs, 4u);
+  EXPECT_EQ(r.cufile.posix, 0u);
+  EXPECT_TRUE(cufile_status(false).compat_mode_refused);
+  EXPECT_EQ(r.verdict(),
+            "4 request(s) went to cuFile; cuFile served all 4 piece(s) through nvidia-fs");
+  unsetenv("FERRY_FAKE_CUFILE_NVFS");
+}
+
+TEST(CufileStrict, GdsFailsRequestWhoseLayer2ShowsCompatPieces) {
+  test::use_fake_cufile();
+  reset_stats();
+  DataFile f(16 * kMiB);
+  std::vector<unsigned char> buf(16 * kMiB);
+  // A lenient request opens the driver with compatibility allowed...
+  File lenient(f.path(), "r", {false, test::with(4 * kMiB)});
+  lenient.read(buf.data(), buf.size());
+  // ...so a strict one can only be judged by what cuFile counted.
+  File strict(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds)});
+  try {
+    strict.read(buf.data(), buf.size());
+    FAIL() << "expected RouteError";
+  } catch (const RouteError& e) {
+    EXPECT_STREQ(e.what(),
+                 "require=gds refuses cuFile's non-nvidia-fs paths: of 4 piece(s), cuFile served 4 "
+                 "through its POSIX compatibility path and 0 through PCI P2PDMA (the nvidia-fs "
+                 "module is not loaded)");
+  }
+  RouteReport r = strict.last_route();
+  EXPECT_EQ(r.cufile.posix, 4u);
+  EXPECT_EQ(stats().failed_requests, 1u);
+}
+
+TEST(CufileStrict, RequireCufileRefusesLayer1FallbackOnly) {
+  test::use_fake_cufile();
+  DataFile f(8 * kMiB);
+  std::vector<unsigned char> buf(8 * kMiB);
+  File ok(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile)});
+  ASSERT_EQ(ok.read(buf.data(), buf.size()), buf.size());
+  EXPECT_EQ(ok.last_route().cufile.posix, 2u) << "cuFile's compatibility path is allowed";
+
+  setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
+  File refused(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile)});
+  EXPECT_THROW(refused.read(buf.data(), buf.size()), RouteError);
+  std::vector<unsigned char> small(8192);
+  try {
+    ok.read(small.data(), small.size());
+    FAIL() << "expected RouteError";
+  } catch (const RouteError& e) {
+    EXPECT_NE(std::string(e.what()).find("below gds_threshold"), std::string::npos) << e.what();
+  }
+  unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
+}
+
+}  // namespace
+}  // namespace ferry

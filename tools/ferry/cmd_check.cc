@@ -1,0 +1,195 @@
+// ferry check: the gdscheck equivalent. What this machine offers GPUDirect Storage, read without
+// any I/O: GPUs, CUDA driver, libcufile, cufile.json, nvidia-fs, IOMMU, ACS, P2PDMA, ferry's
+// settings, and one verdict per GPU in words.
+#include <ferry/cufile.h>
+#include <ferry/platform.h>
+#include <fmt/format.h>
+
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+
+namespace ferry::cli {
+namespace {
+
+struct CheckArgs {
+  std::string root = "/";
+  std::string path = ".";
+  bool json = false;
+};
+
+std::string normal_bus_id(std::string id) {
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto colon = id.find(':');
+  if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos)
+    id.erase(0, colon - 4);
+  return id;
+}
+
+std::string cuda_version_text(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
+
+std::optional<std::string> cufile_value(const PlatformReport& p, std::string_view key) {
+  for (const auto& v : p.cufile.values)
+    if (v.key == key) return v.value;
+  return std::nullopt;
+}
+
+// The platform's GPUs with libcuda's names; GPUs libcuda sees but sysfs does not are added.
+void merge_gpus(PlatformReport& p, const CudaStatus& cuda) {
+  const std::string version =
+      cuda.available ? cuda_version_text(cuda.driver_version) : std::string();
+  for (const GpuInfo& g : cuda.gpus) {
+    PlatformGpu* match = nullptr;
+    for (auto& s : p.gpus)
+      if (normal_bus_id(s.bus_id) == normal_bus_id(g.pci_bus_id)) match = &s;
+    if (match == nullptr) {
+      p.gpus.push_back(PlatformGpu{normal_bus_id(g.pci_bus_id), std::nullopt, std::nullopt,
+                                   std::nullopt, std::nullopt});
+      match = &p.gpus.back();
+    }
+    match->name = g.name;
+    match->cuda_driver_version = version;
+  }
+}
+
+// What ferry will do for GPU reads on this machine, in one sentence.
+std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const CufileStatus& c,
+                    const Settings& s) {
+  std::string gds;
+  if (!p.nvfs.loaded) {
+    gds = "not available (nvidia-fs not loaded)";
+  } else if (p.nvfs.nvme_registered == false) {
+    gds = "not available for local NVMe (nvidia-fs has no nvme driver registered)";
+  } else if (p.iommu.on == true && p.iommu.how.find("passthrough") == std::string::npos) {
+    gds = "blocked (the IOMMU is on)";
+  } else if (cufile_value(p, "properties.force_compat_mode") == "true") {
+    gds = "not used (force_compat_mode is true)";
+  } else {
+    gds =
+        "available for files on ext4 (data=ordered) or xfs on NVMe; `ferry explain FILE` tells "
+        "per file";
+  }
+  std::string cufile;
+  if (!c.loaded) {
+    cufile = "cuFile is not usable (" + c.load_error + ")";
+  } else if (c.driver_open_attempted && !c.driver_open) {
+    cufile = "cuFile's driver does not open (" + c.driver_error_text + ")";
+  } else if (!p.nvfs.loaded) {
+    cufile = cufile_value(p, "properties.allow_compat_mode") == "false"
+                 ? "cuFile will refuse to run (allow_compat_mode is false)"
+                 : "cuFile will run in compatibility mode";
+  } else {
+    cufile = fmt::format("cuFile {} is usable", c.version_text);
+  }
+  std::string ferry;
+  if (!cuda.available) {
+    ferry = "ferry cannot use GPU memory (" + cuda.why_not +
+            ") and reads into host memory through its POSIX path";
+  } else if (s.compat_mode == CompatMode::kOn) {
+    ferry = "ferry will not call cuFile (compat_mode=on) and reads through its POSIX path";
+  } else if (!c.loaded || (c.driver_open_attempted && !c.driver_open)) {
+    ferry = s.compat_mode == CompatMode::kOff
+                ? "ferry will fail GPU reads (compat_mode=off requires cuFile)"
+                : "ferry will read through its own POSIX path";
+  } else {
+    ferry = fmt::format(
+        "ferry will send GPU reads of {} or more to cuFile, per file where cuFile can register it "
+        "(else its POSIX path, with the reason)",
+        format_size(s.gds_threshold));
+  }
+  return fmt::format("GDS accelerated path: {}; {}; {}", gds, cufile, ferry);
+}
+
+int run(const CheckArgs& a) {
+  PlatformReport p = read_platform(a.root);
+  const CudaStatus cuda = cuda_status();
+  const CufileStatus cufile = cufile_status(true);
+  const Settings s = settings();
+  merge_gpus(p, cuda);
+  const PlatformStorage storage = read_storage(a.path, p.gpus, a.root);
+  const bool own_root = a.root != "/";
+  const std::string process_note =
+      own_root ? fmt::format("libcuda and libcufile are this process's, not {}'s", a.root) : "";
+  std::vector<std::string> verdicts;
+  std::string common = verdict(p, cuda, cufile, s);
+  // Measured on the GPU machine (device.md): containers and VMs without udev hit 5027.
+  if (storage.udev_fs_usage == false)
+    common += fmt::format("; files under {} cannot be registered with cuFile ({})", a.path,
+                          storage.udev_reason);
+  for (const auto& g : p.gpus)
+    verdicts.push_back(
+        fmt::format("GPU {}{}: {}", g.bus_id, g.name ? " (" + *g.name + ")" : "", common));
+  if (p.gpus.empty()) {
+    verdicts.push_back(
+        fmt::format("no GPU visible ({}; {}): ferry reads into host memory through its POSIX path",
+                    p.gpus_reason, cuda.available ? "the CUDA driver sees none" : cuda.why_not));
+  }
+  if (a.json) {
+    nlohmann::json settings_json = nlohmann::json::array();
+    for (const SettingInfo& i : describe_settings())
+      settings_json.push_back(
+          {{"name", i.name}, {"env", i.env}, {"value", i.value}, {"source", to_string(i.source)}});
+    nlohmann::json out = {
+        {"platform", nlohmann::json::parse(platform_report_json(p, storage))},
+        {"cuda",
+         {{"available", cuda.available},
+          {"why_not", cuda.why_not},
+          {"driver_version", cuda.available ? nlohmann::json(cuda_version_text(cuda.driver_version))
+                                            : nlohmann::json(nullptr)},
+          {"gpus", cuda.gpus.size()}}},
+        {"cufile", nlohmann::json::parse(cufile.to_json())},
+        {"settings", settings_json},
+        {"verdicts", verdicts},
+        {"process_note", process_note},
+    };
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("{}", format_platform_report(p, storage));
+  auto line = [](std::string_view label, const std::string& value) {
+    fmt::print("{:<37} {}\n", label, value);
+  };
+  line("cuda driver", cuda.available ? cuda_version_text(cuda.driver_version)
+                                     : "no driver (" + cuda.why_not + ")");
+  if (!cufile.loaded) {
+    line("libcufile", "not usable: " + cufile.load_error);
+  } else {
+    line("libcufile", fmt::format("{} version {}", cufile.library, cufile.version_text));
+    line("  driver",
+         cufile.driver_open
+             ? (cufile.compat_mode_refused ? "open (compatibility mode refused)" : "open")
+             : "does not open: " + cufile.driver_error_text);
+    line("  stats", cufile.stats_why_not.empty() ? "readable" : cufile.stats_why_not);
+  }
+  if (!cufile.missing_symbols.empty()) {
+    std::string missing;
+    for (const auto& m : cufile.missing_symbols) missing += (missing.empty() ? "" : ", ") + m;
+    line("  missing symbols", missing);
+  }
+  for (const SettingInfo& i : describe_settings())
+    line("ferry " + i.name,
+         fmt::format("{} ({}{})", i.value, to_string(i.source),
+                     i.source == SettingSource::kEnvironment ? " " + i.env : ""));
+  if (own_root) line("note", process_note);
+  for (const auto& v : verdicts) fmt::print("verdict: {}\n", v);
+  return 0;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<CheckArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "check", "Report what this machine offers GPUDirect Storage (gdscheck), without any I/O");
+  cmd->add_option("--root", args->root,
+                  "Read /proc, /sys and /etc under this directory instead of / (libcuda and "
+                  "libcufile stay this process's)");
+  cmd->add_option("--path", args->path,
+                  "A file or directory whose storage (mount, udev entry, PCI distance) to check");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->callback([args, &action] { action = [args] { return run(*args); }; });
+}
+
+}  // namespace ferry::cli
