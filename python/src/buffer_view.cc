@@ -2,7 +2,7 @@
 
 #include <cstdint>
 #include <optional>
-#include <sstream>
+#include <string>
 #include <vector>
 
 namespace ferry::python {
@@ -39,12 +39,13 @@ std::string type_name(const py::handle& obj) {
   return py::str(py::type::handle_of(obj).attr("__qualname__")).cast<std::string>();
 }
 
+// Formats a shape or strides tuple like Python does. No iostreams here: seen on the GPU machine,
+// an ostringstream in this extension crashed inside the PyTorch environment's interpreter
+// (a locale facet from another libstdc++ already loaded in the process).
 std::string describe(const std::vector<std::int64_t>& v) {
-  std::ostringstream out;
-  out << "(";
-  for (std::size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
-  out << (v.size() == 1 ? ",)" : ")");
-  return out.str();
+  std::string out = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + (v.size() == 1 ? ",)" : ")");
 }
 
 // Bytes covered by a C-contiguous array, or nullopt when `strides` (in bytes; empty means
