@@ -192,6 +192,7 @@ int main(int argc, char** argv) try {
   results.push_back(measure("ferry_read_gpu_default", size, repeat, [&] {
     if (file.read(gpu.data(), size, 0) != size) throw std::runtime_error("short read");
   }));
+  fmt::print(stderr, "default settings took: {}\n", file.last_route().verdict());
   results.push_back(
       measure("pread_memcpy_1thread", size, repeat, [&] { staged_read(path, dst, size, 1); }));
   results.push_back(measure("kvikio_algorithm_16threads", size, repeat,
