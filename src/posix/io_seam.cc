@@ -25,8 +25,10 @@ class SystemIo final : public IoSeam {
 }  // namespace
 
 IoSeam& system_io() {
-  static SystemIo io;
-  return io;
+  // Leaked on purpose, like the thread pool: requests still in flight at exit use it after
+  // static destructors have run (tests/reliability/process_test.cc, ExitInFlight).
+  static SystemIo* io = new SystemIo;
+  return *io;
 }
 
 }  // namespace ferry::posix

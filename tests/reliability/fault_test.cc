@@ -1,0 +1,216 @@
+// Faults at the POSIX backend's I/O seam that tests/posix/fault_injection_test.cc does not cover:
+// EAGAIN, EDQUOT, a pwrite that moves nothing, a slow task beside a failing one, a file cut
+// short mid-read, and failures of open, fstat, fsync and O_DIRECT. Each checks that the error
+// names the file, that a failed write counts exactly the bytes that reached the file, and that
+// the pool and the file stay usable.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ferry/ferry.h"
+#include "reliability/scripted_io.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::ScriptedIo;
+using test::TempDir;
+
+TEST(Faults, EagainIsRetriedOnReadsAndWrites) {
+  TempDir dir;
+  auto data = test::random_bytes(300000, 1);
+  test::write_file(dir / "a.bin", data);
+  ScriptedIo io;
+  io.transient_left = 50;
+  File f = test::open_scripted(io, dir / "a.bin", "r+");
+  std::vector<unsigned char> buf(data.size());
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), data.size());
+  EXPECT_EQ(buf, data);
+  io.transient_left = 50;
+  EXPECT_EQ(f.write(data.data(), data.size(), 1000), data.size());
+  EXPECT_EQ(io.bytes_written.load(), data.size());
+}
+
+TEST(Faults, EdquotOnWriteCountsExactlyTheBytesThatReachedTheFile) {
+  TempDir dir;
+  auto path = (dir / "quota.bin").string();
+  ScriptedIo io;
+  io.fail_offset = 700000;
+  io.fail_errno = EDQUOT;
+  File f = test::open_scripted(io, path, "w");
+  auto data = test::random_bytes(2 << 20, 2);
+  try {
+    f.write(data.data(), data.size(), 0);
+    FAIL() << "write reported success despite EDQUOT";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EDQUOT);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_LE(e.offset(), 700000u);
+    EXPECT_GT(e.offset() + e.length(), 700000u);
+    EXPECT_EQ(e.bytes_done(), io.bytes_written.load()) << e.what();
+    EXPECT_LT(e.bytes_done(), data.size());
+    EXPECT_NE(std::string(e.what()).find("quota"), std::string::npos) << e.what();
+  }
+  // The same file takes the next write once the fault clears.
+  io.fail_offset = -1;
+  EXPECT_EQ(f.write(data.data(), data.size(), 0), data.size());
+  EXPECT_EQ(test::read_file(path), data);
+}
+
+TEST(Faults, WriteThatMovesNothingIsAnErrorNotALoop) {
+  TempDir dir;
+  auto path = (dir / "zero.bin").string();
+  ScriptedIo io;
+  io.zero_writes = true;
+  File f = test::open_scripted(io, path, "w");
+  auto data = test::random_bytes(100000, 3);
+  try {
+    f.write(data.data(), data.size(), 0);
+    FAIL() << "a pwrite that wrote nothing was reported as success";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EIO);
+    EXPECT_EQ(e.bytes_done(), 0u);
+    EXPECT_NE(std::string(e.what()).find("wrote nothing"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Faults, SlowTaskBesideAFailingOneFinishesBeforeTheRequestReturns) {
+  TempDir dir;
+  auto path = dir / "slow.bin";
+  test::write_file(path, test::random_bytes(4 << 20, 4));
+  ScriptedIo io;
+  io.slow_offset = 0;
+  io.slow = std::chrono::milliseconds(300);
+  io.fail_offset = 1 << 20;
+  File f = test::open_scripted(io, path, "r", "64KiB", "4");
+  std::vector<unsigned char> buf(4 << 20);
+  IoFuture fut = f.pread(buf.data(), buf.size(), 0);
+  EXPECT_THROW(fut.get(), IoError);
+  // No task of the request is still inside a system call once it has returned, and the tasks
+  // not yet started were dropped (64 tasks in all).
+  EXPECT_EQ(io.in_flight.load(), 0);
+  int calls = io.calls.load();
+  EXPECT_LT(calls, 64);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(io.calls.load(), calls) << "a task of the failed request ran after it returned";
+}
+
+TEST(Faults, FileCutShortMidReadGivesTheBytesBeforeTheCutAndNoMore) {
+  TempDir dir;
+  auto path = dir / "cut.bin";
+  auto data = test::random_bytes(1 << 20, 5);
+  test::write_file(path, data);
+  ScriptedIo io;
+  io.truncate_at_offset = 512 << 10;  // when the task at 512 KiB starts, cut the file to 200000
+  io.truncate_path = path;
+  io.truncate_to = 200000;
+  File f = test::open_scripted(io, path, "r", "64KiB", "1");
+  std::vector<unsigned char> buf(1 << 20, 0xEE);
+  std::size_t n = f.read(buf.data(), buf.size(), 0);
+  // With one thread the tasks before 512 KiB completed in full before the cut; a caller is never
+  // told more bytes than are valid, and all that it is told are the file's.
+  EXPECT_GE(n, 200000u);
+  EXPECT_LE(n, 512u << 10);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), n));
+}
+
+TEST(Faults, OpenFailureNamesThePathAndLeaksNothing) {
+  TempDir dir;
+  auto path = (dir / "emfile.bin").string();
+  test::write_file(path, {1, 2, 3});
+  ScriptedIo io;
+  io.open_errno = EMFILE;
+  try {
+    test::open_scripted(io, path, "r");
+    FAIL() << "open reported success despite EMFILE";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EMFILE);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_EQ(e.op(), "open");
+  }
+}
+
+TEST(Faults, FstatFailureAtOpenClosesTheDescriptor) {
+  TempDir dir;
+  auto path = (dir / "fstat.bin").string();
+  test::write_file(path, {1, 2, 3});
+  ScriptedIo io;
+  io.fstat_errno = EIO;
+  EXPECT_THROW(test::open_scripted(io, path, "r"), IoError);
+  EXPECT_EQ(io.opens.load(), 1);
+  EXPECT_EQ(io.closes.load(), 1);
+}
+
+TEST(Faults, FsyncFailureIsAnErrorNamingTheFile) {
+  TempDir dir;
+  auto path = (dir / "sync.bin").string();
+  ScriptedIo io;
+  io.fsync_errno = EIO;
+  File f = test::open_scripted(io, path, "w");
+  unsigned char b[10] = {};
+  ASSERT_EQ(f.write(b, sizeof b, 0), sizeof b);
+  try {
+    f.sync();
+    FAIL() << "sync reported success despite EIO";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EIO);
+    EXPECT_EQ(e.op(), "fsync");
+    EXPECT_EQ(e.path(), path);
+  }
+}
+
+TEST(Faults, RefusedODirectFallsBackToBufferedIoWithAReason) {
+  TempDir dir;
+  auto path = dir / "direct.bin";
+  auto data = test::random_bytes(300000, 6);
+  test::write_file(path, data);
+  ScriptedIo io;
+  io.refuse_direct = true;
+  File f = test::open_scripted(io, path, "r", "64KiB", "4", /*direct=*/true);
+  std::vector<unsigned char> buf(data.size());
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), data.size());
+  EXPECT_EQ(buf, data);
+  bool said_why = false;
+  for (const RouteReason& r : f.last_route().reasons) {
+    said_why = said_why || r.text.find("O_DIRECT refused") != std::string::npos;
+  }
+  EXPECT_TRUE(said_why) << "the fallback from O_DIRECT left no reason in the route";
+}
+
+TEST(Faults, EioUnderODirectNamesTheDirectCallAndThePoolStaysUsable) {
+  TempDir dir;
+  auto path = (dir / "direct-eio.bin").string();
+  auto data = test::random_bytes(1 << 20, 7);
+  test::write_file(path, data);
+  ScriptedIo io;
+  io.fail_offset = 300000;
+  io.fail_times = 1;
+  File f = test::open_scripted(io, path, "r", "64KiB", "4", /*direct=*/true);
+  std::vector<unsigned char> buf(data.size());
+  try {
+    f.read(buf.data() + 1, buf.size() - 1, 1);  // unaligned: through the bounce buffers
+    FAIL() << "read reported success despite EIO";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EIO);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(e.op().find("pread"), std::string::npos);
+  }
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), data.size());
+  EXPECT_EQ(buf, data);
+}
+
+TEST(Faults, CloseErrorIsNotReported) {
+  // Documents a gap (docs/reliability.md): close() errors are dropped, so a file system that
+  // reports a lost write only at close (NFS) goes unnoticed. sync() is the way to find out.
+  TempDir dir;
+  ScriptedIo io;
+  io.close_errno = EIO;
+  File f = test::open_scripted(io, dir / "close.bin", "w");
+  EXPECT_NO_THROW(f.close());
+  EXPECT_FALSE(f.is_open());
+}
+
+}  // namespace
+}  // namespace ferry
