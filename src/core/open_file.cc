@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/vfs.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +11,8 @@
 
 namespace ferry::core {
 namespace {
+
+constexpr long kProcSuperMagic = 0x9fa0;  // PROC_SUPER_MAGIC in linux/magic.h
 
 int open_flags(std::string_view mode, const std::string& path, bool* readable, bool* writable) {
   if (mode == "r") {
@@ -65,6 +68,15 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
     throw IoError(
         err, "open", path_, 0, 0, 0,
         fmt::format("{}; ferry reads and writes regular files only", file_type(st.st_mode)));
+  }
+  // /proc files report size 0 and are generated as they are read; requests are split by the
+  // size fstat reports, so such a file would silently read as empty. Refuse it instead.
+  struct statfs fs {};
+  if (fstatfs(fd_, &fs) == 0 && fs.f_type == kProcSuperMagic) {
+    close();
+    throw IoError(EINVAL, "open", path_, 0, 0, 0,
+                  "a /proc file: its size is not known before it is read; ferry reads regular "
+                  "files of known size (copy it to a regular file first)");
   }
   fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   if (options_.direct) {

@@ -172,8 +172,9 @@ struct Job {
 };
 
 posix::PosixBackend& posix_backend() {
-  static posix::PosixBackend backend;
-  return backend;
+  // Leaked on purpose: pool threads may still use it while static destructors run at exit.
+  static auto* backend = new posix::PosixBackend;
+  return *backend;
 }
 
 }  // namespace

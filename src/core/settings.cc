@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
@@ -69,8 +70,9 @@ struct Global {
 };
 
 Global& global() {
-  static Global g;
-  return g;
+  // Leaked on purpose: pool threads may still read settings while the process exits.
+  static Global* g = new Global;
+  return *g;
 }
 
 // Reads the environment on first use. A malformed variable throws and leaves the settings
@@ -107,6 +109,18 @@ Settings SettingsOverride::apply_to(Settings base) const {
   if (gds_threshold) base.gds_threshold = *gds_threshold;
   if (nthreads) base.nthreads = *nthreads;
   if (bounce_buffer_size) base.bounce_buffer_size = *bounce_buffer_size;
+  // The string setters reject these already; fields set directly must not bypass the check
+  // (a zero task size divides by zero, zero threads never finish a request).
+  auto positive = [](const char* name, std::size_t value, std::size_t max) {
+    if (value == 0 || value > max) {
+      throw SettingError(name, std::to_string(value),
+                         fmt::format("invalid {}={}: must be from 1 to {}", name, value, max));
+    }
+  };
+  positive("task_size", base.task_size, SIZE_MAX);
+  positive("gds_threshold", base.gds_threshold, SIZE_MAX);
+  positive("bounce_buffer_size", base.bounce_buffer_size, SIZE_MAX);
+  positive("nthreads", base.nthreads, 4096);
   return base;
 }
 

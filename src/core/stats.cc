@@ -8,38 +8,48 @@
 namespace ferry {
 namespace {
 
-std::mutex mu;
-Stats totals;
+// Leaked on purpose: a request finishing on a pool thread during exit still records itself.
+struct State {
+  std::mutex mu;
+  Stats totals;
+};
+State& state() {
+  static State* s = new State;
+  return *s;
+}
 
 }  // namespace
 
 namespace core {
 
 void record_request(const RouteReport& report, bool failed) {
-  std::lock_guard lock(mu);
-  ++totals.requests;
-  if (failed) ++totals.failed_requests;
-  (report.op == Op::kRead ? totals.bytes_read : totals.bytes_written) += report.bytes;
-  totals.posix_tasks += report.posix_tasks;
-  totals.cufile_tasks += report.cufile_tasks;
-  totals.nvfs_pieces += report.cufile.nvfs;
-  totals.compat_pieces += report.cufile.posix;
-  totals.p2p_pieces += report.cufile.p2p;
-  if (report.cufile.shared_window) ++totals.shared_windows;
-  totals.seconds += report.seconds;
-  for (const RouteReason& r : report.reasons) ++totals.reasons[to_string(r.code)];
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  ++st.totals.requests;
+  if (failed) ++st.totals.failed_requests;
+  (report.op == Op::kRead ? st.totals.bytes_read : st.totals.bytes_written) += report.bytes;
+  st.totals.posix_tasks += report.posix_tasks;
+  st.totals.cufile_tasks += report.cufile_tasks;
+  st.totals.nvfs_pieces += report.cufile.nvfs;
+  st.totals.compat_pieces += report.cufile.posix;
+  st.totals.p2p_pieces += report.cufile.p2p;
+  if (report.cufile.shared_window) ++st.totals.shared_windows;
+  st.totals.seconds += report.seconds;
+  for (const RouteReason& r : report.reasons) ++st.totals.reasons[to_string(r.code)];
 }
 
 }  // namespace core
 
 Stats stats() {
-  std::lock_guard lock(mu);
-  return totals;
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  return st.totals;
 }
 
 void reset_stats() {
-  std::lock_guard lock(mu);
-  totals = Stats{};
+  State& st = state();
+  std::lock_guard lock(st.mu);
+  st.totals = Stats{};
 }
 
 std::string Stats::to_json() const {

@@ -126,11 +126,13 @@ void check(CUresult result, const char* what) {
 
 CUcontext use_device(int ordinal) {
   const Driver& d = driver();
-  static std::mutex mu;
-  static std::vector<CUcontext> contexts;  // Retained once, released by the driver at exit.
+  // Leaked on purpose, like the contexts they hold: GPU workers may still call this while the
+  // process exits.
+  static auto* mu = new std::mutex;
+  static auto* contexts = new std::vector<CUcontext>;  // retained once, released at exit
   CUcontext ctx = nullptr;
   {
-    std::lock_guard lock(mu);
+    std::lock_guard lock(*mu);
     int count = 0;
     check(d.DeviceGetCount(&count), "cuDeviceGetCount");
     if (ordinal < 0 || ordinal >= count) {
@@ -138,13 +140,13 @@ CUcontext use_device(int ordinal) {
           fmt::format("GPU {} does not exist: this machine has {} GPU(s)", ordinal, count),
           static_cast<int>(CUDA_ERROR_INVALID_DEVICE));
     }
-    if (contexts.size() < static_cast<size_t>(count)) contexts.resize(count, nullptr);
-    if (contexts[ordinal] == nullptr) {
+    if (contexts->size() < static_cast<size_t>(count)) contexts->resize(count, nullptr);
+    if ((*contexts)[ordinal] == nullptr) {
       CUdevice dev = 0;
       check(d.DeviceGet(&dev, ordinal), "cuDeviceGet");
-      check(d.DevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
+      check(d.DevicePrimaryCtxRetain(&(*contexts)[ordinal], dev), "cuDevicePrimaryCtxRetain");
     }
-    ctx = contexts[ordinal];
+    ctx = (*contexts)[ordinal];
   }
   check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
   return ctx;

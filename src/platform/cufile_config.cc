@@ -261,12 +261,20 @@ CufileConfig parse_cufile_config(std::string_view text, const Environment& env) 
                       /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     // e.byte is the 1-based index of the last byte read, the end of the token that broke it.
-    std::size_t offset = token_start(text, e.byte > 0 ? e.byte - 1 : 0);
+    // For an unterminated comment nlohmann reports a byte past the end: clamp it.
+    std::size_t offset =
+        token_start(text, std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size()));
     auto [line, col] = line_and_column(text, offset);
     c.state = CufileFileState::kMalformed;
     c.parse_error = CufileParseError{offset, line, col, short_message(e.what())};
     c.state_detail = fmt::format("cufile.json does not parse at line {}, column {}: {}", line, col,
                                  c.parse_error->message);
+    mark_all_unknown(c, c.state_detail);
+    return finish();
+  } catch (const json::out_of_range& e) {
+    // A number too large for a double (found by fuzzing): malformed, not an exception.
+    c.state = CufileFileState::kMalformed;
+    c.state_detail = fmt::format("cufile.json does not parse: {}", short_message(e.what()));
     mark_all_unknown(c, c.state_detail);
     return finish();
   }

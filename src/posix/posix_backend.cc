@@ -70,12 +70,12 @@ class PosixWorker final : public core::Worker {
       ssize_t n = io_.pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
       if (n < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
-        throw IoError(errno, fd == dfd_ ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
-                      len - done, moved_);
+        throw IoError(errno, dfd_ >= 0 && fd == dfd_ ? "pread(O_DIRECT)" : "pread", c_.file.path(),
+                      off + done, len - done, moved_);
       }
       if (n == 0) break;
       done += static_cast<std::size_t>(n);
-      if (fd == dfd_ && done < len) break;
+      if (dfd_ >= 0 && fd == dfd_ && done < len) break;
     }
     return done;
   }
@@ -86,8 +86,8 @@ class PosixWorker final : public core::Worker {
       ssize_t n = io_.pwrite(fd, buf + done, len - done, static_cast<off_t>(off + done));
       if (n < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
-        throw IoError(errno, fd == dfd_ ? "pwrite(O_DIRECT)" : "pwrite", c_.file.path(), off + done,
-                      len - done, moved_ + done);
+        throw IoError(errno, dfd_ >= 0 && fd == dfd_ ? "pwrite(O_DIRECT)" : "pwrite",
+                      c_.file.path(), off + done, len - done, moved_ + done);
       }
       if (n == 0) {
         throw IoError(EIO, "pwrite", c_.file.path(), off + done, len - done, moved_ + done,
@@ -155,7 +155,7 @@ class PosixWorker final : public core::Worker {
   void write_segment(const core::Task& task, int fd, std::uint64_t off, std::size_t len) {
     const char* src = target(task, off);
     const bool aligned_src = reinterpret_cast<std::uintptr_t>(src) % kAlignment == 0;
-    if (!gpu_ && (fd != dfd_ || aligned_src)) {
+    if (!gpu_ && (dfd_ < 0 || fd != dfd_ || aligned_src)) {
       write_full(fd, src, len, off);
       return;
     }
