@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "ferry/error.h"
 
 namespace ferry::test {
 
@@ -33,6 +36,19 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Expects `body` to throw ferry::IoError with errno `err` whose message and path name `path`.
+template <typename Body>
+void expect_io_error(Body body, const std::string& path, int err) {
+  try {
+    body();
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), err) << e.what();
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
 
 inline std::vector<unsigned char> random_bytes(std::size_t size, std::uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -73,6 +73,14 @@ struct PlatformReport {
 
 PlatformReport read_platform(const std::filesystem::path& root = "/");
 
+// "0000:3B:00.0" (libcuda) and "0000:3b:00.0" (sysfs) name one PCI function: lower case, with a
+// four-digit domain (libcuda may print eight).
+std::string normalize_pci_bus_id(std::string id);
+
+// The effective value of a cufile.json key ("properties.allow_compat_mode") as text, or nullopt
+// when it is unknown.
+std::optional<std::string> cufile_setting(const PlatformReport& report, std::string_view key);
+
 // The storage under one file: its mount, device, udev entry (which cuFile needs) and PCI distance
 // to each GPU of `gpus`.
 struct PlatformGpuDistance {

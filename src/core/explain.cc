@@ -24,22 +24,6 @@
 namespace ferry {
 namespace {
 
-// "0000:3B:00.0" (libcuda) and "0000:3b:00.0" (sysfs) name one function; libcuda may also
-// print an eight-digit domain.
-std::string normal_bus_id(std::string id) {
-  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  auto colon = id.find(':');
-  if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos)
-    id.erase(0, colon - 4);
-  return id;
-}
-
-std::optional<std::string> cufile_value(const PlatformReport& p, std::string_view key) {
-  for (const auto& v : p.cufile.values)
-    if (v.key == key) return v.value;
-  return std::nullopt;
-}
-
 bool contains(const std::optional<std::string>& s, std::string_view what) {
   return s && s->find(what) != std::string::npos;
 }
@@ -106,7 +90,7 @@ void judge_device(const PlatformStorage& s, const PlatformNvfs& nvfs, Explanatio
 // does not reach cuFile today may reach it once the layer-1 blocker is gone.
 void judge_layer2_facts(Explanation& e) {
   const PlatformReport& p = e.platform;
-  if (cufile_value(p, "properties.force_compat_mode") == "true")
+  if (cufile_setting(p, "properties.force_compat_mode") == "true")
     e.blocking.push_back(
         "properties.force_compat_mode is true (cufile.json or CUFILE_FORCE_COMPAT_MODE): cuFile "
         "serves every request through its compatibility path");
@@ -128,7 +112,7 @@ void predict_layer2(const ExplainRequest& r, Explanation& e) {
              : !e.unknowns.empty() ? PredictedLayer2::kUnknown
                                    : PredictedLayer2::kNvfs;
   if (e.layer2 == PredictedLayer2::kCompat &&
-      cufile_value(p, "properties.allow_compat_mode") == "false" && !e.failure)
+      cufile_setting(p, "properties.allow_compat_mode") == "false" && !e.failure)
     e.failure =
         "properties.allow_compat_mode is false, so cuFile would fail these reads rather than "
         "serve them through its compatibility path";
@@ -160,9 +144,9 @@ void predict_layer2(const ExplainRequest& r, Explanation& e) {
 void note_distance(const CudaStatus& cuda, Explanation& e) {
   if (!is_gpu(e.memory) || e.device < 0 || static_cast<std::size_t>(e.device) >= cuda.gpus.size())
     return;
-  std::string bus = normal_bus_id(cuda.gpus[e.device].pci_bus_id);
+  std::string bus = normalize_pci_bus_id(cuda.gpus[e.device].pci_bus_id);
   for (const auto& d : e.storage.gpu_distances) {
-    if (normal_bus_id(d.gpu_bus_id) != bus) continue;
+    if (normalize_pci_bus_id(d.gpu_bus_id) != bus) continue;
     e.notes.push_back(fmt::format("PCI distance GPU {} ({}) to the file's device: {} ({})",
                                   e.device, bus, d.distance.value_or("unknown"), d.reason));
     return;
@@ -228,7 +212,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   e.platform = read_platform(r.root);
   for (auto& g : e.platform.gpus) {
     for (const auto& c : cuda.gpus) {
-      if (normal_bus_id(c.pci_bus_id) == normal_bus_id(g.bus_id)) g.name = c.name;
+      if (normalize_pci_bus_id(c.pci_bus_id) == normalize_pci_bus_id(g.bus_id)) g.name = c.name;
     }
   }
   e.storage = read_storage(path, e.platform.gpus, r.root);

@@ -76,6 +76,22 @@ PlatformNvfs nvfs_section(const NvfsSnapshot& s) {
 
 }  // namespace
 
+std::string normalize_pci_bus_id(std::string id) {
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto colon = id.find(':');
+  if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos) {
+    id.erase(0, colon - 4);
+  }
+  return id;
+}
+
+std::optional<std::string> cufile_setting(const PlatformReport& report, std::string_view key) {
+  for (const PlatformCufileValue& v : report.cufile.values) {
+    if (v.key == key) return v.value;
+  }
+  return std::nullopt;
+}
+
 PlatformReport read_platform(const std::filesystem::path& root) {
   PlatformReport r;
   r.root = root.string();

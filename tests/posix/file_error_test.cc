@@ -14,20 +14,8 @@
 namespace ferry {
 namespace {
 
+using test::expect_io_error;
 using test::TempDir;
-
-// Expects `body` to throw IoError whose message names `path`, with errno `err`.
-template <typename Body>
-void expect_io_error(Body body, const std::string& path, int err) {
-  try {
-    body();
-    FAIL() << "no error for " << path;
-  } catch (const IoError& e) {
-    EXPECT_EQ(e.error_code(), err) << e.what();
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    EXPECT_EQ(e.path(), path);
-  }
-}
 
 TEST(FileErrors, MissingFileNamesThePath) {
   TempDir dir;

@@ -20,21 +20,7 @@ struct CheckArgs {
   bool json = false;
 };
 
-std::string normal_bus_id(std::string id) {
-  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  auto colon = id.find(':');
-  if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos)
-    id.erase(0, colon - 4);
-  return id;
-}
-
 std::string cuda_version_text(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
-
-std::optional<std::string> cufile_value(const PlatformReport& p, std::string_view key) {
-  for (const auto& v : p.cufile.values)
-    if (v.key == key) return v.value;
-  return std::nullopt;
-}
 
 // The platform's GPUs with libcuda's names; GPUs libcuda sees but sysfs does not are added.
 void merge_gpus(PlatformReport& p, const CudaStatus& cuda) {
@@ -43,9 +29,9 @@ void merge_gpus(PlatformReport& p, const CudaStatus& cuda) {
   for (const GpuInfo& g : cuda.gpus) {
     PlatformGpu* match = nullptr;
     for (auto& s : p.gpus)
-      if (normal_bus_id(s.bus_id) == normal_bus_id(g.pci_bus_id)) match = &s;
+      if (normalize_pci_bus_id(s.bus_id) == normalize_pci_bus_id(g.pci_bus_id)) match = &s;
     if (match == nullptr) {
-      p.gpus.push_back(PlatformGpu{normal_bus_id(g.pci_bus_id), std::nullopt, std::nullopt,
+      p.gpus.push_back(PlatformGpu{normalize_pci_bus_id(g.pci_bus_id), std::nullopt, std::nullopt,
                                    std::nullopt, std::nullopt});
       match = &p.gpus.back();
     }
@@ -64,7 +50,7 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
     gds = "not available for local NVMe (nvidia-fs has no nvme driver registered)";
   } else if (p.iommu.on == true && p.iommu.how.find("passthrough") == std::string::npos) {
     gds = "blocked (the IOMMU is on)";
-  } else if (cufile_value(p, "properties.force_compat_mode") == "true") {
+  } else if (cufile_setting(p, "properties.force_compat_mode") == "true") {
     gds = "not used (force_compat_mode is true)";
   } else {
     gds =
@@ -77,7 +63,7 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
   } else if (c.driver_open_attempted && !c.driver_open) {
     cufile = "cuFile's driver does not open (" + c.driver_error_text + ")";
   } else if (!p.nvfs.loaded) {
-    cufile = cufile_value(p, "properties.allow_compat_mode") == "false"
+    cufile = cufile_setting(p, "properties.allow_compat_mode") == "false"
                  ? "cuFile will refuse to run (allow_compat_mode is false)"
                  : "cuFile will run in compatibility mode";
   } else {
