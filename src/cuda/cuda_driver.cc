@@ -53,6 +53,7 @@ Loaded load() {
   FERRY_RESOLVE(DeviceTotalMem, cuDeviceTotalMem);
   FERRY_RESOLVE(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
   FERRY_RESOLVE(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease);
+  FERRY_RESOLVE(DevicePrimaryCtxReset, cuDevicePrimaryCtxReset);
   FERRY_RESOLVE(CtxSetCurrent, cuCtxSetCurrent);
   FERRY_RESOLVE(CtxGetCurrent, cuCtxGetCurrent);
   FERRY_RESOLVE(PointerGetAttributes, cuPointerGetAttributes);

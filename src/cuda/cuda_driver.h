@@ -24,6 +24,7 @@ struct Driver {
   decltype(&::cuDeviceTotalMem) DeviceTotalMem;
   decltype(&::cuDevicePrimaryCtxRetain) DevicePrimaryCtxRetain;
   decltype(&::cuDevicePrimaryCtxRelease) DevicePrimaryCtxRelease;
+  decltype(&::cuDevicePrimaryCtxReset) DevicePrimaryCtxReset;
   decltype(&::cuCtxSetCurrent) CtxSetCurrent;
   decltype(&::cuCtxGetCurrent) CtxGetCurrent;
   decltype(&::cuPointerGetAttributes) PointerGetAttributes;

@@ -127,8 +127,12 @@ void Buffer::release() noexcept {
       break;
     case MemoryKind::kDevice:
     case MemoryKind::kManaged:
-      cuda::use_device(device_);
-      cuda::driver().MemFree(reinterpret_cast<CUdeviceptr>(data_));
+      // A destructor must not throw: if the context is gone (reset, destroyed), so is the memory.
+      try {
+        cuda::use_device(device_);
+        cuda::driver().MemFree(reinterpret_cast<CUdeviceptr>(data_));
+      } catch (const CudaError&) {
+      }
       break;
   }
   data_ = nullptr;

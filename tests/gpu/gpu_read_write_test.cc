@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "cuda/cuda_driver.h"
 #include "ferry/ferry.h"
 #include "test_util.h"
 
@@ -139,6 +140,34 @@ TEST_F(Gpu, RouteReportNamesTheBouncePathForGpuMemory) {
     }
   }
   EXPECT_TRUE(engine);
+}
+
+// Issue 6: a device pointer whose context was destroyed. CTest runs each test in its own
+// process, so resetting the primary context here harms no other test.
+TEST_F(Gpu, PointerFromADestroyedContextIsAClearErrorNotACrash) {
+  TempDir dir;
+  const std::size_t size = 1 << 20;
+  test::write_file(dir / "d.bin", test::pattern_bytes(size, 46));
+  void* stale = nullptr;
+  {
+    Buffer b(MemoryKind::kDevice, size, 0);
+    stale = b.data();
+    const cuda::Driver& d = cuda::driver();
+    CUdevice dev = 0;
+    ASSERT_EQ(d.DeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(d.DevicePrimaryCtxReset(dev), CUDA_SUCCESS);  // frees every allocation in it
+    // The Buffer's own cuMemFree then fails quietly: the memory is already gone.
+  }
+  File file(dir / "d.bin");
+  try {
+    std::size_t n = file.read(stale, size, 0);
+    FAIL() << "a read into freed device memory reported " << n << " bytes";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EFAULT) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d.bin"), std::string::npos) << e.what();
+  } catch (const CudaError& e) {
+    SUCCEED() << e.what();
+  }
 }
 
 }  // namespace
