@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,14 +37,21 @@ std::shared_ptr<Cached> open_for_cufile(const core::OpenFile& file, const Librar
   abi::Handle handle = nullptr;
   abi::Error e = lib.HandleRegister(&handle, &descr);
   if (e.err != abi::kSuccess) {
+    struct stat st {};
+    const bool have_stat = ::fstat(fd, &st) == 0;
     ::close(fd);
     out->why_not = fmt::format("cuFileHandleRegister failed for {}: {}", file.path(), describe(e));
     // Measured on the GPU machine: without a udev entry for the disk (containers and VMs
     // without udev), cuFile 1.15 answers 5027 and logs "udev property not found: ID_FS_USAGE".
-    if (e.err == abi::kHandleNotRegistered) {
-      out->why_not +=
-          " (cuFile found no udev entry for the file's disk: /run/udev/data/b<major>:<minor> "
-          "needs ID_FS_USAGE)";
+    // Files of tmpfs and other file systems without a block device get the same code.
+    if (e.err == abi::kHandleNotRegistered && have_stat) {
+      if (major(st.st_dev) == 0) {
+        out->why_not += " (the file system has no block device, which cuFile needs)";
+      } else {
+        out->why_not += fmt::format(
+            " (cuFile needs udev's ID_FS_USAGE for the file's disk, in /run/udev/data/b{}:{})",
+            major(st.st_dev), minor(st.st_dev));
+      }
     }
     return out;
   }
