@@ -1,6 +1,6 @@
-// ferry::plan: layer 1 (ferry's tasks) mirrors KvikIO: a request below gds_threshold is one
-// POSIX read without the thread pool; any other request is cut from its start offset into
-// task_size tasks, the last one shorter. Layer 2 is predict_cufile_pieces per task.
+// ferry::plan: layer 1 mirrors the engine: every request is cut from its start offset into
+// task_size tasks, the last one shorter; in auto mode a request below gds_threshold takes
+// ferry's POSIX path. Layer 2 is predict_cufile_pieces per task that goes to cuFile.
 #include "ferry/plan.h"
 
 #include <fmt/format.h>
@@ -48,22 +48,24 @@ Plan plan(const PlanRequest& r) {
     p.words.push_back("Nothing to read: the request is 0 bytes.");
     return p;
   }
-  if (r.size < r.gds_threshold) {
-    p.path = PlanPath::kPosixBelowThreshold;
-    p.task_count = 1;
-    p.first_task_size = p.last_task_size = r.size;
-    p.groups.push_back(PlanTaskGroup{1, r.size, std::nullopt});
-    p.words.push_back(
-        fmt::format("ferry: {} is below gds_threshold {}: one POSIX read, cuFile is not called.",
-                    size_words(r.size), size_words(r.gds_threshold)));
-    return p;
-  }
   std::uint64_t task = r.task_size == 0 ? r.size : r.task_size;
   std::uint64_t full = r.size / task;
   std::uint64_t rest = r.size % task;
   p.task_count = full + (rest ? 1 : 0);
   p.first_task_size = full ? task : rest;
   p.last_task_size = rest ? rest : task;
+  // As the engine's routing does (src/core/routing.cc): the threshold applies in auto mode
+  // only; compat_mode=off sends even small requests to cuFile.
+  if (r.compat_mode == CompatMode::kAuto && r.size < r.gds_threshold) {
+    p.path = PlanPath::kPosixBelowThreshold;
+    if (full) p.groups.push_back(PlanTaskGroup{full, task, std::nullopt});
+    if (rest) p.groups.push_back(PlanTaskGroup{1, rest, std::nullopt});
+    p.words.push_back(fmt::format(
+        "ferry: {} is below gds_threshold {}: ferry's POSIX path in {} task(s), cuFile is not "
+        "called.",
+        size_words(r.size), size_words(r.gds_threshold), p.task_count));
+    return p;
+  }
   bool cufile = r.compat_mode != CompatMode::kOn;
   p.path = cufile ? PlanPath::kCufile : PlanPath::kPosixCompatOn;
   auto group = [&](std::uint64_t count, std::uint64_t size) {

@@ -140,6 +140,27 @@ TEST(Plan, EightKiBIsPosixBelowTheSixteenKiBThreshold) {
   EXPECT_NE(p.words[0].find("cuFile is not called"), std::string::npos);
 }
 
+// The engine applies gds_threshold in auto mode only (src/core/routing.cc); plan must agree,
+// and must split a small request into tasks the way the engine does.
+TEST(Plan, CompatOffSendsEvenSmallRequestsToCufile) {
+  PlanRequest r;
+  r.size = 8 * kKiB;
+  r.compat_mode = CompatMode::kOff;
+  auto p = plan(r);
+  EXPECT_EQ(p.path, PlanPath::kCufile);
+  EXPECT_EQ(p.cufile_pieces_total, 1u);
+}
+
+TEST(Plan, SmallRequestBelowThresholdIsSplitLikeTheEngineSplitsIt) {
+  PlanRequest r;
+  r.size = 10 * kKiB;
+  r.task_size = 4 * kKiB;
+  auto p = plan(r);
+  EXPECT_EQ(p.path, PlanPath::kPosixBelowThreshold);
+  EXPECT_EQ(p.task_count, 3u);
+  EXPECT_EQ(p.last_task_size, 2 * kKiB);
+}
+
 TEST(Plan, ThresholdItselfGoesToCufile) {
   PlanRequest r;
   r.size = 16 * kKiB;
