@@ -1,7 +1,8 @@
 // ferry::File: an open file that reads into and writes from host or GPU memory. Requests are
 // split into tasks of `task_size` run on a shared thread pool; each returns an IoFuture that
 // yields the byte count and the request's route report. A File may be used by several threads
-// at once; close() and move must not race with requests in flight.
+// at once; close() waits for the requests in flight, and a File must not be moved while other
+// threads use it.
 #pragma once
 
 #include <cstddef>
@@ -82,6 +83,8 @@ class File {
   // fsync: the bytes written so far are on stable storage when it returns. Throws IoError.
   void sync();
   bool is_open() const;
+  // Refuses new requests, waits for the I/O of those in flight, then closes the file. Throws
+  // IoError if close(2) fails (a write lost at close); the File is closed either way.
   void close();
   const std::string& path() const;
   // The effective settings of this File's requests (process-wide ones plus overrides).

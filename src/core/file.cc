@@ -83,8 +83,8 @@ void File::sync() {
 bool File::is_open() const { return file_ && file_->fd() >= 0; }
 
 void File::close() {
-  if (file_) file_->close();
-  file_.reset();
+  std::shared_ptr<core::OpenFile> file = std::move(file_);
+  if (file) file->close();
 }
 
 const std::string& File::path() const { return open_or_throw(file_, "path").path(); }

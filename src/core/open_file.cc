@@ -91,16 +91,41 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
   }
 }
 
-OpenFile::~OpenFile() { close(); }
+OpenFile::~OpenFile() {
+  try {
+    close();
+  } catch (const IoError&) {
+    // A destructor cannot report it; callers who care call File::close() or sync() first.
+  }
+}
+
+void OpenFile::begin_request(const char* op) {
+  std::lock_guard lock(mu_);
+  if (closing_ || fd_ < 0) throw IoError(EBADF, op, path_, 0, 0, 0, "file is closed");
+  ++in_flight_;
+}
+
+void OpenFile::end_request() {
+  std::lock_guard lock(mu_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
 
 void OpenFile::close() {
+  {
+    std::unique_lock lock(mu_);
+    closing_ = true;
+    idle_.wait(lock, [this] { return in_flight_ == 0; });
+  }
   {
     std::lock_guard lock(attachment_mu_);
     attachment_.reset();
   }
-  if (direct_fd_ >= 0) io_.close(direct_fd_);
-  if (fd_ >= 0) io_.close(fd_);
-  fd_ = direct_fd_ = -1;
+  int failed_errno = 0;
+  for (int* fd : {&direct_fd_, &fd_}) {
+    if (*fd >= 0 && io_.close(*fd) != 0 && failed_errno == 0) failed_errno = errno;
+    *fd = -1;
+  }
+  if (failed_errno != 0) throw IoError(failed_errno, "close", path_, 0, 0);
 }
 
 std::uint64_t OpenFile::size() const {

@@ -3,6 +3,7 @@
 // flight, so a moved or closed File never frees state a request still uses. Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,11 +31,18 @@ class OpenFile {
   bool direct_requested() const { return options_.direct; }
   // Why O_DIRECT was refused (empty when it was not).
   const std::string& direct_refused() const { return direct_refused_; }
+  // Requests register while they run, so close() can wait for them: closing a descriptor under
+  // a running request would let a reused descriptor number send its I/O to another file.
+  // begin_request() throws IoError (EBADF) once the file is closed or closing.
+  void begin_request(const char* op);
+  void end_request();
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
   Settings settings() const { return options_.settings.apply_to(ferry::settings()); }
   // Current size from fstat; throws IoError.
   std::uint64_t size() const;
+  // Refuses new requests, waits for those running, then closes the descriptors. Throws IoError
+  // when close(2) fails (a write lost at close, as NFS can report), after closing them all.
   void close();
 
   void set_last_route(const RouteReport& report);
@@ -55,6 +63,9 @@ class OpenFile {
   bool readable_ = false;
   bool writable_ = false;
   mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::size_t in_flight_ = 0;
+  bool closing_ = false;
   RouteReport last_route_;
   std::mutex attachment_mu_;
   std::shared_ptr<void> attachment_;

@@ -164,6 +164,7 @@ struct Job {
     owned_backend.reset();
     record_request(report, e != nullptr);
     file->set_last_route(report);
+    file->end_request();
     // Drop the file before the caller can see completion: pool threads keep this Job alive a
     // little longer, and the file (with its I/O seam) must not outlive what the caller awaits.
     file.reset();
@@ -189,14 +190,16 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
   report.file = file->path();
   report.offset = offset;
   report.requested = size;
+  bool registered = false;  // begin_request() succeeded: end_request() is owed
   auto fail_now = [&](std::exception_ptr e) {
+    if (registered) file->end_request();
     record_request(report, true);
     state->complete(0, std::move(e), report);
     return std::move(future);
   };
   try {
-    if (file->fd() < 0)
-      throw IoError(EBADF, to_string(op), file->path(), offset, size, 0, "file is closed");
+    file->begin_request(op == Op::kRead ? "pread" : "pwrite");
+    registered = true;
     if (buffer == nullptr && size > 0) {
       throw IoError(EFAULT, to_string(op), file->path(), offset, size, 0, "null buffer");
     }

@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
-#include <thread>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/open_file.h"
 #include "ferry/ferry.h"
@@ -157,6 +157,63 @@ TEST(FaultInjection, FailedRequestStopsTheOtherTasksPromptly) {
   // 2048 tasks of 4 KiB: after the failure the other workers stop instead of running them all
   // (about 4 seconds of 2 ms calls on 3 workers).
   EXPECT_LT(io.calls.load(), 512);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Regression for the gap docs/reliability.md recorded: close() during a request closed the
+// request's descriptor under it. close() now waits for the request and refuses new ones.
+TEST(FaultInjection, CloseWaitsForRequestsInFlightAndThenRefusesNewOnes) {
+  TempDir dir;
+  auto path = dir / "inflight.bin";
+  auto data = test::random_bytes(1 << 20, 36);
+  test::write_file(path, data);
+  FaultyIo io;
+  io.delay_us = 2000;  // 256 tasks of 4 KiB on 4 workers: about 130 ms of reading
+  File f = open_with(io, path, "r", "4KiB");
+  std::vector<unsigned char> buf(data.size());
+  IoFuture pending = f.pread(buf.data(), buf.size(), 0);
+  f.close();  // must wait for the read's I/O, not pull its descriptor away
+  const int calls_at_close = io.calls.load();
+  EXPECT_EQ(pending.get(), data.size());
+  EXPECT_EQ(io.calls.load(), calls_at_close) << "I/O ran after close() returned";
+  EXPECT_EQ(buf, data);
+  EXPECT_THROW(f.read(buf.data(), 1, 0), IoError);
+}
+
+class FailingClose final : public posix::IoSeam {
+ public:
+  int open(const char* p, int flags, mode_t mode) override {
+    return posix::system_io().open(p, flags, mode);
+  }
+  ssize_t pread(int fd, void* b, size_t n, off_t o) override {
+    return posix::system_io().pread(fd, b, n, o);
+  }
+  ssize_t pwrite(int fd, const void* b, size_t n, off_t o) override {
+    return posix::system_io().pwrite(fd, b, n, o);
+  }
+  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return posix::system_io().fsync(fd); }
+  int close(int fd) override {
+    posix::system_io().close(fd);
+    errno = EIO;  // as NFS reports a write that failed to reach the server
+    return -1;
+  }
+};
+
+TEST(FaultInjection, CloseReportsAFailedCloseNamingTheFile) {
+  TempDir dir;
+  auto path = (dir / "nfs.bin").string();
+  FailingClose io;
+  File f(std::make_shared<core::OpenFile>(path, "w", FileOptions{}, io));
+  unsigned char b[4] = {1, 2, 3, 4};
+  f.write(b, 4, 0);
+  test::expect_io_error([&] { f.close(); }, path, EIO);
+  EXPECT_FALSE(f.is_open());
 }
 
 }  // namespace
