@@ -1,6 +1,7 @@
 // ferry::explain: the route one read would take, predicted at both layers before any byte moves.
-// Layer 1 is decided by the same rule and the same cuFile probe as a real read (the file is
-// opened, O_DIRECT tested and, where cuFile loads, its handle registered; nothing is read).
+// Layer 1 is decided by the same rule, facts and cuFile probe as a real read (the file is
+// opened, its page-cache residency measured, O_DIRECT tested and, where the rule reaches it,
+// cuFile's handle registered; nothing is read).
 // Layer 2 is predicted from the platform facts (nvidia-fs, file system, device, IOMMU,
 // cufile.json) and says what blocks the accelerated path. Thread-safe; the result is a value.
 #pragma once
@@ -64,6 +65,8 @@ struct Explanation {
   std::size_t cufile_tasks = 0;
   std::vector<RouteReason> reasons;
   std::optional<std::string> failure;  // the read would fail, and why
+  PageCacheResidency page_cache;       // residency of the range now
+  std::size_t direct_tasks = 0;        // POSIX tasks that will read with O_DIRECT (cold pages)
 
   // Layer 2.
   PredictedLayer2 layer2 = PredictedLayer2::kNone;

@@ -12,3 +12,4 @@
 #include "ferry/route.h"
 #include "ferry/settings.h"
 #include "ferry/stats.h"
+#include "ferry/warm_up.h"

@@ -21,6 +21,9 @@ enum class ReasonCode {
   kHostBuffer,         // cuFile serves GPU memory only.
   kBelowThreshold,     // the request is smaller than gds_threshold.
   kCufileUnavailable,  // libcufile missing, driver open failed, handle registration failed...
+  kCufileCompatOnly,   // auto: cuFile could only use its compatibility path, which is slower.
+  kPageCacheResident,  // auto: the range is in the page cache, which ferry's POSIX path reads.
+  kColdDirect,         // tasks whose pages were not cached were read with O_DIRECT.
   kNoCudaDriver,       // libcuda could not be loaded: only host memory is possible.
   kDirectIoRefused,    // the file system refused O_DIRECT: buffered I/O instead.
   kEngine,             // how the POSIX path moved the bytes (pread, bounce buffers, io_uring).
@@ -55,6 +58,19 @@ struct CufileCounts {
   std::uint64_t module_ops = 0;  // growth of nvidia-fs's Reads (or Writes) n
 };
 
+// How much of the requested range was in the page cache just before the request, measured
+// without reading it (cachestat(2), or mincore(2) where the kernel lacks it). `estimated` is true
+// when mincore sampled a large range instead of checking every page.
+struct PageCacheResidency {
+  bool known = false;
+  std::string why_not;  // when not known
+  std::uint64_t resident = 0;  // bytes of the range in the page cache
+  std::uint64_t bytes = 0;     // bytes of the range
+  bool estimated = false;
+  std::string method;  // "cachestat", "mincore" or "test"
+  double fraction() const { return bytes == 0 ? 1.0 : static_cast<double>(resident) / bytes; }
+};
+
 struct RouteReport {
   Op op = Op::kRead;
   std::string file;
@@ -66,6 +82,9 @@ struct RouteReport {
   std::size_t tasks = 0;
   double seconds = 0;
   bool direct = false;  // O_DIRECT was used
+  std::size_t workers = 0;  // threads that ran the request's tasks
+  PageCacheResidency page_cache;  // residency of the range before the request
+  std::size_t direct_tasks = 0;   // POSIX tasks read with O_DIRECT because their pages were cold
   // Layer 1.
   std::size_t posix_tasks = 0;
   std::size_t cufile_tasks = 0;
@@ -83,5 +102,7 @@ struct RouteReport {
 
 std::string to_string(Op op);
 std::string to_string(Path path);
+// "7.9 GiB of 8 GiB resident (99%, cachestat)", or "unknown: why".
+std::string describe(const PageCacheResidency& residency);
 
 }  // namespace ferry

@@ -27,9 +27,14 @@ struct Settings {
   Require require = Require::kAny;
   std::size_t task_size = std::size_t{4} << 20;
   std::size_t gds_threshold = std::size_t{16} << 10;
-  std::size_t nthreads = 8;  // measured: bench/NOTES.md
+  std::size_t nthreads = 8;        // workers for GPU memory; measured: bench/NOTES.md §2
+  std::size_t host_nthreads = 16;  // workers for host memory; measured: bench/NOTES.md §11
   std::size_t bounce_buffer_size = std::size_t{4} << 20;  // measured: bench/NOTES.md
 };
+
+// The workers a request into memory of `kind` runs on: nthreads for GPU memory, host_nthreads
+// for host memory (pageable or pinned).
+std::size_t workers_for(const Settings& settings, bool gpu_memory);
 
 // A partial set of settings: the fields that are set replace the base ones.
 struct SettingsOverride {
@@ -38,11 +43,12 @@ struct SettingsOverride {
   std::optional<std::size_t> task_size;
   std::optional<std::size_t> gds_threshold;
   std::optional<std::size_t> nthreads;
+  std::optional<std::size_t> host_nthreads;
   std::optional<std::size_t> bounce_buffer_size;
 
   Settings apply_to(Settings base) const;
   // Parses `value` for the setting called `name` (compat_mode, require, task_size,
-  // gds_threshold, nthreads, bounce_buffer_size); throws SettingError.
+  // gds_threshold, nthreads, host_nthreads, bounce_buffer_size); throws SettingError.
   void set(std::string_view name, std::string_view value);
 };
 

@@ -22,7 +22,8 @@ from ._arrays import last_route, load, read_into
 from ._errors import CudaError, Error, IoError, RouteError, SettingError
 from ._settings import as_text as _as_text
 from ._settings import settings
-from ._ferry import CudaStatus, File, Future, RouteReason, RouteReport, Stats, cuda_status
+from ._ferry import (CudaStatus, File, Future, PageCacheResidency, RouteReason, RouteReport, Stats,
+                     cuda_status, warm_up)
 
 __version__: str = _ferry.__version__
 
@@ -31,10 +32,11 @@ if hasattr(_ferry, "cufile_status"):
     from ._ferry import RegisteredBuffer, cufile_status, register_buffer
 
 __all__ = [
-    "CudaError", "CudaStatus", "Error", "File", "Future", "IoError", "RegisteredBuffer",
+    "CudaError", "CudaStatus", "Error", "File", "Future", "IoError", "PageCacheResidency",
+    "RegisteredBuffer",
     "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
     "cufile_status", "last_route", "load", "open", "read_into", "register_buffer", "settings",
-    "stats",
+    "stats", "warm_up",
 ]
 
 

@@ -6,6 +6,7 @@
 #include "bindings.h"
 #include "ferry/memory.h"
 #include "ferry/stats.h"
+#include "ferry/warm_up.h"
 
 namespace ferry::python {
 
@@ -38,6 +39,18 @@ void bind_report(py::module_& m) {
       .def_readonly("module_why_not", &CufileCounts::module_why_not)
       .def_readonly("module_ops", &CufileCounts::module_ops);
 
+  py::class_<PageCacheResidency>(m, "PageCacheResidency")
+      .def_readonly("known", &PageCacheResidency::known)
+      .def_readonly("why_not", &PageCacheResidency::why_not)
+      .def_readonly("resident", &PageCacheResidency::resident)
+      .def_readonly("bytes", &PageCacheResidency::bytes)
+      .def_readonly("estimated", &PageCacheResidency::estimated)
+      .def_readonly("method", &PageCacheResidency::method)
+      .def_property_readonly("fraction", &PageCacheResidency::fraction)
+      .def("__repr__", [](const PageCacheResidency& p) {
+        return "<PageCacheResidency: " + describe(p) + ">";
+      });
+
   py::class_<RouteReport>(m, "RouteReport")
       .def_property_readonly("op", [](const RouteReport& r) { return to_string(r.op); })
       .def_readonly("file", &RouteReport::file)
@@ -49,6 +62,9 @@ void bind_report(py::module_& m) {
       .def_readonly("tasks", &RouteReport::tasks)
       .def_readonly("seconds", &RouteReport::seconds)
       .def_readonly("direct", &RouteReport::direct)
+      .def_readonly("workers", &RouteReport::workers)
+      .def_readonly("page_cache", &RouteReport::page_cache)
+      .def_readonly("direct_tasks", &RouteReport::direct_tasks)
       .def_readonly("posix_tasks", &RouteReport::posix_tasks)
       .def_readonly("cufile_tasks", &RouteReport::cufile_tasks)
       .def_readonly("reasons", &RouteReport::reasons)
@@ -97,6 +113,15 @@ void bind_report(py::module_& m) {
         return cuda_status();
       },
       "Whether the CUDA driver loads, its version and the GPUs.");
+  m.def(
+      "warm_up",
+      [](int device) {
+        py::gil_scoped_release release;
+        warm_up(device);
+      },
+      py::arg("device") = 0,
+      "Pay the first GPU read's one-time costs now: the GPU's context, the worker threads and "
+      "their pinned staging buffers. Optional; raises CudaError without a driver or GPU.");
 }
 
 }  // namespace ferry::python

@@ -15,6 +15,7 @@ inline pybind11::dict settings_dict(const Settings& s) {
   d["task_size"] = s.task_size;
   d["gds_threshold"] = s.gds_threshold;
   d["nthreads"] = s.nthreads;
+  d["host_nthreads"] = s.host_nthreads;
   d["bounce_buffer_size"] = s.bounce_buffer_size;
   return d;
 }

@@ -22,6 +22,9 @@ struct RequestContext {
   MemoryInfo memory;
   Settings settings;
   const std::atomic<bool>& cancelled;  // set when another task failed: stop promptly
+  std::size_t workers = 1;             // threads that run the request's tasks
+  PageCacheResidency residency;        // of the whole range, before the request (reads)
+  std::atomic<std::size_t>& direct_tasks;  // tasks a backend read with O_DIRECT because cold
 };
 
 class Worker {

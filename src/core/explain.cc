@@ -17,9 +17,12 @@
 #include "core/routing.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
+#include "cufile/cufile_outlook.h"
 #include "cufile/cufile_testing.h"
 #include "ferry/plan.h"
 #include "posix/io_seam.h"
+#include "posix/page_cache.h"
+#include "posix/posix_backend.h"
 
 namespace ferry {
 namespace {
@@ -226,21 +229,36 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
     e.direct_error = std::strerror(errno);
   }
 
-  // Layer 1: exactly what core::submit decides for this read.
-  core::RouteDecision route = core::decide_route(
-      e.settings, cufile::testing::route_view(memory), e.size, [&]() -> std::optional<std::string> {
-        cufile::Probe probe = cufile::probe(*file, e.settings);
-        if (probe.state) return std::nullopt;
-        return probe.why_not;
-      });
+  // Layer 1: exactly what core::submit decides for this read, from the same facts.
+  e.page_cache = posix::measure_residency(file->fd(), e.offset, e.size);
+  core::RouteFacts facts;
+  facts.compat_only = [&]() -> std::optional<std::string> {
+    cufile::Outlook outlook = cufile::accelerated_outlook(file->fd());
+    if (outlook.accelerated) return std::nullopt;
+    return outlook.why_not;
+  };
+  facts.residency = e.page_cache;
+  facts.probe_cufile = [&]() -> std::optional<std::string> {
+    cufile::Probe probe = cufile::probe(*file, e.settings);
+    if (probe.state) return std::nullopt;
+    return probe.why_not;
+  };
+  core::RouteDecision route =
+      core::decide_route(e.settings, cufile::testing::route_view(memory), e.size, facts);
   e.cufile = cufile_status(false);
   e.path = route.path;
   e.reasons = route.reasons;
   if (route.refusal && !e.failure) e.failure = route.refusal;
   if (file->direct_requested() && file->direct_fd() < 0)
     e.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
-  e.tasks = core::TaskSplitter(e.offset, e.size, e.settings.task_size).count();
+  core::TaskSplitter split(e.offset, e.size, e.settings.task_size);
+  e.tasks = split.count();
   (e.path == Path::kCufile ? e.cufile_tasks : e.posix_tasks) = e.tasks;
+  if (e.path == Path::kPosix && !r.direct && e.direct_ok && !e.failure) {
+    for (std::size_t i = 0; i < split.count(); ++i)
+      e.direct_tasks += posix::reads_cold(e.page_cache, file->fd(), split[i].file_offset,
+                                          split[i].size);
+  }
 
   judge_layer2_facts(e);
   if (e.path == Path::kCufile) predict_layer2(r, e);
@@ -313,8 +331,12 @@ std::string Explanation::to_text() const {
   line("cuFile", cufile.loaded ? fmt::format("{} {}{}", cufile.library, cufile.version_text,
                                              cufile.driver_open ? ", driver open" : "")
                                : "not loaded: " + cufile.load_error);
+  line("cache", describe(page_cache));
   o += fmt::format("  layer 1 (ferry): {}: {} task(s): {} to cuFile, {} to the POSIX path\n",
                    to_string(path), tasks, cufile_tasks, posix_tasks);
+  if (direct_tasks > 0)
+    o += fmt::format("    cold_direct: {} task(s) not in the page cache will read with O_DIRECT\n",
+                     direct_tasks);
   for (const RouteReason& r : reasons) o += fmt::format("    {}: {}\n", to_string(r.code), r.text);
   o += fmt::format("  layer 2 (cuFile): {}\n", to_string(layer2));
   for (const auto& w : pieces_words) o += fmt::format("    pieces: {}\n", w);
@@ -357,7 +379,15 @@ std::string Explanation::to_json() const {
         {"tasks", tasks},
         {"posix_tasks", posix_tasks},
         {"cufile_tasks", cufile_tasks},
+        {"direct_tasks", direct_tasks},
         {"reasons", reasons_json}}},
+      {"page_cache",
+       {{"known", page_cache.known},
+        {"why_not", page_cache.why_not},
+        {"resident", page_cache.resident},
+        {"bytes", page_cache.bytes},
+        {"estimated", page_cache.estimated},
+        {"method", page_cache.method}}},
       {"layer2",
        {{"path", to_string(layer2)},
         {"pieces", pieces ? json(*pieces) : json(nullptr)},

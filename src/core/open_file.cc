@@ -121,11 +121,23 @@ void OpenFile::close() {
     attachment_.reset();
   }
   int failed_errno = 0;
-  for (int* fd : {&direct_fd_, &fd_}) {
+  for (int* fd : {&cold_fd_, &direct_fd_, &fd_}) {
     if (*fd >= 0 && io_.close(*fd) != 0 && failed_errno == 0) failed_errno = errno;
     *fd = -1;
   }
   if (failed_errno != 0) throw IoError(failed_errno, "close", path_, 0, 0);
+}
+
+int OpenFile::cold_direct_fd() {
+  if (direct_fd_ >= 0) return direct_fd_;
+  if (!readable_) return -1;
+  std::lock_guard lock(attachment_mu_);
+  if (!cold_tried_ && fd_ >= 0) {
+    cold_tried_ = true;
+    // Read-only: cold reads never write, and the first open already created the file.
+    cold_fd_ = io_.open(path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
+  }
+  return cold_fd_;
 }
 
 std::uint64_t OpenFile::size() const {

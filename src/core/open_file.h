@@ -29,6 +29,10 @@ class OpenFile {
   // The O_DIRECT descriptor, or -1 when direct I/O was not asked for or was refused.
   int direct_fd() const { return direct_fd_; }
   bool direct_requested() const { return options_.direct; }
+  // An O_DIRECT descriptor for reading cold ranges, opened on first use and kept until close():
+  // the File's own O_DIRECT descriptor where it has one; -1 when the file system refuses
+  // O_DIRECT or the file is not readable.
+  int cold_direct_fd();
   // Why O_DIRECT was refused (empty when it was not).
   const std::string& direct_refused() const { return direct_refused_; }
   // Requests register while they run, so close() can wait for them: closing a descriptor under
@@ -59,6 +63,8 @@ class OpenFile {
   posix::IoSeam& io_;
   int fd_ = -1;
   int direct_fd_ = -1;
+  int cold_fd_ = -1;         // opened by cold_direct_fd()
+  bool cold_tried_ = false;  // under attachment_mu_
   std::string direct_refused_;
   bool readable_ = false;
   bool writable_ = false;

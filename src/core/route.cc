@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ferry/settings.h"
+
 namespace ferry {
 
 std::string to_string(ReasonCode code) {
@@ -16,6 +18,12 @@ std::string to_string(ReasonCode code) {
       return "below_threshold";
     case ReasonCode::kCufileUnavailable:
       return "cufile_unavailable";
+    case ReasonCode::kCufileCompatOnly:
+      return "cufile_compat_only";
+    case ReasonCode::kPageCacheResident:
+      return "page_cache_resident";
+    case ReasonCode::kColdDirect:
+      return "cold_direct";
     case ReasonCode::kNoCudaDriver:
       return "no_cuda_driver";
     case ReasonCode::kDirectIoRefused:
@@ -24,6 +32,13 @@ std::string to_string(ReasonCode code) {
       return "engine";
   }
   return "?";
+}
+
+std::string describe(const PageCacheResidency& p) {
+  if (!p.known) return "unknown: " + p.why_not;
+  return fmt::format("{} of {} resident ({:.0f}%{}, {})", format_size(p.resident),
+                     format_size(p.bytes), p.fraction() * 100, p.estimated ? ", sampled" : "",
+                     p.method);
 }
 
 std::string to_string(Op op) { return op == Op::kRead ? "read" : "write"; }
@@ -71,6 +86,7 @@ std::string RouteReport::to_text() const {
   for (const RouteReason& r : reasons) {
     text += fmt::format("    {}: {}\n", to_string(r.code), r.text);
   }
+  text += fmt::format("    page cache before the request: {}\n", describe(page_cache));
   if (cufile.observable) {
     text +=
         fmt::format("  layer 2 (cuFile): nvfs={} posix={} p2p={}{}\n", cufile.nvfs, cufile.posix,
@@ -108,8 +124,19 @@ std::string RouteReport::to_json() const {
       {"tasks", tasks},
       {"seconds", seconds},
       {"direct", direct},
+      {"workers", workers},
+      {"page_cache",
+       {{"known", page_cache.known},
+        {"why_not", page_cache.why_not},
+        {"resident", page_cache.resident},
+        {"bytes", page_cache.bytes},
+        {"estimated", page_cache.estimated},
+        {"method", page_cache.method}}},
       {"layer1",
-       {{"posix_tasks", posix_tasks}, {"cufile_tasks", cufile_tasks}, {"reasons", reasons_json}}},
+       {{"posix_tasks", posix_tasks},
+        {"cufile_tasks", cufile_tasks},
+        {"direct_tasks", direct_tasks},
+        {"reasons", reasons_json}}},
       {"layer2",
        {{"observable", cufile.observable},
         {"why_not", cufile.why_not},

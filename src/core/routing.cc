@@ -6,17 +6,24 @@ namespace ferry::core {
 
 RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                            const std::optional<std::string>& cufile_unavailable) {
-  return decide_route(settings, memory, size, [&] { return cufile_unavailable; });
+  RouteFacts facts;
+  facts.compat_only = [] { return std::nullopt; };
+  facts.probe_cufile = [&] { return cufile_unavailable; };
+  return decide_route(settings, memory, size, facts);
 }
 
 RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
-                           const std::function<std::optional<std::string>()>& probe_cufile) {
+                           const RouteFacts& facts) {
   RouteDecision d;
-  std::optional<std::string> cufile_unavailable;
+  std::optional<std::string> why;
   auto posix = [&](ReasonCode code, std::string text) {
     d.path = Path::kPosix;
     d.reasons.push_back({code, std::move(text)});
   };
+  // The speed rules apply in auto mode without strict mode: compat_mode=off and require=cufile
+  // or gds are the user's ways to insist on cuFile.
+  const bool by_speed =
+      settings.compat_mode == CompatMode::kAuto && settings.require == Require::kAny;
   if (settings.compat_mode == CompatMode::kOn) {
     posix(ReasonCode::kCompatModeOn, "compat_mode=on: cuFile is never called");
   } else if (!is_gpu(memory.kind)) {
@@ -27,11 +34,22 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
   } else if (settings.compat_mode == CompatMode::kAuto && size < settings.gds_threshold) {
     posix(ReasonCode::kBelowThreshold,
           fmt::format("request {} B below gds_threshold {} B", size, settings.gds_threshold));
-  } else if ((cufile_unavailable = probe_cufile())) {
-    posix(ReasonCode::kCufileUnavailable, *cufile_unavailable);
+  } else if (by_speed && (why = facts.compat_only())) {
+    // Measured on the GPU machine: cuFile's compatibility path reads with O_DIRECT at the
+    // disk's 1.5 GB/s where ferry's POSIX path reads cached data at 52 GB/s (bench/NOTES.md §6).
+    posix(ReasonCode::kCufileCompatOnly,
+          fmt::format("cuFile could only use its POSIX compatibility path ({}), which is slower "
+                      "than ferry's POSIX path; compat_mode=off forces cuFile",
+                      *why));
+  } else if (by_speed && facts.residency.known && facts.residency.fraction() >= kPageCacheFirst) {
+    posix(ReasonCode::kPageCacheResident,
+          fmt::format("the range is in the page cache ({}): ferry's POSIX path copies it from "
+                      "memory, where cuFile's accelerated path would read the disk",
+                      describe(facts.residency)));
+  } else if ((why = facts.probe_cufile())) {
+    posix(ReasonCode::kCufileUnavailable, *why);
     if (settings.compat_mode == CompatMode::kOff) {
-      d.refusal = fmt::format("compat_mode=off requires cuFile, which is unavailable: {}",
-                              *cufile_unavailable);
+      d.refusal = fmt::format("compat_mode=off requires cuFile, which is unavailable: {}", *why);
     }
   } else {
     d.path = Path::kCufile;

@@ -1,5 +1,5 @@
 // Layer 1: ferry's own choice, per request, between cuFile and its POSIX path, with the reason
-// in words. Pure function of the settings, the buffer, the size and cuFile's availability, so
+// in words. A pure function of the settings, the buffer, the size and the facts below, so
 // `ferry explain` and the request engine share it. Thread-safe.
 #pragma once
 
@@ -21,14 +21,30 @@ struct RouteDecision {
   std::optional<std::string> refusal;
 };
 
-// `cufile_unavailable` is nullopt when cuFile is usable for this file, else why it is not.
+// In auto mode, a range at least this resident in the page cache is read through it: ferry's
+// POSIX path copies cached pages at memory speed, where cuFile's accelerated path would read
+// the disk (bench/NOTES.md §10).
+constexpr double kPageCacheFirst = 0.10;
+
+// What layer 1 may ask, cheapest first. Each callback is called at most once, and only when the
+// decision depends on it, so a request that goes to POSIX anyway never opens cuFile's driver.
+struct RouteFacts {
+  // nullopt when cuFile could serve this file through an accelerated path (nvidia-fs, P2PDMA);
+  // else why it could only use its compatibility path. Cheap: no driver open.
+  std::function<std::optional<std::string>()> compat_only;
+  // Residency of the range in the page cache (unknown counts as cold).
+  PageCacheResidency residency;
+  // nullopt when cuFile is usable for this file (driver open, handle registered), else why not.
+  std::function<std::optional<std::string>()> probe_cufile;
+};
+
+RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
+                           const RouteFacts& facts);
+
+// The rule without the speed facts (as if cuFile's accelerated path were possible and the range
+// cold): for tests of the availability rules.
 RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                            const std::optional<std::string>& cufile_unavailable);
-
-// The same, asking `probe_cufile` only when the decision depends on it, so a request that
-// cannot go to cuFile anyway (compat on, host buffer, below the threshold) never opens cuFile.
-RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
-                           const std::function<std::optional<std::string>()>& probe_cufile);
 
 // Strict mode at layer 2: under require=gds, a request cuFile served with any non-nvfs piece
 // fails, and so does one whose layer 2 cannot be read unless cuFile's compatibility mode was

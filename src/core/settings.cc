@@ -23,7 +23,7 @@ struct Descriptor {
   std::string (*print)(const Settings&);
 };
 
-constexpr std::array<Descriptor, 6> kTable{{
+constexpr std::array<Descriptor, 7> kTable{{
     {"compat_mode", "FERRY_COMPAT_MODE",
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.compat_mode = parse_compat_mode(v, e);
@@ -54,6 +54,12 @@ constexpr std::array<Descriptor, 6> kTable{{
      },
      [](const SettingsOverride& o) { return o.nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.nthreads); }},
+    {"host_nthreads", "FERRY_HOST_NTHREADS",
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.host_nthreads = parse_count(v, e);
+     },
+     [](const SettingsOverride& o) { return o.host_nthreads.has_value(); },
+     [](const Settings& s) { return std::to_string(s.host_nthreads); }},
     {"bounce_buffer_size", "FERRY_BOUNCE_BUFFER_SIZE",
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.bounce_buffer_size = parse_size(v, e);
@@ -102,12 +108,17 @@ void mark_code(Global& g, const SettingsOverride& changes) {
 
 }  // namespace
 
+std::size_t workers_for(const Settings& settings, bool gpu_memory) {
+  return gpu_memory ? settings.nthreads : settings.host_nthreads;
+}
+
 Settings SettingsOverride::apply_to(Settings base) const {
   if (compat_mode) base.compat_mode = *compat_mode;
   if (require) base.require = *require;
   if (task_size) base.task_size = *task_size;
   if (gds_threshold) base.gds_threshold = *gds_threshold;
   if (nthreads) base.nthreads = *nthreads;
+  if (host_nthreads) base.host_nthreads = *host_nthreads;
   if (bounce_buffer_size) base.bounce_buffer_size = *bounce_buffer_size;
   // The string setters reject these already; fields set directly must not bypass the check
   // (a zero task size divides by zero, zero threads never finish a request).
@@ -121,6 +132,7 @@ Settings SettingsOverride::apply_to(Settings base) const {
   positive("gds_threshold", base.gds_threshold, SIZE_MAX);
   positive("bounce_buffer_size", base.bounce_buffer_size, SIZE_MAX);
   positive("nthreads", base.nthreads, 4096);
+  positive("host_nthreads", base.host_nthreads, 4096);
   return base;
 }
 

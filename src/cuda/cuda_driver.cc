@@ -62,6 +62,8 @@ Loaded load() {
   FERRY_RESOLVE(MemFree, cuMemFree);
   FERRY_RESOLVE(MemHostAlloc, cuMemHostAlloc);
   FERRY_RESOLVE(MemFreeHost, cuMemFreeHost);
+  FERRY_RESOLVE(MemHostRegister, cuMemHostRegister);
+  FERRY_RESOLVE(MemHostUnregister, cuMemHostUnregister);
   FERRY_RESOLVE(MemcpyHtoDAsync, cuMemcpyHtoDAsync);
   FERRY_RESOLVE(MemcpyDtoHAsync, cuMemcpyDtoHAsync);
   FERRY_RESOLVE(MemcpyHtoD, cuMemcpyHtoD);

@@ -33,6 +33,8 @@ struct Driver {
   decltype(&::cuMemFree) MemFree;
   decltype(&::cuMemHostAlloc) MemHostAlloc;
   decltype(&::cuMemFreeHost) MemFreeHost;
+  decltype(&::cuMemHostRegister) MemHostRegister;
+  decltype(&::cuMemHostUnregister) MemHostUnregister;
   decltype(&::cuMemcpyHtoDAsync) MemcpyHtoDAsync;
   decltype(&::cuMemcpyDtoHAsync) MemcpyDtoHAsync;
   decltype(&::cuMemcpyHtoD) MemcpyHtoD;

@@ -70,7 +70,7 @@ std::string CufileBackend::describe(const core::RequestContext& context) const {
   bool registered = find_registered(context.buffer).has_value();
   return fmt::format("{} of {} tasks from {} thread(s), {} buffer",
                      context.op == Op::kRead ? "cuFileRead" : "cuFileWrite",
-                     format_size(context.settings.task_size), context.settings.nthreads,
+                     format_size(context.settings.task_size), context.workers,
                      registered ? "registered" : "unregistered");
 }
 

@@ -9,6 +9,7 @@
 #include "cuda/cuda_driver.h"
 #include "ferry/error.h"
 #include "posix/bounce_pool.h"
+#include "posix/page_cache.h"
 
 namespace ferry::posix {
 namespace {
@@ -31,6 +32,7 @@ class PosixWorker final : public core::Worker {
     } else if (dfd_ >= 0) {
       stager_ = BouncePool::shared().acquire(-1, bounce_size(c.settings));
     }
+    may_go_cold_ = c.op == Op::kRead && dfd_ < 0;
   }
 
   ~PosixWorker() override {
@@ -64,18 +66,18 @@ class PosixWorker final : public core::Worker {
 
   // Reads until `len` bytes or end of file; returns the count. O_DIRECT reads stop at the first
   // short read, which only end of file produces.
-  std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off) {
+  std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off, bool direct) {
     std::size_t done = 0;
     while (done < len) {
       ssize_t n = io_.pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
       if (n < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
-        throw IoError(errno, dfd_ >= 0 && fd == dfd_ ? "pread(O_DIRECT)" : "pread", c_.file.path(),
-                      off + done, len - done, moved_);
+        throw IoError(errno, direct ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
+                      len - done, moved_);
       }
       if (n == 0) break;
       done += static_cast<std::size_t>(n);
-      if (dfd_ >= 0 && fd == dfd_ && done < len) break;
+      if (direct && done < len) break;
     }
     return done;
   }
@@ -110,25 +112,40 @@ class PosixWorker final : public core::Worker {
     return i;
   }
 
+  // The descriptor for a buffered File's cold task: O_DIRECT when the task's pages are not
+  // cached (-1 keeps the buffered one).
+  int cold_fd(const core::Task& task) {
+    if (!may_go_cold_ || !reads_cold(c_.residency, fd_, task.file_offset, task.size)) return -1;
+    int fd = c_.file.cold_direct_fd();
+    if (fd < 0) {
+      may_go_cold_ = false;  // the file system refuses O_DIRECT: stay buffered
+      return -1;
+    }
+    if (!gpu_ && !stager_) stager_ = BouncePool::shared().acquire(-1, bounce_size(c_.settings));
+    return fd;
+  }
+
   void read_task(const core::Task& task) {
     const std::uint64_t begin = task.file_offset;
     const std::uint64_t end = begin + task.size;
-    const bool direct = dfd_ >= 0;
+    const int cold = cold_fd(task);
+    if (cold >= 0) c_.direct_tasks.fetch_add(1, std::memory_order_relaxed);
+    const bool direct = dfd_ >= 0 || cold >= 0;
+    const int fd = cold >= 0 ? cold : direct ? dfd_ : fd_;
     char* dst = target(task, begin);
     if (!gpu_ && (!direct || (reinterpret_cast<std::uintptr_t>(dst) % kAlignment == 0 &&
                               begin % kAlignment == 0 && task.size % kAlignment == 0))) {
-      moved_ = read_full(direct ? dfd_ : fd_, dst, task.size, begin);
+      moved_ = read_full(fd, dst, task.size, begin, direct);
       return;
     }
     // Through the bounce buffers: for O_DIRECT the aligned cover of [begin, end).
-    const int fd = direct ? dfd_ : fd_;
     std::uint64_t pos = direct ? align_down(begin) : begin;
     const std::uint64_t stop = direct ? align_up(end) : end;
     while (pos < stop && !c_.cancelled.load(std::memory_order_relaxed)) {
       const std::size_t len = std::min<std::uint64_t>(stager_->size, stop - pos);
       const std::size_t slot = gpu_ ? next_slot() : 0;
       char* bounce = stager_->slots[slot];
-      const std::size_t n = read_full(fd, bounce, len, pos);
+      const std::size_t n = read_full(fd, bounce, len, pos, direct);
       const std::uint64_t use_begin = std::max(pos, begin);
       const std::uint64_t use_end = std::min(pos + n, end);
       if (use_end > use_begin) {
@@ -200,9 +217,17 @@ class PosixWorker final : public core::Worker {
   const int dfd_;
   BouncePool::Handle stager_{nullptr, BouncePool::Release{nullptr}};
   std::size_t moved_ = 0;
+  bool may_go_cold_ = false;  // a buffered read, on a file system that takes O_DIRECT
 };
 
 }  // namespace
+
+bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, std::size_t size) {
+  if (size < kColdTaskMin || !whole.known || whole.resident >= whole.bytes) return false;
+  if (whole.resident == 0 && !whole.estimated) return true;
+  PageCacheResidency task = measure_residency(fd, offset, size);
+  return task.known && task.fraction() < kColdTaskResident;
+}
 
 std::unique_ptr<core::Worker> PosixBackend::make_worker(const core::RequestContext& context) {
   return std::make_unique<PosixWorker>(context);
@@ -225,13 +250,13 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
     return fmt::format(
         "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
         "GPU {} on non-blocking streams",
-        call, kPipelineDepth, format_size(bounce_size(c.settings)), c.settings.nthreads,
+        call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
         c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
   }
   return fmt::format(
       "{} {} the {} buffer{} ({} thread(s))", call,
       c.op == Op::kRead ? "straight into" : "straight from", to_string(c.memory.kind),
-      direct ? ", through aligned bounce buffers where unaligned" : "", c.settings.nthreads);
+      direct ? ", through aligned bounce buffers where unaligned" : "", c.workers);
 }
 
 }  // namespace ferry::posix

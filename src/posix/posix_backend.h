@@ -1,13 +1,26 @@
 // ferry's own POSIX path. Host memory: pread/pwrite straight into the caller's buffer. GPU
 // memory: pread into pinned bounce buffers, each chunk's copy to the GPU queued on a
 // non-blocking stream while the next chunk is read (kPipelineDepth chunks per worker). Direct
-// I/O: O_DIRECT through page-aligned bounce buffers, unaligned head and tail handled. Thread-safe;
-// each Worker belongs to one thread.
+// I/O: O_DIRECT through page-aligned bounce buffers, unaligned head and tail handled. Cold reads:
+// a read task of a buffered File whose pages are not in the page cache reads with O_DIRECT.
+// Thread-safe; each Worker belongs to one thread.
 #pragma once
 
 #include "core/backend.h"
 
 namespace ferry::posix {
+
+// A read task of at least kColdTaskMin bytes with less than kColdTaskResident of its pages in the
+// page cache reads with O_DIRECT: on the GPU machine's disk that was 1.27x the rate of buffered
+// reads at 1/26 of the CPU time, and buffered reads only win once about a fifth of the task is
+// cached (bench/NOTES.md §9). Smaller tasks stay buffered, where readahead helps.
+constexpr std::size_t kColdTaskMin = std::size_t{1} << 20;
+constexpr double kColdTaskResident = 0.20;
+
+// Whether a read task [offset, offset + size) of a buffered File reads with O_DIRECT by the rule
+// above, given the residency of the whole request's range (measured once per request): a
+// request that is all cached never checks its tasks, one that is all cold need not.
+bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, std::size_t size);
 
 class PosixBackend final : public core::Backend {
  public:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cufile/cufile_testing.h"
+#include "posix/page_cache.h"
 #include "ferry/file.h"
 #include "ferry/settings.h"
 #include "test_util.h"
@@ -32,6 +33,15 @@ inline void use_fake_cufile(const char* library = FERRY_FAKE_CUFILE) {
   cufile::testing::set_root(test_data() / "platform/nvfs_absent");
 }
 
+// The double on a machine where cuFile's accelerated path looks possible (nvidia-fs loaded, as
+// in a captured tree) and every range is cold, so auto mode's speed rules send large GPU reads
+// to cuFile: for tests of auto mode's fallbacks after the driver open or the registration.
+inline void use_fake_gds_machine(const char* library = FERRY_FAKE_CUFILE) {
+  use_fake_cufile(library);
+  cufile::testing::set_root(test_data() / "platform/nvfs_rw_off");
+  posix::testing::set_resident_fraction(0.0);
+}
+
 // Calls one of the double's own counters; 0 when the double was never loaded.
 inline long fake_counter(const char* name) {
   void* h = dlopen(FERRY_FAKE_CUFILE, RTLD_NOW | RTLD_NOLOAD);
@@ -45,7 +55,9 @@ inline long fake_read_calls() { return fake_counter("ferry_fake_cufile_read_call
 inline long fake_write_calls() { return fake_counter("ferry_fake_cufile_write_calls"); }
 inline long fake_open_handles() { return fake_counter("ferry_fake_cufile_open_handles"); }
 
-inline SettingsOverride with(std::size_t task_size, CompatMode compat = CompatMode::kAuto,
+// compat_mode=off by default: cuFile on the double models a machine where cuFile has only its
+// compatibility path (no nvidia-fs), which auto mode no longer chooses by itself.
+inline SettingsOverride with(std::size_t task_size, CompatMode compat = CompatMode::kOff,
                              Require require = Require::kAny) {
   SettingsOverride o;
   o.task_size = task_size;

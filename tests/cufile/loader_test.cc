@@ -14,7 +14,7 @@ using test::DataFile;
 using test::kMiB;
 
 TEST(CufileLoader, MissingLibraryIsNamedAndReadsFallBack) {
-  test::use_fake_cufile("/nonexistent/libcufile.so.0");
+  test::use_fake_gds_machine("/nonexistent/libcufile.so.0");
   CufileStatus s = cufile_status();
   EXPECT_FALSE(s.loaded);
   EXPECT_EQ(s.load_error, "/nonexistent/libcufile.so.0 not found");
@@ -22,7 +22,7 @@ TEST(CufileLoader, MissingLibraryIsNamedAndReadsFallBack) {
 
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
   ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data());
   RouteReport r = file.last_route();
@@ -59,10 +59,10 @@ TEST(CufileLoader, StatusReportsVersionAndOpensTheDriver) {
 }
 
 TEST(CufileLoader, DriverOpensLazilyOnFirstCufileRequest) {
-  test::use_fake_cufile();
+  test::use_fake_gds_machine();
   DataFile f(1 * kMiB);
   std::vector<unsigned char> buf(8192);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
   file.read(buf.data(), buf.size());  // below gds_threshold: cuFile is not needed
   EXPECT_FALSE(cufile_status(false).driver_open_attempted);
   std::vector<unsigned char> big(1 * kMiB);

@@ -12,9 +12,10 @@ namespace {
 using test::DataFile;
 using test::kMiB;
 
-RouteReport read_once(const DataFile& f, std::size_t task_size) {
+RouteReport read_once(const DataFile& f, std::size_t task_size,
+                      CompatMode compat = CompatMode::kOff) {
   std::vector<unsigned char> buf(f.data().size());
-  File file(f.path(), "r", {false, test::with(task_size)});
+  File file(f.path(), "r", {false, test::with(task_size, compat)});
   EXPECT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data());
   return file.last_route();
@@ -48,10 +49,10 @@ TEST(CufileReport, ForcedCompatModeIsNamed) {
 }
 
 TEST(CufileReport, PosixFallbackVerdictGivesTheReason) {
-  test::use_fake_cufile();
+  test::use_fake_gds_machine();
   setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
   DataFile f(8 * kMiB);
-  RouteReport r = read_once(f, 4 * kMiB);
+  RouteReport r = read_once(f, 4 * kMiB, CompatMode::kAuto);
   unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
   EXPECT_EQ(r.verdict().rfind("2 task(s) went to ferry's POSIX path, cuFile was not called: "
                               "cuFileHandleRegister failed for ",

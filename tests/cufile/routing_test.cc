@@ -55,7 +55,7 @@ TEST(CufileRouting, SixteenMiBRequestIsCutIntoTwoPieces) {
 TEST(CufileRouting, BelowThresholdGoesToPosixWithoutCallingCufile) {
   test::use_fake_cufile();
   DataFile f(1 * kMiB);
-  RouteReport r = read_all(f, test::with(4 * kMiB), 8192, 4096);
+  RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 8192, 4096);
   EXPECT_EQ(r.cufile_tasks, 0u);
   EXPECT_EQ(r.posix_tasks, 1u);
   ASSERT_FALSE(r.reasons.empty());
@@ -85,10 +85,10 @@ TEST(CufileRouting, HostBufferGoesToPosix) {
 }
 
 TEST(CufileRouting, HandleRegisterFailureFallsBackWithTheReason) {
-  test::use_fake_cufile();
+  test::use_fake_gds_machine();
   setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
   DataFile f(8 * kMiB);
-  RouteReport r = read_all(f, test::with(4 * kMiB), 8 * kMiB);
+  RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 8 * kMiB);
   unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
   EXPECT_EQ(r.cufile_tasks, 0u);
   EXPECT_EQ(r.posix_tasks, 2u);
@@ -118,29 +118,87 @@ TEST(CufileRouting, CompatOffFailsInsteadOfFallingBack) {
   EXPECT_EQ(buf[0], 0xab);
 }
 
-TEST(CufileRouting, DriverOpenFailureFallsBackNamingNvidiaFs) {
+TEST(CufileRouting, DriverOpenFailureFallsBackWithItsCode) {
   setenv("FERRY_FAKE_CUFILE_DRIVER_OPEN_ERROR", "5001", 1);
-  test::use_fake_cufile();
+  test::use_fake_gds_machine();
   DataFile f(8 * kMiB);
-  RouteReport r = read_all(f, test::with(4 * kMiB), 8 * kMiB);
+  RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 8 * kMiB);
   unsetenv("FERRY_FAKE_CUFILE_DRIVER_OPEN_ERROR");
   EXPECT_EQ(r.cufile_tasks, 0u);
   EXPECT_EQ(r.reasons[0].code, ReasonCode::kCufileUnavailable);
   EXPECT_NE(r.reasons[0].text.find("error 5001"), std::string::npos) << r.reasons[0].text;
-  EXPECT_NE(r.reasons[0].text.find("nvidia-fs kernel module is not loaded"), std::string::npos);
+}
+
+// Issue 9: where cuFile could only use its compatibility path, auto mode takes ferry's POSIX path
+// without opening cuFile's driver (it used to cost 0.5 s per process on the GPU machine).
+TEST(CufileRouting, AutoWithoutNvidiaFsNeverOpensTheDriverAndSaysWhy) {
+  test::use_fake_cufile();  // captured tree without nvidia-fs
+  posix::testing::set_resident_fraction(0.0);
+  DataFile f(8 * kMiB);
+  RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 8 * kMiB);
+  EXPECT_EQ(r.cufile_tasks, 0u);
+  EXPECT_EQ(r.posix_tasks, 2u);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0].code, ReasonCode::kCufileCompatOnly);
+  EXPECT_NE(r.reasons[0].text.find("nvidia-fs kernel module is not loaded"), std::string::npos)
+      << r.reasons[0].text;
+  EXPECT_NE(r.reasons[0].text.find("compat_mode=off forces cuFile"), std::string::npos);
+  EXPECT_FALSE(cufile_status(false).driver_open_attempted);
+  EXPECT_EQ(test::fake_read_calls(), 0);
+}
+
+TEST(CufileRouting, CompatOffStillReachesCufileWithoutNvidiaFs) {
+  test::use_fake_cufile();
+  DataFile f(8 * kMiB);
+  RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kOff), 8 * kMiB);
+  EXPECT_EQ(r.cufile_tasks, 2u);
+  EXPECT_EQ(test::fake_read_calls(), 2);
+}
+
+// Issue 9: on a machine where nvidia-fs could serve the file, auto mode sends a cold range to
+// cuFile and a resident one through the page cache, and says which.
+TEST(CufileRouting, AutoSendsColdRangesToCufileAndResidentOnesThroughThePageCache) {
+  test::use_fake_gds_machine();
+  setenv("FERRY_FAKE_CUFILE_NVFS", "1", 1);
+  DataFile f(16 * kMiB);
+  RouteReport cold = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 16 * kMiB);
+  EXPECT_EQ(cold.cufile_tasks, 4u);
+  EXPECT_EQ(cold.page_cache.resident, 0u);
+  EXPECT_EQ(cold.cufile.nvfs, 4u);
+
+  posix::testing::set_resident_fraction(0.5);
+  RouteReport warm = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 16 * kMiB);
+  unsetenv("FERRY_FAKE_CUFILE_NVFS");
+  EXPECT_EQ(warm.cufile_tasks, 0u);
+  EXPECT_EQ(warm.posix_tasks, 4u);
+  ASSERT_FALSE(warm.reasons.empty());
+  EXPECT_EQ(warm.reasons[0].code, ReasonCode::kPageCacheResident);
+  EXPECT_NE(warm.reasons[0].text.find("8 MiB of 16 MiB resident (50%, test)"), std::string::npos)
+      << warm.reasons[0].text;
+  EXPECT_EQ(warm.page_cache.resident, 8 * kMiB);
+  EXPECT_EQ(test::fake_read_calls(), 4) << "only the cold read reached cuFile";
+}
+
+TEST(CufileRouting, StrictModeStillInsistsOnCufileForResidentRanges) {
+  test::use_fake_gds_machine();
+  posix::testing::set_resident_fraction(1.0);
+  DataFile f(8 * kMiB);
+  RouteReport r =
+      read_all(f, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), 8 * kMiB);
+  EXPECT_EQ(r.cufile_tasks, 2u);
 }
 
 TEST(CufileRouting, ProbeResultIsCachedPerFile) {
-  test::use_fake_cufile();
+  test::use_fake_gds_machine();
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
   setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
-  File first(f.path(), "r", {false, test::with(4 * kMiB)});
+  File first(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
   first.read(buf.data(), buf.size());
   unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
   first.read(buf.data(), buf.size());
   EXPECT_EQ(first.last_route().cufile_tasks, 0u) << "the first answer is kept for this File";
-  File second(f.path(), "r", {false, test::with(4 * kMiB)});
+  File second(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
   second.read(buf.data(), buf.size());
   EXPECT_EQ(second.last_route().cufile_tasks, 2u) << "a new File asks again";
   EXPECT_EQ(buf, f.data());

@@ -22,7 +22,9 @@ void add_memory_options(CLI::App& cmd, MemoryChoice& choice) {
 
 void add_settings_options(CLI::App& cmd, SettingsFlags& flags) {
   cmd.add_option("--task-size", flags.task_size, "Task size, e.g. 4MiB (FERRY_TASK_SIZE)");
-  cmd.add_option("--threads", flags.threads, "Worker threads (FERRY_NTHREADS)");
+  cmd.add_option("--threads", flags.threads,
+                 "Worker threads, for GPU and host memory alike (FERRY_NTHREADS for GPU memory, "
+                 "FERRY_HOST_NTHREADS for host memory)");
   cmd.add_option("--compat", flags.compat, "compat mode: auto, on or off (FERRY_COMPAT_MODE)");
   cmd.add_option("--require", flags.require, "Strict mode: any, cufile or gds (FERRY_REQUIRE)");
   cmd.add_option("--bounce-size", flags.bounce, "Bounce buffer size (FERRY_BOUNCE_BUFFER_SIZE)");
@@ -34,7 +36,10 @@ FileOptions file_options(const SettingsFlags& flags) {
   options.direct = flags.direct;
   if (!flags.task_size.empty())
     options.settings.task_size = parse_size(flags.task_size, "--task-size");
-  if (!flags.threads.empty()) options.settings.nthreads = parse_count(flags.threads, "--threads");
+  if (!flags.threads.empty()) {
+    options.settings.nthreads = parse_count(flags.threads, "--threads");
+    options.settings.host_nthreads = options.settings.nthreads;
+  }
   if (!flags.compat.empty())
     options.settings.compat_mode = parse_compat_mode(flags.compat, "--compat");
   if (!flags.require.empty()) options.settings.require = parse_require(flags.require, "--require");
