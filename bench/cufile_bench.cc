@@ -60,7 +60,10 @@ int main(int argc, char** argv) try {
     out.sync();
   }
   ferry::Buffer gpu(ferry::MemoryKind::kDevice, size, 0);
-  ferry::File file(path, "r");
+  // compat_mode=off: where cuFile has only its compatibility path, auto mode would not call it.
+  ferry::SettingsOverride to_cufile;
+  to_cufile.compat_mode = ferry::CompatMode::kOff;
+  ferry::File file(path, "r", {false, to_cufile});
   std::size_t n = file.read(gpu.data(), size, 0);  // opens cuFile, registers the handle
   ferry::RouteReport route = file.last_route();
   fmt::print(stderr, "{}", route.to_text());

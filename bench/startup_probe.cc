@@ -2,10 +2,18 @@
 // loading libcuda, the primary context, pinned staging buffers (several sizes and ways), streams,
 // events and threads, and how fast copies of small and large chunks run once they exist. Run in
 // a fresh process; prints one JSON object per measurement (stdout) and a table (stderr).
-// Usage: ferry_startup_probe   (needs a GPU; exits 77 with the reason where there is none)
+// With --ceilings FILE it instead measures the two ceilings a read can reach, best of 3: a
+// pinned host-to-device copy in 4 MiB chunks, and the page cache into touched host memory by 16
+// threads of 4 MiB preads (FILE must be in the page cache).
+// Usage: ferry_startup_probe [--ceilings FILE]   (exits 77 with the reason where there is no GPU)
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -32,9 +40,69 @@ void report(const std::string& what, double seconds, const std::string& note = "
   fmt::print(stderr, "{:<58} {:>9.3f} ms {}\n", what, seconds * 1e3, note);
 }
 
+// Page cache -> host memory by `threads` threads of 4 MiB preads into a touched buffer.
+double page_cache_ceiling(const char* path, int threads) {
+  int fd = ::open(path, O_RDONLY);
+  if (fd < 0) throw std::runtime_error(fmt::format("open {}: {}", path, std::strerror(errno)));
+  struct stat st {};
+  fstat(fd, &st);
+  const std::size_t size = static_cast<std::size_t>(st.st_size), chunk = std::size_t{4} << 20;
+  std::vector<char> buf(size);
+  std::memset(buf.data(), 1, size);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::atomic<std::size_t> next{0};
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        for (std::size_t off; (off = next.fetch_add(chunk)) < size;) {
+          std::size_t len = std::min(chunk, size - off);
+          if (::pread(fd, buf.data() + off, len, static_cast<off_t>(off)) < 0) std::abort();
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    best = std::max(best, size / since(t0) / 1e9);
+  }
+  ::close(fd);
+  return best;
+}
+
+int ceilings(const char* path) {
+  std::string why;
+  const cu::Driver* d = cu::driver_or_null(&why);
+  if (d != nullptr) {
+    cu::use_device(0);
+    const std::size_t size = std::size_t{1} << 30, chunk = std::size_t{4} << 20;
+    void* host = nullptr;
+    CUdeviceptr dev = 0;
+    CUstream stream = nullptr;
+    cu::check(d->MemHostAlloc(&host, chunk, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    cu::check(d->MemAlloc(&dev, size), "cuMemAlloc");
+    cu::check(d->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto t0 = Clock::now();
+      for (std::size_t off = 0; off < size; off += chunk)
+        cu::check(d->MemcpyHtoDAsync(dev + off, host, chunk, stream), "cuMemcpyHtoDAsync");
+      cu::check(d->StreamSynchronize(stream), "cuStreamSynchronize");
+      best = std::max(best, size / since(t0) / 1e9);
+    }
+    fmt::print("{}\n", nlohmann::json{{"case", "ceiling_pinned_htod"}, {"gbps", best}}.dump());
+  } else {
+    fmt::print(stderr, "no GPU ceiling: {}\n", why);
+  }
+  const double pc = page_cache_ceiling(path, 16);
+  fmt::print("{}\n",
+             nlohmann::json{{"case", "ceiling_page_cache_to_host_16t"}, {"gbps", pc}}.dump());
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--ceilings") return ceilings(argv[2]);
   auto t0 = Clock::now();
   std::string why;
   const cu::Driver* d = cu::driver_or_null(&why);

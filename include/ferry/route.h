@@ -63,7 +63,7 @@ struct CufileCounts {
 // when mincore sampled a large range instead of checking every page.
 struct PageCacheResidency {
   bool known = false;
-  std::string why_not;  // when not known
+  std::string why_not;         // when not known
   std::uint64_t resident = 0;  // bytes of the range in the page cache
   std::uint64_t bytes = 0;     // bytes of the range
   bool estimated = false;
@@ -81,8 +81,8 @@ struct RouteReport {
   std::uint64_t bytes = 0;      // bytes moved
   std::size_t tasks = 0;
   double seconds = 0;
-  bool direct = false;  // O_DIRECT was used
-  std::size_t workers = 0;  // threads that ran the request's tasks
+  bool direct = false;            // O_DIRECT was used
+  std::size_t workers = 0;        // threads that ran the request's tasks
   PageCacheResidency page_cache;  // residency of the range before the request
   std::size_t direct_tasks = 0;   // POSIX tasks read with O_DIRECT because their pages were cold
   // Layer 1.

@@ -47,9 +47,8 @@ void bind_report(py::module_& m) {
       .def_readonly("estimated", &PageCacheResidency::estimated)
       .def_readonly("method", &PageCacheResidency::method)
       .def_property_readonly("fraction", &PageCacheResidency::fraction)
-      .def("__repr__", [](const PageCacheResidency& p) {
-        return "<PageCacheResidency: " + describe(p) + ">";
-      });
+      .def("__repr__",
+           [](const PageCacheResidency& p) { return "<PageCacheResidency: " + describe(p) + ">"; });
 
   py::class_<RouteReport>(m, "RouteReport")
       .def_property_readonly("op", [](const RouteReport& r) { return to_string(r.op); })

@@ -21,9 +21,9 @@ struct RequestContext {
   char* buffer;  // host address or CUDA device address of the request's first byte
   MemoryInfo memory;
   Settings settings;
-  const std::atomic<bool>& cancelled;  // set when another task failed: stop promptly
-  std::size_t workers = 1;             // threads that run the request's tasks
-  PageCacheResidency residency;        // of the whole range, before the request (reads)
+  const std::atomic<bool>& cancelled;      // set when another task failed: stop promptly
+  std::size_t workers = 1;                 // threads that run the request's tasks
+  PageCacheResidency residency;            // of the whole range, before the request (reads)
   std::atomic<std::size_t>& direct_tasks;  // tasks a backend read with O_DIRECT because cold
 };
 

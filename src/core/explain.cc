@@ -256,8 +256,13 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   (e.path == Path::kCufile ? e.cufile_tasks : e.posix_tasks) = e.tasks;
   if (e.path == Path::kPosix && !r.direct && e.direct_ok && !e.failure) {
     for (std::size_t i = 0; i < split.count(); ++i)
-      e.direct_tasks += posix::reads_cold(e.page_cache, file->fd(), split[i].file_offset,
-                                          split[i].size);
+      e.direct_tasks +=
+          posix::reads_cold(e.page_cache, file->fd(), split[i].file_offset, split[i].size);
+    if (e.direct_tasks > 0)
+      e.reasons.push_back({ReasonCode::kColdDirect,
+                           fmt::format("{} of {} task(s) are not in the page cache and will read "
+                                       "with O_DIRECT",
+                                       e.direct_tasks, e.tasks)});
   }
 
   judge_layer2_facts(e);
@@ -334,9 +339,6 @@ std::string Explanation::to_text() const {
   line("cache", describe(page_cache));
   o += fmt::format("  layer 1 (ferry): {}: {} task(s): {} to cuFile, {} to the POSIX path\n",
                    to_string(path), tasks, cufile_tasks, posix_tasks);
-  if (direct_tasks > 0)
-    o += fmt::format("    cold_direct: {} task(s) not in the page cache will read with O_DIRECT\n",
-                     direct_tasks);
   for (const RouteReason& r : reasons) o += fmt::format("    {}: {}\n", to_string(r.code), r.text);
   o += fmt::format("  layer 2 (cuFile): {}\n", to_string(layer2));
   for (const auto& w : pieces_words) o += fmt::format("    pieces: {}\n", w);

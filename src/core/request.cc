@@ -276,7 +276,7 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
     job->compat_refused = cufile_probe.compat_refused;
     job->context.residency = report.page_cache;
     report.tasks = job->tasks.count();
-    const std::size_t threads = workers_for(settings, is_gpu(memory.kind));
+    const std::size_t threads = workers_for(settings, is_gpu(route_memory.kind));
     const std::size_t jobs = std::min(
         {threads, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
     job->context.workers = jobs;

@@ -17,8 +17,8 @@ namespace ferry {
 void warm_up(int device) {
   const Settings s = settings();
   cuda::use_device(device);  // throws CudaError for no driver or a bad ordinal
-  const std::size_t bounce = (s.bounce_buffer_size + posix::kAlignment - 1) / posix::kAlignment *
-                             posix::kAlignment;
+  const std::size_t bounce =
+      (s.bounce_buffer_size + posix::kAlignment - 1) / posix::kAlignment * posix::kAlignment;
   core::ThreadPool& pool = core::ThreadPool::shared();
   pool.ensure_threads(std::max(s.nthreads, s.host_nthreads));
   std::mutex mu;

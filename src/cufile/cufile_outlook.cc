@@ -23,9 +23,10 @@ std::string read_process_facts(const std::filesystem::path& root) {
   if (config.force_compat_mode.value.value_or(false)) {
     return config.force_compat_mode.source == platform::ValueSource::kEnvironment
                ? "CUFILE_FORCE_COMPAT_MODE=true forces cuFile's compatibility path"
-               : fmt::format("{} sets properties.force_compat_mode, which forces cuFile's "
-                             "compatibility path",
-                             config.path.string());
+               : fmt::format(
+                     "{} sets properties.force_compat_mode, which forces cuFile's "
+                     "compatibility path",
+                     config.path.string());
   }
   std::string nvfs = nvfs_module_missing();
   if (nvfs.empty()) return {};

@@ -26,8 +26,7 @@ char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped) {
   auto aligned = (reinterpret_cast<std::uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
   char* region = reinterpret_cast<char*>(aligned);
   madvise(region, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too, more slowly
-  if (cuda::driver().MemHostRegister(region, bytes, CU_MEMHOSTREGISTER_PORTABLE) !=
-      CUDA_SUCCESS) {
+  if (cuda::driver().MemHostRegister(region, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
     munmap(p, *mapped);
     return nullptr;
   }

@@ -1,5 +1,6 @@
 #include "posix/page_cache.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace ferry::posix {
 namespace {
@@ -110,7 +109,8 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
   } else {
     // Sample 64 evenly spaced windows of 1 MiB: at most 16384 pages looked up.
     constexpr std::uint64_t kSamples = 64;
-    const std::uint64_t window = std::min<std::uint64_t>((std::uint64_t{1} << 20) / ps, last - first);
+    const std::uint64_t window =
+        std::min<std::uint64_t>((std::uint64_t{1} << 20) / ps, last - first);
     std::uint64_t seen = 0, hit = 0;
     for (std::uint64_t i = 0; i < kSamples; ++i) {
       std::uint64_t start = first + (last - first - window) * i / (kSamples - 1);

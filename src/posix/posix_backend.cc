@@ -253,10 +253,10 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
         call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
         c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
   }
-  return fmt::format(
-      "{} {} the {} buffer{} ({} thread(s))", call,
-      c.op == Op::kRead ? "straight into" : "straight from", to_string(c.memory.kind),
-      direct ? ", through aligned bounce buffers where unaligned" : "", c.workers);
+  return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
+                     c.op == Op::kRead ? "straight into" : "straight from",
+                     to_string(c.memory.kind),
+                     direct ? ", through aligned bounce buffers where unaligned" : "", c.workers);
 }
 
 }  // namespace ferry::posix

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "cufile/cufile_testing.h"
-#include "posix/page_cache.h"
 #include "ferry/file.h"
 #include "ferry/settings.h"
+#include "posix/page_cache.h"
 #include "test_util.h"
 
 namespace ferry::test {

@@ -82,7 +82,9 @@ class GpuCufile : public ::testing::Test {
     path_ = data_file();
   }
 
-  SettingsOverride with(std::size_t task_size, CompatMode compat = CompatMode::kAuto) {
+  // compat_mode=off by default: this machine's cuFile has only its compatibility path, which
+  // auto mode leaves for ferry's POSIX path (issue 9); these cases measure cuFile itself.
+  SettingsOverride with(std::size_t task_size, CompatMode compat = CompatMode::kOff) {
     SettingsOverride o;
     o.task_size = task_size;
     o.compat_mode = compat;
@@ -110,7 +112,19 @@ class GpuCufile : public ::testing::Test {
   std::filesystem::path path_;
 };
 
-TEST_F(GpuCufile, DefaultSettingsSend256RequestsThatCufileServesThroughPosix) {
+// Issue 9: the default on a machine whose cuFile has only its compatibility path is ferry's
+// POSIX path, decided without opening cuFile's driver.
+TEST_F(GpuCufile, AutoTakesPosixWhereCufileHasOnlyItsCompatibilityPath) {
+  RouteReport r = read_and_check(with(4 * kMiB, CompatMode::kAuto), kGiB);
+  EXPECT_EQ(r.cufile_tasks, 0u) << r.to_text();
+  EXPECT_EQ(r.posix_tasks, 256u);
+  EXPECT_EQ(r.reasons.at(0).code, ReasonCode::kCufileCompatOnly) << r.to_text();
+  EXPECT_NE(r.reasons.at(0).text.find("nvidia-fs"), std::string::npos) << r.reasons.at(0).text;
+  EXPECT_TRUE(r.page_cache.known) << r.page_cache.why_not;
+  EXPECT_FALSE(cufile_status(false).driver_open_attempted);
+}
+
+TEST_F(GpuCufile, CompatOffSends256RequestsThatCufileServesThroughPosix) {
   RouteReport r = read_and_check(with(4 * kMiB), kGiB);
   ASSERT_EQ(r.cufile_tasks, 256u) << r.to_text() << "(a 5027 reason: create the udev entry)";
   EXPECT_EQ(r.posix_tasks, 0u);
@@ -166,7 +180,7 @@ TEST_F(GpuCufile, SixteenMiBReadIsCutIntoTwoPieces) {
 }
 
 TEST_F(GpuCufile, EightKiBReadGoesToPosixBelowTheThreshold) {
-  RouteReport r = read_and_check(with(4 * kMiB), 8192, 12288);
+  RouteReport r = read_and_check(with(4 * kMiB, CompatMode::kAuto), 8192, 12288);
   EXPECT_EQ(r.cufile_tasks, 0u);
   EXPECT_EQ(r.reasons.at(0).code, ReasonCode::kBelowThreshold);
   EXPECT_FALSE(cufile_status(false).driver_open_attempted) << "cuFile must not even be opened";
@@ -181,7 +195,7 @@ TEST_F(GpuCufile, RegisteredBufferGivesTheSameCounts) {
 TEST_F(GpuCufile, RequireGdsFailsBeforeIoNamingTheMissingModule) {
   if (std::filesystem::exists("/proc/driver/nvidia-fs")) GTEST_SKIP() << "nvidia-fs is loaded";
   if (cufile_status(false).driver_open_attempted) GTEST_SKIP() << "needs its own process (ctest)";
-  SettingsOverride s = with(4 * kMiB);
+  SettingsOverride s = with(4 * kMiB, CompatMode::kAuto);
   s.require = Require::kGds;
   Buffer gpu(MemoryKind::kDevice, 16 * kMiB);
   gpu.fill(0xab);
@@ -200,14 +214,14 @@ TEST_F(GpuCufile, RequireGdsFailsBeforeIoNamingTheMissingModule) {
   EXPECT_EQ(host, std::vector<unsigned char>(16 * kMiB, 0xab)) << "no byte may have moved";
 }
 
-TEST_F(GpuCufile, WithoutUdevEntryAutoFallsBackWith5027) {
+TEST_F(GpuCufile, WithoutUdevEntryAutoTakesPosixWithoutRegistering) {
   if (std::filesystem::exists(udev_entry(path_))) {
     GTEST_SKIP() << udev_entry(path_) << " exists; this case needs it absent";
   }
-  RouteReport r = read_and_check(with(4 * kMiB), 64 * kMiB);
+  RouteReport r = read_and_check(with(4 * kMiB, CompatMode::kAuto), 64 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 0u);
-  EXPECT_EQ(r.reasons.at(0).code, ReasonCode::kCufileUnavailable);
-  EXPECT_NE(r.reasons.at(0).text.find("error 5027"), std::string::npos) << r.reasons.at(0).text;
+  EXPECT_EQ(r.reasons.at(0).code, ReasonCode::kCufileCompatOnly) << r.to_text();
+  EXPECT_FALSE(cufile_status(false).driver_open_attempted);
 }
 
 TEST_F(GpuCufile, WithoutUdevEntryCompatOffIsAClearError) {

@@ -183,8 +183,7 @@ TEST(CufileRouting, StrictModeStillInsistsOnCufileForResidentRanges) {
   test::use_fake_gds_machine();
   posix::testing::set_resident_fraction(1.0);
   DataFile f(8 * kMiB);
-  RouteReport r =
-      read_all(f, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), 8 * kMiB);
+  RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), 8 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 2u);
 }
 

@@ -39,6 +39,9 @@ def test_every_json_field_is_an_attribute(data_file):
                         assert getattr(r.cufile, f"module_{m}") == v[m], f"cufile.module_{m}"
                 else:
                     assert getattr(r.cufile, k) == v, f"RouteReport.cufile.{k} is not bound"
+        elif key == "page_cache":
+            for k, v in value.items():
+                assert getattr(r.page_cache, k) == v, f"RouteReport.page_cache.{k} is not bound"
         else:
             assert getattr(r, key) == value, key
     assert [x["code"] for x in d["layer1"]["reasons"]] == [x.code for x in r.reasons]
