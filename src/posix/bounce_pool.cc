@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "cuda/cuda_driver.h"
@@ -26,6 +27,10 @@ char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped) {
   auto aligned = (reinterpret_cast<std::uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
   char* region = reinterpret_cast<char*>(aligned);
   madvise(region, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too, more slowly
+  // Write every page before registering: pinning untouched private memory can pin the shared
+  // zero page, which the first write then replaces by copy-on-write, so the GPU would copy
+  // from a page pread never wrote (seen on the GPU machine: wrong bytes in Gpu.* tests).
+  std::memset(region, 0, bytes);
   if (cuda::driver().MemHostRegister(region, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
     munmap(p, *mapped);
     return nullptr;
