@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "cuda/cuda_driver.h"
 
@@ -39,6 +40,16 @@ char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped) {
   return region;
 }
 
+// FERRY_STAGING=hostalloc keeps the earlier cuMemHostAlloc staging (a diagnostic switch: the
+// GPU checks compare both).
+bool register_staging() {
+  static const bool on = [] {
+    const char* v = std::getenv("FERRY_STAGING");
+    return v == nullptr || std::string_view(v) != "hostalloc";
+  }();
+  return on;
+}
+
 std::unique_ptr<Stager> create(int device, std::size_t size) {
   auto s = std::make_unique<Stager>();
   s->device = device;
@@ -66,7 +77,7 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
     }
   };
   try {
-    if (device >= 0 && size <= SIZE_MAX / (2 * kPipelineDepth))
+    if (device >= 0 && size <= SIZE_MAX / (2 * kPipelineDepth) && register_staging())
       region = map_and_register(size * kPipelineDepth, &mapping, &mapped);
     if (region != nullptr) {
       // Kept for the life of the process, like every stager: no cleanup needed.
