@@ -137,3 +137,16 @@ def test_registered_buffer_reads_match(cupy, data_file):
         f.read(a[1 << 20:], file_offset=10)
         print(f.last_route)
     assert cupy.asnumpy(a[1 << 20:]).tobytes() == data[10:10 + (3 << 20)]
+
+
+def test_warm_up_then_first_read_is_exact(cupy, data_file):
+    """Issue 9: warm_up() prepares the staging; the read after it is exact and says where it went."""
+    ferry.warm_up(0)
+    ferry.warm_up(0)  # a second call costs nothing and must not fail
+    path, data = data_file
+    a = cupy.empty(len(data), dtype=cupy.uint8)
+    ferry.read_into(path, a)
+    assert bytes(a.get()) == data
+    r = ferry.last_route()
+    assert r.page_cache.known and r.page_cache.bytes == len(data)
+    assert r.workers >= 1

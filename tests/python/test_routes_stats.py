@@ -1,6 +1,7 @@
 """Route reports and process counters: every C++ field is bound, text and dict forms agree."""
 
 import numpy as np
+import pytest
 
 import ferry
 
@@ -71,3 +72,19 @@ def test_cuda_status_is_a_report_not_an_error():
 def test_cufile_status_is_a_dict_with_the_reason():
     status = ferry.cufile_status(open_driver=False)
     assert status["loaded"] or status["load_error"]
+
+
+def test_warm_up_without_a_gpu_names_the_reason():
+    if ferry.cuda_status().available and ferry.cuda_status().gpus:
+        pytest.skip("a GPU is present: tests/python/test_gpu.py covers warm_up there")
+    with pytest.raises(ferry.CudaError, match="CUDA|driver|GPU"):
+        ferry.warm_up(0)
+
+
+def test_report_carries_residency_and_workers(data_file):
+    r = _read(data_file[0])
+    assert r.page_cache.known, r.page_cache.why_not
+    assert r.page_cache.bytes == r.bytes and 0 <= r.page_cache.resident <= r.bytes
+    assert 0.0 <= r.page_cache.fraction <= 1.0
+    assert r.workers >= 1 and r.direct_tasks == 0
+    assert "page cache before the request" in r.to_text()
