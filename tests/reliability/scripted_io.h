@@ -132,6 +132,7 @@ inline File open_scripted(ScriptedIo& io, const std::filesystem::path& path, con
   options.direct = direct;
   options.settings.set("task_size", task_size);
   options.settings.set("nthreads", nthreads);
+  options.settings.set("host_nthreads", nthreads);  // these files are read into host memory
   return File(std::make_shared<core::OpenFile>(path, mode, options, io));
 }
 
