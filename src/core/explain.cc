@@ -14,10 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/open_file.h"
+#include "core/report_json.h"
+#include "core/route_facts.h"
 #include "core/routing.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
-#include "cufile/cufile_outlook.h"
 #include "cufile/cufile_testing.h"
 #include "ferry/plan.h"
 #include "posix/io_seam.h"
@@ -231,18 +232,8 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
   e.page_cache = posix::measure_residency(file->fd(), e.offset, e.size);
-  core::RouteFacts facts;
-  facts.compat_only = [&]() -> std::optional<std::string> {
-    cufile::Outlook outlook = cufile::accelerated_outlook(file->fd());
-    if (outlook.accelerated) return std::nullopt;
-    return outlook.why_not;
-  };
-  facts.residency = e.page_cache;
-  facts.probe_cufile = [&]() -> std::optional<std::string> {
-    cufile::Probe probe = cufile::probe(*file, e.settings);
-    if (probe.state) return std::nullopt;
-    return probe.why_not;
-  };
+  cufile::Probe probe;
+  core::RouteFacts facts = core::gather_route_facts(*file, e.settings, e.page_cache, &probe);
   core::RouteDecision route =
       core::decide_route(e.settings, cufile::testing::route_view(memory), e.size, facts);
   e.cufile = cufile_status(false);
@@ -383,13 +374,7 @@ std::string Explanation::to_json() const {
         {"cufile_tasks", cufile_tasks},
         {"direct_tasks", direct_tasks},
         {"reasons", reasons_json}}},
-      {"page_cache",
-       {{"known", page_cache.known},
-        {"why_not", page_cache.why_not},
-        {"resident", page_cache.resident},
-        {"bytes", page_cache.bytes},
-        {"estimated", page_cache.estimated},
-        {"method", page_cache.method}}},
+      {"page_cache", core::page_cache_json(page_cache)},
       {"layer2",
        {{"path", to_string(layer2)},
         {"pieces", pieces ? json(*pieces) : json(nullptr)},

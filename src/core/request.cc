@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/route_facts.h"
 #include "core/routing.h"
 #include "core/stats_recorder.h"
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
 #include "cufile/cufile_backend.h"
-#include "cufile/cufile_outlook.h"
 #include "cufile/cufile_stats.h"
 #include "cufile/cufile_testing.h"
 #include "ferry/error.h"
@@ -245,18 +245,7 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
       report.page_cache.why_not = "not measured for writes";
     }
     cufile::Probe cufile_probe;
-    RouteFacts facts;
-    facts.compat_only = [&]() -> std::optional<std::string> {
-      cufile::Outlook outlook = cufile::accelerated_outlook(file->fd());
-      if (outlook.accelerated) return std::nullopt;
-      return outlook.why_not;
-    };
-    facts.residency = report.page_cache;
-    facts.probe_cufile = [&]() -> std::optional<std::string> {
-      cufile_probe = cufile::probe(*file, settings);
-      if (cufile_probe.state) return std::nullopt;
-      return cufile_probe.why_not;
-    };
+    RouteFacts facts = gather_route_facts(*file, settings, report.page_cache, &cufile_probe);
     RouteDecision route = decide_route(settings, route_memory, effective, facts);
     report.reasons = route.reasons;
     if (route.refusal) throw RouteError(*route.refusal);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/report_json.h"
 #include "ferry/settings.h"
 
 namespace ferry {
@@ -125,13 +126,7 @@ std::string RouteReport::to_json() const {
       {"seconds", seconds},
       {"direct", direct},
       {"workers", workers},
-      {"page_cache",
-       {{"known", page_cache.known},
-        {"why_not", page_cache.why_not},
-        {"resident", page_cache.resident},
-        {"bytes", page_cache.bytes},
-        {"estimated", page_cache.estimated},
-        {"method", page_cache.method}}},
+      {"page_cache", core::page_cache_json(page_cache)},
       {"layer1",
        {{"posix_tasks", posix_tasks},
         {"cufile_tasks", cufile_tasks},
