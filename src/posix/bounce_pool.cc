@@ -28,10 +28,15 @@ char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped) {
   auto aligned = (reinterpret_cast<std::uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
   char* region = reinterpret_cast<char*>(aligned);
   madvise(region, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too, more slowly
-  // Write every page before registering: pinning untouched private memory can pin the shared
-  // zero page, which the first write then replaces by copy-on-write, so the GPU would copy
-  // from a page pread never wrote (seen on the GPU machine: wrong bytes in Gpu.* tests).
-  std::memset(region, 0, bytes);
+  // Write every page, with a non-zero byte, before registering:
+  // - untouched private pages would be pinned as the shared zero page, which the first write
+  //   replaces by copy-on-write (seen on the GPU machine: wrong bytes in the Gpu.* tests);
+  // - Linux 6.12+ splits "underused" huge pages under memory pressure and maps their all-zero
+  //   4 KiB pages to the shared zero page again. A zero-filled staging region is exactly that,
+  //   and small requests leave most of it zero: the GPU stress test lost bytes this way when run
+  //   beside the 8 GiB tests (bench/NOTES.md §10). Data of 2 MiB of zeros can still make a huge
+  //   page all zero, which is why this staging is opt-in.
+  std::memset(region, 0xA5, bytes);
   if (cuda::driver().MemHostRegister(region, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
     munmap(p, *mapped);
     return nullptr;
@@ -41,10 +46,8 @@ char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped) {
 }
 
 // Staging memory comes from cuMemHostAlloc unless FERRY_STAGING=register asks for registered
-// huge pages (map_and_register). Registered staging made the first request 2 to 4x cheaper on
-// the GPU machine, but the GPU stress test, run under ctest -j4 beside the 8 GiB tests, lost
-// bytes of GPU writes with it in 3 runs of 3 (never alone: 11 runs of 11); with cuMemHostAlloc it
-// never did. Until that is explained it stays opt-in (bench/NOTES.md §10).
+// huge pages (map_and_register), which made the first request 2 to 4x cheaper on the GPU machine
+// but lost bytes under memory pressure (see above; bench/NOTES.md §10). Opt-in until proven.
 bool register_staging() {
   static const bool on = [] {
     const char* v = std::getenv("FERRY_STAGING");
