@@ -25,6 +25,7 @@ struct RequestContext {
   std::size_t workers = 1;                 // threads that run the request's tasks
   PageCacheResidency residency;            // of the whole range, before the request (reads)
   std::atomic<std::size_t>& direct_tasks;  // tasks a backend read with O_DIRECT because cold
+  std::atomic<bool>& cold_refused;         // a cold task stayed buffered: the file refused O_DIRECT
 };
 
 class Worker {

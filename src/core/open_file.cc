@@ -136,8 +136,17 @@ int OpenFile::cold_direct_fd() {
     cold_tried_ = true;
     // Read-only: cold reads never write, and the first open already created the file.
     cold_fd_ = io_.open(path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
+    if (cold_fd_ < 0) {
+      cold_refused_ = fmt::format("O_DIRECT refused for {}: {}; cold tasks read buffered", path_,
+                                  std::strerror(errno));
+    }
   }
   return cold_fd_;
+}
+
+std::string OpenFile::cold_direct_refused() const {
+  std::lock_guard lock(attachment_mu_);
+  return cold_refused_;
 }
 
 std::uint64_t OpenFile::size() const {

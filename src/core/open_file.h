@@ -33,6 +33,8 @@ class OpenFile {
   // the File's own O_DIRECT descriptor where it has one; -1 when the file system refuses
   // O_DIRECT or the file is not readable.
   int cold_direct_fd();
+  // Why cold_direct_fd() could not open O_DIRECT (empty while it could, or was not asked).
+  std::string cold_direct_refused() const;
   // Why O_DIRECT was refused (empty when it was not).
   const std::string& direct_refused() const { return direct_refused_; }
   // Requests register while they run, so close() can wait for them: closing a descriptor under
@@ -63,8 +65,9 @@ class OpenFile {
   posix::IoSeam& io_;
   int fd_ = -1;
   int direct_fd_ = -1;
-  int cold_fd_ = -1;         // opened by cold_direct_fd()
-  bool cold_tried_ = false;  // under attachment_mu_
+  int cold_fd_ = -1;          // opened by cold_direct_fd()
+  bool cold_tried_ = false;   // under attachment_mu_
+  std::string cold_refused_;  // under attachment_mu_
   std::string direct_refused_;
   bool readable_ = false;
   bool writable_ = false;
@@ -73,7 +76,7 @@ class OpenFile {
   std::size_t in_flight_ = 0;
   bool closing_ = false;
   RouteReport last_route_;
-  std::mutex attachment_mu_;
+  mutable std::mutex attachment_mu_;
   std::shared_ptr<void> attachment_;
 };
 

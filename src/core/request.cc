@@ -77,6 +77,7 @@ struct Job {
   std::atomic<std::size_t> next{0};
   std::atomic<bool> cancelled{false};
   std::atomic<std::size_t> direct_tasks{0};
+  std::atomic<bool> cold_refused{false};
   std::atomic<std::size_t> jobs_left{0};
   std::mutex error_mu;
   std::exception_ptr error;   // the first failure
@@ -93,7 +94,8 @@ struct Job {
       : file(std::move(f)),
         state(std::move(s)),
         backend(b),
-        context{*file, op, buffer, std::move(memory), settings, cancelled, 1, {}, direct_tasks},
+        context{*file,     op, buffer, std::move(memory), settings,
+                cancelled, 1,  {},     direct_tasks,      cold_refused},
         tasks(offset, size, settings.task_size),
         done(tasks.count(), 0) {}
 
@@ -150,6 +152,9 @@ struct Job {
            fmt::format("{} of {} task(s) were not in the page cache and were read with O_DIRECT, "
                        "faster and cheaper than buffered reads of cold data",
                        report.direct_tasks, report.tasks)});
+    }
+    if (cold_refused.load()) {
+      report.reasons.push_back({ReasonCode::kDirectIoRefused, file->cold_direct_refused()});
     }
     report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::exception_ptr e = error;

@@ -118,7 +118,8 @@ class PosixWorker final : public core::Worker {
     if (!may_go_cold_ || !reads_cold(c_.residency, fd_, task.file_offset, task.size)) return -1;
     int fd = c_.file.cold_direct_fd();
     if (fd < 0) {
-      may_go_cold_ = false;  // the file system refuses O_DIRECT: stay buffered
+      may_go_cold_ = false;  // the file system refuses O_DIRECT: stay buffered, and say so
+      c_.cold_refused.store(true, std::memory_order_relaxed);
       return -1;
     }
     if (!gpu_ && !stager_) stager_ = BouncePool::shared().acquire(-1, bounce_size(c_.settings));

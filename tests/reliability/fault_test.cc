@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ferry/ferry.h"
+#include "posix/page_cache.h"
 #include "reliability/scripted_io.h"
 #include "test_util.h"
 
@@ -114,6 +115,34 @@ TEST(Faults, FileCutShortMidReadGivesTheBytesBeforeTheCutAndNoMore) {
   EXPECT_GE(n, 200000u);
   EXPECT_LE(n, 512u << 10);
   EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), n));
+}
+
+// Cold tasks read with O_DIRECT; where the file refuses O_DIRECT they stay buffered, and the
+// report says so (no silent fallback), with every byte right.
+TEST(Faults, ColdTasksOnAFileThatRefusesDirectIoStayBufferedAndSaySo) {
+  TempDir dir;
+  auto path = dir / "cold.bin";
+  auto data = test::random_bytes(4 << 20, 9);
+  test::write_file(path, data);
+  ScriptedIo io;
+  io.refuse_direct = true;
+  posix::testing::set_resident_fraction(0.0);
+  File f = test::open_scripted(io, path, "r", "1MiB", "2");
+  std::vector<unsigned char> buf(data.size());
+  EXPECT_EQ(f.read(buf.data(), buf.size()), buf.size());
+  posix::testing::set_resident_fraction(std::nullopt);
+  EXPECT_EQ(buf, data);
+  RouteReport r = f.last_route();
+  EXPECT_EQ(r.direct_tasks, 0u);
+  bool said = false;
+  for (const RouteReason& reason : r.reasons) {
+    if (reason.code == ReasonCode::kDirectIoRefused) {
+      said = true;
+      EXPECT_NE(reason.text.find(path.string()), std::string::npos) << reason.text;
+      EXPECT_NE(reason.text.find("cold tasks read buffered"), std::string::npos) << reason.text;
+    }
+  }
+  EXPECT_TRUE(said) << r.to_text();
 }
 
 TEST(Faults, OpenFailureNamesThePathAndLeaksNothing) {
