@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -53,8 +54,11 @@ std::filesystem::path data_file() {
       "ferry_gpu_test_1GiB.bin";
   std::error_code ec;
   if (std::filesystem::file_size(path, ec) == kGiB) return path;  // made by an earlier test
+  // One temporary name per process: CTest runs these tests in parallel processes, and two
+  // writers of one ".part" file made the second rename fail (seen on the GPU machine under -j4).
+  // Each writes the same bytes, so whichever rename lands last is right.
   std::filesystem::path tmp = path;
-  tmp += ".part";
+  tmp += ".part." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) throw std::runtime_error("cannot create " + tmp.string());
   const auto& ref = reference();
