@@ -1,0 +1,305 @@
+// Small requests (issue 10): the cost of one request against the system call it wraps, side by
+// side in one run on one page-cached file.
+//   - 4 KiB and 64 KiB reads at random aligned offsets into host memory, one thread and N
+//     threads: ferry (File::read, default settings) against a raw pread loop;
+//   - the same into GPU memory where a GPU is found: ferry against pread into a pinned buffer
+//     followed by cuMemcpyHtoD;
+//   - head-of-line: the latency of 4 KiB reads issued while a 256 MiB read of the same file
+//     runs, against the same reads with nothing else running.
+// Prints one JSON object per case (stdout) and a table of ratios with the issue's targets
+// (stderr). Each case runs for a fixed time after a short warm-up; the first request of the
+// process is reported apart.
+#include <fcntl.h>
+#include <ferry/ferry.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/cuda_driver.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string arg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+void make_file(const std::string& path, std::size_t size) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create " + path);
+  std::vector<char> chunk(std::size_t{1} << 20);
+  std::mt19937_64 rng(7);
+  for (std::size_t done = 0; done < size; done += chunk.size()) {
+    for (auto& c : chunk) c = static_cast<char>(rng());
+    if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  // Read it once so every case finds it in the page cache.
+  for (std::size_t done = 0; done < size; done += chunk.size()) {
+    if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
+      throw std::runtime_error("cannot read " + path);
+    }
+  }
+  ::close(fd);
+}
+
+std::vector<std::uint64_t> offsets(std::size_t count, std::uint64_t file_size, std::size_t io,
+                                   unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::uint64_t> pick(0, file_size / io - 1);
+  std::vector<std::uint64_t> v(count);
+  for (auto& o : v) o = pick(rng) * io;
+  return v;
+}
+
+struct Rate {
+  double ops_per_s = 0;
+  double us_per_op = 0;  // per thread: wall time / operations of that thread
+};
+
+// Runs `body(thread, i)` on `threads` threads for about `seconds`, after a warm-up.
+Rate run_for(std::size_t threads, double seconds,
+             const std::function<void(std::size_t, std::size_t)>& body) {
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::size_t> counts(threads, 0);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (std::size_t i = 0; i < 200; ++i) body(t, i);  // warm-up
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      std::size_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (std::size_t k = 0; k < 64; ++k) body(t, n++);
+      }
+      counts[t] = n;
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  auto t0 = Clock::now();
+  go = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& th : pool) th.join();
+  double s = since(t0);
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  Rate r;
+  r.ops_per_s = total / s;
+  r.us_per_op = s * 1e6 / (static_cast<double>(total) / threads);
+  return r;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * v.size()))];
+}
+
+struct Row {
+  std::string name;
+  double value;
+  double target;  // ratio target; 0: informational
+  bool lower_is_better;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string path = arg(argc, argv, "--file", "/tmp/ferry-small.bin");
+  const std::size_t file_size = std::stoull(arg(argc, argv, "--file-mib", "512")) << 20;
+  const double seconds = std::stod(arg(argc, argv, "--seconds", "1.0"));
+  const std::size_t nthreads = std::max<std::size_t>(
+      2, std::stoull(arg(argc, argv, "--threads",
+                         std::to_string(std::thread::hardware_concurrency()).c_str())));
+  const std::string gpu_arg = arg(argc, argv, "--gpu", "auto");
+  make_file(path, file_size);
+
+  std::vector<Row> rows;
+  auto emit = [](const std::string& name, nlohmann::json j) {
+    j["case"] = name;
+    fmt::print("{}\n", j.dump());
+    std::fflush(stdout);
+  };
+
+  // The first request of the process, apart from the warm rates below.
+  {
+    std::vector<char> buf(4096);
+    auto t0 = Clock::now();
+    ferry::File f(path, "r");
+    double open_s = since(t0);
+    t0 = Clock::now();
+    f.read(buf.data(), buf.size(), 0);
+    double first_s = since(t0);
+    t0 = Clock::now();
+    f.read(buf.data(), buf.size(), 4096);
+    double second_s = since(t0);
+    emit("first request 4KiB host",
+         {{"open_us", open_s * 1e6}, {"first_us", first_s * 1e6}, {"second_us", second_s * 1e6}});
+    fmt::print(stderr,
+               "first 4 KiB request of the process: {:.1f} us (open {:.1f} us, second {:.1f} us)\n",
+               first_s * 1e6, open_s * 1e6, second_s * 1e6);
+  }
+
+  const int raw_fd = ::open(path.c_str(), O_RDONLY);
+  ferry::File file(path, "r");
+  constexpr std::size_t kOffsets = 1 << 16;
+
+  for (std::size_t io : {std::size_t{4} << 10, std::size_t{64} << 10}) {
+    std::vector<std::vector<std::uint64_t>> offs;
+    std::vector<std::vector<char>> bufs;
+    for (std::size_t t = 0; t < nthreads; ++t) {
+      offs.push_back(offsets(kOffsets, file_size, io, 100 + static_cast<unsigned>(t)));
+      bufs.emplace_back(io);
+    }
+    for (std::size_t threads : {std::size_t{1}, nthreads}) {
+      Rate raw = run_for(threads, seconds, [&](std::size_t t, std::size_t i) {
+        if (::pread(raw_fd, bufs[t].data(), io, static_cast<off_t>(offs[t][i % kOffsets])) !=
+            static_cast<ssize_t>(io)) {
+          throw std::runtime_error("short pread");
+        }
+      });
+      Rate fer = run_for(threads, seconds, [&](std::size_t t, std::size_t i) {
+        if (file.read(bufs[t].data(), io, offs[t][i % kOffsets]) != io) {
+          throw std::runtime_error("short ferry read");
+        }
+      });
+      std::string name = fmt::format("{} KiB host, {} thread(s)", io >> 10, threads);
+      emit(name, {{"io", io},
+                  {"threads", threads},
+                  {"raw_ops_per_s", raw.ops_per_s},
+                  {"ferry_ops_per_s", fer.ops_per_s},
+                  {"raw_us", raw.us_per_op},
+                  {"ferry_us", fer.us_per_op}});
+      if (threads == 1) {
+        rows.push_back({name + ": latency ferry/pread", fer.us_per_op / raw.us_per_op, 1.5, true});
+      } else {
+        rows.push_back({name + ": rate ferry/pread", fer.ops_per_s / raw.ops_per_s, 0.7, false});
+      }
+    }
+  }
+
+  // GPU memory, where a GPU is found.
+  std::string why;
+  const ferry::cuda::Driver* d = gpu_arg == "no" ? nullptr : ferry::cuda::driver_or_null(&why);
+  int devices = 0;
+  if (d != nullptr && d->DeviceGetCount(&devices) == CUDA_SUCCESS && devices > 0) {
+    ferry::cuda::use_device(0);
+    for (std::size_t io : {std::size_t{4} << 10, std::size_t{64} << 10}) {
+      std::vector<std::vector<std::uint64_t>> offs;
+      std::vector<CUdeviceptr> dev(nthreads);
+      std::vector<void*> pinned(nthreads);
+      for (std::size_t t = 0; t < nthreads; ++t) {
+        offs.push_back(offsets(kOffsets, file_size, io, 200 + static_cast<unsigned>(t)));
+        ferry::cuda::check(d->MemAlloc(&dev[t], io), "cuMemAlloc");
+        ferry::cuda::check(d->MemHostAlloc(&pinned[t], io, 0), "cuMemHostAlloc");
+      }
+      for (std::size_t threads : {std::size_t{1}, nthreads}) {
+        Rate raw = run_for(threads, seconds, [&](std::size_t t, std::size_t i) {
+          ferry::cuda::use_device(0);
+          if (::pread(raw_fd, pinned[t], io, static_cast<off_t>(offs[t][i % kOffsets])) !=
+              static_cast<ssize_t>(io)) {
+            throw std::runtime_error("short pread");
+          }
+          ferry::cuda::check(d->MemcpyHtoD(dev[t], pinned[t], io), "cuMemcpyHtoD");
+        });
+        Rate fer = run_for(threads, seconds, [&](std::size_t t, std::size_t i) {
+          if (file.read(reinterpret_cast<void*>(dev[t]), io, offs[t][i % kOffsets]) != io) {
+            throw std::runtime_error("short ferry read");
+          }
+        });
+        std::string name = fmt::format("{} KiB GPU, {} thread(s)", io >> 10, threads);
+        emit(name, {{"io", io},
+                    {"threads", threads},
+                    {"raw_ops_per_s", raw.ops_per_s},
+                    {"ferry_ops_per_s", fer.ops_per_s},
+                    {"raw_us", raw.us_per_op},
+                    {"ferry_us", fer.us_per_op},
+                    {"route", file.last_route().verdict()}});
+        if (threads == 1) {
+          rows.push_back(
+              {name + ": latency ferry/(pread+copy)", fer.us_per_op / raw.us_per_op, 1.5, true});
+        } else {
+          rows.push_back(
+              {name + ": rate ferry/(pread+copy)", fer.ops_per_s / raw.ops_per_s, 0.7, false});
+        }
+      }
+      for (std::size_t t = 0; t < nthreads; ++t) {
+        d->MemFree(dev[t]);
+        d->MemFreeHost(pinned[t]);
+      }
+    }
+  } else {
+    fmt::print(stderr, "GPU cases skipped: {}\n",
+               why.empty() ? std::string("no GPU found (or --gpu no)") : why);
+  }
+
+  // Head-of-line: 4 KiB reads while a 256 MiB read of the same file runs.
+  {
+    const std::size_t big = std::min<std::size_t>(std::size_t{256} << 20, file_size);
+    std::vector<char> big_buf(big);
+    std::memset(big_buf.data(), 0, big);  // touched: the big read costs copies, not faults
+    std::vector<char> small(4096);
+    auto offs = offsets(kOffsets, file_size, 4096, 300);
+    std::vector<double> alone, during;
+    for (std::size_t i = 0; i < 2000; ++i) {
+      auto t0 = Clock::now();
+      file.read(small.data(), 4096, offs[i]);
+      alone.push_back(since(t0) * 1e3);
+    }
+    std::size_t i = 0;
+    int big_reads = 0;
+    while (during.size() < 2000 && big_reads < 200) {
+      ferry::IoFuture f = file.pread(big_buf.data(), big, 0);
+      ++big_reads;
+      // Let the big read's tasks reach the workers first.
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      while (!f.ready()) {
+        auto t0 = Clock::now();
+        file.read(small.data(), 4096, offs[i++ % kOffsets]);
+        during.push_back(since(t0) * 1e3);
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      f.get();
+    }
+    const double p50 = percentile(during, 0.50), p99 = percentile(during, 0.99);
+    emit("4KiB during a 256MiB read", {{"samples", during.size()},
+                                       {"big_reads", big_reads},
+                                       {"p50_ms", p50},
+                                       {"p99_ms", p99},
+                                       {"max_ms", percentile(during, 1.0)},
+                                       {"alone_p50_ms", percentile(alone, 0.5)},
+                                       {"alone_p99_ms", percentile(alone, 0.99)}});
+    rows.push_back({"4 KiB read during a 256 MiB read: p99 ms", p99, 1.0, true});
+  }
+
+  fmt::print(stderr, "\n{:<55} {:>8} {:>8}\n", "case", "value", "target");
+  for (const Row& r : rows) {
+    const bool pass = r.lower_is_better ? r.value <= r.target : r.value >= r.target;
+    fmt::print(stderr, "{:<55} {:>8.2f} {}{:>6.2f} {}\n", r.name, r.value,
+               r.lower_is_better ? "<=" : ">=", r.target, pass ? "PASS" : "MISS");
+  }
+  ::close(raw_fd);
+  return 0;
+}
