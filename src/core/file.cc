@@ -5,6 +5,7 @@
 #include "core/open_file.h"
 #include "core/request.h"
 #include "ferry/error.h"
+#include "ferry/route.h"
 
 namespace ferry {
 
@@ -53,30 +54,64 @@ core::OpenFile& open_or_throw(const std::shared_ptr<core::OpenFile>& f, const ch
 
 IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
   open_or_throw(file_, "pread");
+  IoFuture small = core::submit_small(file_, Op::kRead, buf, size, file_offset, core::kSmallAsync);
+  if (small.valid()) return small;
   return core::submit(file_, Op::kRead, buf, size, file_offset);
 }
 
 IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offset) {
   open_or_throw(file_, "pwrite");
   // The engine never writes through a write request's buffer.
-  return core::submit(file_, Op::kWrite, const_cast<void*>(buf), size, file_offset);
+  void* data = const_cast<void*>(buf);
+  IoFuture small =
+      core::submit_small(file_, Op::kWrite, data, size, file_offset, core::kSmallAsync);
+  if (small.valid()) return small;
+  return core::submit(file_, Op::kWrite, data, size, file_offset);
 }
 
+// A synchronous request that is one task runs in the calling thread, whatever its size: the
+// caller waits for it anyway.
 std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {
-  return pread(buf, size, file_offset).get();
+  std::size_t n = 0;
+  if (core::run_small(open_or_throw(file_, "pread"), Op::kRead, buf, size, file_offset, SIZE_MAX,
+                      &n)) {
+    return n;
+  }
+  return core::submit(file_, Op::kRead, buf, size, file_offset).get();
 }
 
 std::size_t File::write(const void* buf, std::size_t size, std::uint64_t file_offset) {
-  return pwrite(buf, size, file_offset).get();
+  void* data = const_cast<void*>(buf);
+  std::size_t n = 0;
+  if (core::run_small(open_or_throw(file_, "pwrite"), Op::kWrite, data, size, file_offset, SIZE_MAX,
+                      &n)) {
+    return n;
+  }
+  return core::submit(file_, Op::kWrite, data, size, file_offset).get();
 }
 
 std::size_t File::append(const void* buf, std::size_t size) {
   return write(buf, size, open_or_throw(file_, "append").size());
 }
 
-std::uint64_t File::size() const { return open_or_throw(file_, "fstat").size(); }
+namespace {
+// Holds a File's descriptors open for one call: close() waits for it (a descriptor number freed
+// under fstat or fsync could belong to another file by then).
+struct InUse {
+  core::OpenFile& f;
+  InUse(core::OpenFile& file, const char* op) : f(file) { f.begin_request(op); }
+  ~InUse() { f.end_request(); }
+};
+}  // namespace
+
+std::uint64_t File::size() const {
+  core::OpenFile& f = open_or_throw(file_, "fstat");
+  InUse in_use(f, "fstat");
+  return f.size();
+}
 void File::sync() {
   core::OpenFile& f = open_or_throw(file_, "fsync");
+  InUse in_use(f, "fsync");
   if (f.io().fsync(f.fd()) != 0) throw IoError(errno, "fsync", f.path(), 0, 0);
 }
 

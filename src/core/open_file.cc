@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/vfs.h>
 
 #include <cerrno>
 #include <cstring>
+#include <new>
+#include <unordered_set>
 
+#include "core/request.h"
 #include "ferry/error.h"
 
 namespace ferry::core {
@@ -44,6 +48,29 @@ const char* file_type(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode)) return "a character device";
   return "not a regular file";
+}
+
+// Every OpenFile of the process, so that a child made by fork() can forget the requests its
+// parent's threads had in flight: those threads do not exist in the child, and their requests
+// would keep close() waiting forever.
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<OpenFile*> files;
+};
+
+Registry* registry_instance = nullptr;
+
+Registry& registry() {
+  // Leaked on purpose: Files may be destroyed by static destructors at exit.
+  static Registry* r = [] {
+    registry_instance = new Registry;
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&registry_instance->mu) std::mutex;
+      for (OpenFile* f : registry_instance->files) f->forget_parent_requests();
+    });
+    return registry_instance;
+  }();
+  return *r;
 }
 
 }  // namespace
@@ -89,6 +116,9 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
                                     std::strerror(errno));
     }
   }
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.files.insert(this);
 }
 
 OpenFile::~OpenFile() {
@@ -97,24 +127,42 @@ OpenFile::~OpenFile() {
   } catch (const IoError&) {
     // A destructor cannot report it; callers who care call File::close() or sync() first.
   }
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.files.erase(this);
+}
+
+void OpenFile::forget_parent_requests() {
+  requests_.store(requests_.load(std::memory_order_relaxed) & kClosing, std::memory_order_relaxed);
+  new (&idle_mu_) std::mutex;
+  new (&idle_) std::condition_variable;
+  new (&route_mu_) std::mutex;
+  new (&attachment_mu_) std::mutex;
 }
 
 void OpenFile::begin_request(const char* op) {
-  std::lock_guard lock(mu_);
-  if (closing_ || fd_ < 0) throw IoError(EBADF, op, path_, 0, 0, 0, "file is closed");
-  ++in_flight_;
+  // close() sets kClosing before it waits for the count to drain, and touches the descriptors
+  // only after: a request counted without kClosing runs on open descriptors.
+  if (requests_.fetch_add(1, std::memory_order_acq_rel) & kClosing) {
+    end_request();
+    throw IoError(EBADF, op, path_, 0, 0, 0, "file is closed");
+  }
 }
 
 void OpenFile::end_request() {
-  std::lock_guard lock(mu_);
-  if (--in_flight_ == 0) idle_.notify_all();
+  const std::uint64_t before = requests_.fetch_sub(1, std::memory_order_acq_rel);
+  if (before == (kClosing | 1)) {
+    // The last request under a close(): wake it. Taking the lock orders this with its wait.
+    std::lock_guard lock(idle_mu_);
+    idle_.notify_all();
+  }
 }
 
 void OpenFile::close() {
   {
-    std::unique_lock lock(mu_);
-    closing_ = true;
-    idle_.wait(lock, [this] { return in_flight_ == 0; });
+    requests_.fetch_or(kClosing, std::memory_order_acq_rel);
+    std::unique_lock lock(idle_mu_);
+    idle_.wait(lock, [this] { return requests_.load(std::memory_order_acquire) == kClosing; });
   }
   {
     std::lock_guard lock(attachment_mu_);
@@ -157,8 +205,14 @@ std::uint64_t OpenFile::size() const {
 }
 
 void OpenFile::set_last_route(const RouteReport& report) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(route_mu_);
   last_route_ = report;
+  last_small_.reset();
+}
+
+void OpenFile::set_last_route(const SmallRoute& route) {
+  std::lock_guard lock(route_mu_);
+  last_small_ = route;
 }
 
 std::shared_ptr<void> OpenFile::attachment(const std::function<std::shared_ptr<void>()>& make) {
@@ -169,8 +223,13 @@ std::shared_ptr<void> OpenFile::attachment(const std::function<std::shared_ptr<v
 }
 
 RouteReport OpenFile::last_route() const {
-  std::lock_guard lock(mu_);
-  return last_route_;
+  std::optional<SmallRoute> small;
+  {
+    std::lock_guard lock(route_mu_);
+    if (!last_small_) return last_route_;
+    small = last_small_;
+  }
+  return small_report(*this, *small);
 }
 
 }  // namespace ferry::core

@@ -3,17 +3,35 @@
 // flight, so a moved or closed File never frees state a request still uses. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "cuda/quick_memory.h"
 #include "ferry/file.h"
 #include "ferry/route.h"
 #include "posix/io_seam.h"
 
 namespace ferry::core {
+
+// A one-task request that ran in its caller's thread on ferry's POSIX path, kept in this compact
+// form so that its report (and the text of its reasons) is built only when someone asks for it.
+struct SmallRoute {
+  Op op = Op::kRead;
+  std::uint64_t offset = 0;
+  std::uint64_t requested = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t nanoseconds = 0;
+  cuda::QuickMemory memory;
+  CompatMode compat_mode = CompatMode::kAuto;
+  bool cold_direct = false;   // read with O_DIRECT because its pages were not cached
+  bool cold_refused = false;  // cold, but the file system refused O_DIRECT
+  PageCacheResidency page_cache;
+};
 
 class OpenFile {
  public:
@@ -42,6 +60,9 @@ class OpenFile {
   // begin_request() throws IoError (EBADF) once the file is closed or closing.
   void begin_request(const char* op);
   void end_request();
+  // In a child made by fork(): the parent's requests in flight will never end here; forget them
+  // and the locks their threads may have held. Called by the fork handler only.
+  void forget_parent_requests();
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
   Settings settings() const { return options_.settings.apply_to(ferry::settings()); }
@@ -52,6 +73,7 @@ class OpenFile {
   void close();
 
   void set_last_route(const RouteReport& report);
+  void set_last_route(const SmallRoute& route);
   RouteReport last_route() const;
 
   // State a backend attaches on first use (cuFile's O_DIRECT descriptor and registered handle):
@@ -71,11 +93,14 @@ class OpenFile {
   std::string direct_refused_;
   bool readable_ = false;
   bool writable_ = false;
-  mutable std::mutex mu_;
+  // Requests in flight, with kClosing set once close() began: one atomic operation per request.
+  static constexpr std::uint64_t kClosing = std::uint64_t{1} << 63;
+  std::atomic<std::uint64_t> requests_{0};
+  std::mutex idle_mu_;  // for idle_ only
   std::condition_variable idle_;
-  std::size_t in_flight_ = 0;
-  bool closing_ = false;
+  mutable std::mutex route_mu_;
   RouteReport last_route_;
+  std::optional<SmallRoute> last_small_;  // set when the last request was a small one
   mutable std::mutex attachment_mu_;
   std::shared_ptr<void> attachment_;
 };

@@ -14,6 +14,7 @@
 #include "core/stats_recorder.h"
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
+#include "cuda/quick_memory.h"
 #include "cufile/cufile_backend.h"
 #include "cufile/cufile_stats.h"
 #include "cufile/cufile_testing.h"
@@ -56,9 +57,22 @@ std::size_t RequestState::get() const {
   return bytes_;
 }
 
+void RequestState::complete(std::size_t bytes, std::shared_ptr<OpenFile> file,
+                            const SmallRoute& route) {
+  {
+    std::lock_guard lock(mu_);
+    bytes_ = bytes;
+    small_file_ = std::move(file);
+    small_ = route;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
 RouteReport RequestState::route() const {
   wait();
   std::lock_guard lock(mu_);
+  if (small_) return small_report(*small_file_, *small_);
   return report_;
 }
 
@@ -66,8 +80,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+RouteReason cold_direct_reason(const RouteReport& report) {
+  // Measured on the GPU machine's disk (bench/NOTES.md §9): O_DIRECT read cold data 1.27x faster
+  // than buffered reads, at 1/26 of the CPU time.
+  return {ReasonCode::kColdDirect,
+          fmt::format("{} of {} task(s) were not in the page cache and were read with O_DIRECT, "
+                      "faster and cheaper than buffered reads of cold data",
+                      report.direct_tasks, report.tasks)};
+}
+
 // Everything the pool jobs of one request share.
-struct Job {
+struct Job : std::enable_shared_from_this<Job> {
   std::shared_ptr<OpenFile> file;
   std::shared_ptr<RequestState> state;
   Backend* backend;
@@ -108,6 +131,9 @@ struct Job {
     cancelled.store(true, std::memory_order_relaxed);
   }
 
+  // One job: takes tasks until none is left. Between tasks it yields to jobs that wait in the
+  // pool (other requests, which would otherwise wait for this whole request): it completes its
+  // work in flight and queues its continuation behind them.
   void run_one() {
     try {
       std::unique_ptr<Worker> worker = backend->make_worker(context);
@@ -121,6 +147,13 @@ struct Job {
         } catch (const IoError& e) {
           fail(std::current_exception(), e.bytes_done());
           break;
+        }
+        ThreadPool& pool = ThreadPool::shared();
+        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count()) {
+          worker->finish();
+          worker.reset();
+          pool.submit([job = shared_from_this()] { job->run_one(); });
+          return;
         }
       }
       worker->finish();
@@ -144,15 +177,7 @@ struct Job {
     }
     report.bytes = bytes;
     report.direct_tasks = direct_tasks.load();
-    if (report.direct_tasks > 0) {
-      // Measured on the GPU machine's disk (bench/NOTES.md §9): O_DIRECT read cold data 1.27x
-      // faster than buffered reads, at 1/26 of the CPU time.
-      report.reasons.push_back(
-          {ReasonCode::kColdDirect,
-           fmt::format("{} of {} task(s) were not in the page cache and were read with O_DIRECT, "
-                       "faster and cheaper than buffered reads of cold data",
-                       report.direct_tasks, report.tasks)});
-    }
+    if (report.direct_tasks > 0) report.reasons.push_back(cold_direct_reason(report));
     if (cold_refused.load()) {
       report.reasons.push_back({ReasonCode::kDirectIoRefused, file->cold_direct_refused()});
     }
@@ -298,6 +323,182 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
     return fail_now(std::current_exception());
   }
   return future;
+}
+
+namespace {
+
+constexpr const char* kSmallNotMeasured =
+    "not measured: a read under 1 MiB is read buffered whatever its residency";
+
+ReasonCode small_layer1(const SmallRoute& r) {
+  if (r.compat_mode == CompatMode::kOn) return ReasonCode::kCompatModeOn;
+  return r.memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
+}
+
+// What a small request needs, checked without side effects; nullopt when it does not qualify.
+std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer, std::size_t size,
+                                       std::uint64_t offset, std::size_t max_size) {
+  if (buffer == nullptr || size == 0 || size > max_size || file.direct_requested()) return {};
+  if (offset > static_cast<std::uint64_t>(LLONG_MAX) ||
+      size > static_cast<std::uint64_t>(LLONG_MAX) - offset) {
+    return {};
+  }
+  if (op == Op::kRead ? !file.readable() : !file.writable()) return {};
+  if (cufile::testing::host_treated_as_gpu()) return {};
+  Settings settings;
+  try {
+    settings = file.settings();
+  } catch (const Error&) {
+    return {};  // submit() reports the bad setting
+  }
+  if (size > settings.task_size || settings.require != Require::kAny) return {};
+  return settings;
+}
+
+// Runs a qualifying request; `route` gets its compact report. Throws the request's error after
+// recording it.
+std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
+                          std::uint64_t offset, const Settings& settings,
+                          const cuda::QuickMemory& memory, SmallRoute& route) {
+  const Clock::time_point start = Clock::now();
+  route.op = op;
+  route.offset = offset;
+  route.requested = size;
+  route.memory = memory;
+  route.compat_mode = settings.compat_mode;
+  std::atomic<bool> cancelled{false};
+  std::atomic<std::size_t> direct_tasks{0};
+  std::atomic<bool> cold_refused{false};
+  RequestContext context{file,
+                         op,
+                         static_cast<char*>(buffer),
+                         {memory.kind, memory.device, {}},
+                         settings,
+                         cancelled,
+                         1,
+                         {},
+                         direct_tasks,
+                         cold_refused};
+  std::size_t bytes = 0;
+  try {
+    if (op == Op::kRead && size >= posix::kColdTaskMin) {
+      // Large enough for the cold rule: measure, as submit() does.
+      const std::uint64_t file_size = file.size();
+      const std::size_t effective =
+          offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
+      route.page_cache = posix::measure_residency(file.fd(), offset, effective);
+      context.residency = route.page_cache;
+    }
+    bytes = posix_backend().run_inline(context, Task{offset, 0, size});
+  } catch (...) {
+    route.cold_direct = direct_tasks.load() > 0;
+    route.cold_refused = cold_refused.load();
+    route.nanoseconds = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    RouteReport report = small_report(file, route);
+    record_request(report, true);
+    file.set_last_route(report);
+    throw;
+  }
+  route.bytes = bytes;
+  route.cold_direct = direct_tasks.load(std::memory_order_relaxed) > 0;
+  route.cold_refused = cold_refused.load(std::memory_order_relaxed);
+  route.nanoseconds = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  record_small_request(op, bytes, route.nanoseconds, small_layer1(route), route.cold_direct);
+  file.set_last_route(route);
+  return bytes;
+}
+
+}  // namespace
+
+bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
+               std::size_t max_size, std::size_t* bytes) {
+  std::optional<Settings> settings = small_settings(file, op, buffer, size, offset, max_size);
+  if (!settings) return false;
+  const cuda::QuickMemory memory = cuda::classify_quick(buffer);
+  if (is_gpu(memory.kind)) return false;
+  try {
+    file.begin_request(op == Op::kRead ? "pread" : "pwrite");
+  } catch (const IoError&) {
+    return false;  // closed: submit() reports it
+  }
+  struct End {
+    OpenFile& f;
+    ~End() { f.end_request(); }
+  } end{file};
+  SmallRoute route;
+  *bytes = run_small_now(file, op, buffer, size, offset, *settings, memory, route);
+  return true;
+}
+
+IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
+                      std::uint64_t offset, std::size_t max_size) {
+  std::optional<Settings> settings = small_settings(*file, op, buffer, size, offset, max_size);
+  if (!settings) return IoFuture();
+  const cuda::QuickMemory memory = cuda::classify_quick(buffer);
+  if (is_gpu(memory.kind)) return IoFuture();
+  try {
+    file->begin_request(op == Op::kRead ? "pread" : "pwrite");
+  } catch (const IoError&) {
+    return IoFuture();
+  }
+  auto state = std::make_shared<RequestState>();
+  SmallRoute route;
+  try {
+    std::size_t bytes = run_small_now(*file, op, buffer, size, offset, *settings, memory, route);
+    file->end_request();
+    state->complete(bytes, file, route);
+  } catch (...) {
+    file->end_request();
+    state->complete(0, std::current_exception(), small_report(*file, route));
+  }
+  return IoFuture(state);
+}
+
+RouteReport small_report(const OpenFile& file, const SmallRoute& r) {
+  RouteReport report;
+  report.op = r.op;
+  report.file = file.path();
+  report.memory = r.memory.kind;
+  report.device = r.memory.device;
+  report.offset = r.offset;
+  report.requested = r.requested;
+  report.bytes = r.bytes;
+  report.tasks = 1;
+  report.workers = 1;
+  report.posix_tasks = 1;
+  report.seconds = static_cast<double>(r.nanoseconds) / 1e9;
+  report.page_cache = r.page_cache;
+  if (!report.page_cache.known && report.page_cache.why_not.empty()) {
+    report.page_cache.why_not = r.op == Op::kRead ? kSmallNotMeasured : "not measured for writes";
+  }
+  report.direct_tasks = r.cold_direct ? 1 : 0;
+  Settings settings;
+  settings.compat_mode = r.compat_mode;
+  const MemoryInfo memory = cuda::with_note(r.memory);
+  // Host memory: layer 1 decides without asking any fact.
+  report.reasons = decide_route(settings, memory, r.requested, RouteFacts{}).reasons;
+  std::atomic<bool> cancelled{false};
+  std::atomic<std::size_t> direct_tasks{0};
+  std::atomic<bool> cold_refused{false};
+  RequestContext context{const_cast<OpenFile&>(file),
+                         r.op,
+                         nullptr,
+                         memory,
+                         settings,
+                         cancelled,
+                         1,
+                         {},
+                         direct_tasks,
+                         cold_refused};
+  report.reasons.push_back({ReasonCode::kEngine, posix_backend().describe(context)});
+  if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));
+  if (r.cold_refused) {
+    report.reasons.push_back({ReasonCode::kDirectIoRefused, file.cold_direct_refused()});
+  }
+  report.cufile.why_not = "no request went to cuFile";
+  return report;
 }
 
 }  // namespace ferry::core

@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "core/open_file.h"
 #include "ferry/file.h"
@@ -17,6 +18,8 @@ namespace ferry::core {
 class RequestState {
  public:
   void complete(std::size_t bytes, std::exception_ptr error, RouteReport report);
+  // Completes a small request that ran in its caller's thread: its report is built when asked.
+  void complete(std::size_t bytes, std::shared_ptr<OpenFile> file, const SmallRoute& route);
   bool ready() const;
   void wait() const;
   bool wait_for(double seconds) const;
@@ -33,11 +36,32 @@ class RequestState {
   std::size_t bytes_ = 0;
   std::exception_ptr error_;
   RouteReport report_;
+  std::shared_ptr<OpenFile> small_file_;  // set with small_ by the second complete()
+  std::optional<SmallRoute> small_;
 };
 
 // Starts the request. Errors found before any I/O (bad range, strict mode) complete the future
 // with that error at once.
 IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
                 std::uint64_t offset);
+
+// Small requests run in the caller's thread, without a hand-off to the workers, a future, a
+// heap allocation or the text of a report: a request qualifies when it is one task of at most
+// `max_size` bytes into or from host memory, on a buffered File, in a mode that allows ferry's
+// POSIX path. Returns false, having done nothing, when the request does not qualify (the caller
+// then submits it); else the byte count in *bytes, or throws the request's error.
+bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
+               std::size_t max_size, std::size_t* bytes);
+// The same for an asynchronous request: a completed future, or an invalid one when the request
+// does not qualify. Errors complete the future.
+IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
+                      std::uint64_t offset, std::size_t max_size);
+
+// The full report of a small request, as submit() would have made it.
+RouteReport small_report(const OpenFile& file, const SmallRoute& route);
+
+// Small asynchronous requests up to this size run in the caller's thread: a hand-off to a worker
+// costs more than the read (bench/NOTES.md §12).
+constexpr std::size_t kSmallAsync = std::size_t{64} << 10;
 
 }  // namespace ferry::core

@@ -4,8 +4,10 @@
 #include "ferry/settings.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -70,14 +72,22 @@ constexpr std::array<Descriptor, 7> kTable{{
 
 struct Global {
   std::mutex mu;
+  std::atomic<std::uint64_t> version{1};  // bumped by every change
   bool loaded = false;
   Settings current;
   std::array<SettingSource, kTable.size()> sources{};
 };
 
+Global* instance = nullptr;
+
 Global& global() {
   // Leaked on purpose: pool threads may still read settings while the process exits.
-  static Global* g = new Global;
+  static Global* g = [] {
+    instance = new Global;
+    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
+    pthread_atfork(nullptr, nullptr, [] { new (&instance->mu) std::mutex; });
+    return instance;
+  }();
   return *g;
 }
 
@@ -150,9 +160,16 @@ void SettingsOverride::set(std::string_view name, std::string_view value) {
 }
 
 Settings settings() {
+  // Every request reads the settings: a thread keeps its last copy and takes the lock only after
+  // a change (each change bumps the version under the lock).
+  thread_local std::uint64_t seen = 0;
+  thread_local Settings copy;
   Global& g = global();
+  if (seen == g.version.load(std::memory_order_acquire)) return copy;
   std::lock_guard lock(g.mu);
-  return loaded_global().current;
+  copy = loaded_global().current;
+  seen = g.version.load(std::memory_order_relaxed);
+  return copy;
 }
 
 void set_settings(const SettingsOverride& changes) {
@@ -161,6 +178,7 @@ void set_settings(const SettingsOverride& changes) {
   loaded_global();
   g.current = changes.apply_to(g.current);
   mark_code(g, changes);
+  g.version.fetch_add(1, std::memory_order_release);
 }
 
 std::vector<SettingInfo> describe_settings() {
@@ -186,6 +204,7 @@ ScopedSettings::ScopedSettings(const SettingsOverride& changes) {
   saved_ = new Saved{g.current, g.sources};
   g.current = changes.apply_to(g.current);
   mark_code(g, changes);
+  g.version.fetch_add(1, std::memory_order_release);
 }
 
 ScopedSettings::~ScopedSettings() {
@@ -193,6 +212,7 @@ ScopedSettings::~ScopedSettings() {
   std::lock_guard lock(g.mu);
   g.current = saved_->settings;
   g.sources = saved_->sources;
+  g.version.fetch_add(1, std::memory_order_release);
   delete saved_;
 }
 

@@ -1,9 +1,11 @@
 // A fixed set of worker threads running submitted jobs in FIFO order. The pool only grows
 // (ensure_threads), so requests made under a larger nthreads setting get their parallelism.
 // All methods are thread-safe; the destructor finishes queued jobs and joins the workers.
-// Jobs must not block on other jobs of the same pool.
+// Jobs must not block on other jobs of the same pool. A long job should check waiting() between
+// steps and, when others wait, submit its rest and return (the engine does, between tasks).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -23,8 +25,10 @@ class ThreadPool {
   void ensure_threads(std::size_t nthreads);
   std::size_t size() const;
   void submit(std::function<void()> job);
+  // Jobs queued and not yet started (no lock: a hint that may be a moment old).
+  std::size_t waiting() const { return queued_.load(std::memory_order_relaxed); }
 
-  // The process-wide pool used by File requests.
+  // The process-wide pool used by File requests. In a child made by fork(), a new pool.
   static ThreadPool& shared();
 
  private:
@@ -35,6 +39,7 @@ class ThreadPool {
   std::deque<std::function<void()>> jobs_;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
+  std::atomic<std::size_t> queued_{0};
 };
 
 }  // namespace ferry::core

@@ -2,7 +2,10 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <pthread.h>
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -93,8 +96,20 @@ Loaded load() {
   return out;  // The handle stays open for the life of the process, on purpose.
 }
 
+// Set in a child made by fork() after this process initialised CUDA: CUDA does not survive
+// fork, so the child treats the driver as absent, with this reason.
+std::atomic<bool> forked_after_init{false};
+constexpr const char* kForked =
+    "CUDA was initialised in the parent process before fork(), and CUDA cannot be used in a "
+    "forked child (host memory still works); start GPU workers with the 'spawn' or "
+    "'forkserver' method, or initialise CUDA after fork";
+
 const Loaded& loaded() {
-  static const Loaded instance = load();
+  static const Loaded instance = [] {
+    Loaded l = load();
+    if (l.ok) pthread_atfork(nullptr, nullptr, [] { forked_after_init.store(true); });
+    return l;
+  }();
   return instance;
 }
 
@@ -102,12 +117,17 @@ const Loaded& loaded() {
 
 const Driver* driver_or_null(std::string* why_not) {
   const Loaded& l = loaded();
+  if (forked_after_init.load(std::memory_order_relaxed)) {
+    if (why_not != nullptr) *why_not = kForked;
+    return nullptr;
+  }
   if (!l.ok && why_not != nullptr) *why_not = l.why_not;
   return l.ok ? &l.table : nullptr;
 }
 
 const Driver& driver() {
   const Loaded& l = loaded();
+  if (forked_after_init.load(std::memory_order_relaxed)) throw CudaError(kForked, 0);
   if (!l.ok) throw CudaError(l.why_not, 0);
   return l.table;
 }
@@ -127,8 +147,20 @@ void check(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS) throw CudaError(describe(result, what), static_cast<int>(result));
 }
 
+namespace {
+// Primary contexts retained so far, by ordinal: read without a lock by every GPU task.
+constexpr int kMaxCachedDevices = 64;
+std::array<std::atomic<CUcontext>, kMaxCachedDevices> cached_contexts{};
+}  // namespace
+
 CUcontext use_device(int ordinal) {
   const Driver& d = driver();
+  if (ordinal >= 0 && ordinal < kMaxCachedDevices) {
+    if (CUcontext ctx = cached_contexts[ordinal].load(std::memory_order_acquire)) {
+      check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
+      return ctx;
+    }
+  }
   // Leaked on purpose, like the contexts they hold: GPU workers may still call this while the
   // process exits.
   static auto* mu = new std::mutex;
@@ -150,6 +182,7 @@ CUcontext use_device(int ordinal) {
       check(d.DevicePrimaryCtxRetain(&(*contexts)[ordinal], dev), "cuDevicePrimaryCtxRetain");
     }
     ctx = (*contexts)[ordinal];
+    if (ordinal < kMaxCachedDevices) cached_contexts[ordinal].store(ctx, std::memory_order_release);
   }
   check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
   return ctx;

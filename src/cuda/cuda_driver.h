@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "cuda/quick_memory.h"
+
 namespace ferry::cuda {
 
 // One function pointer per driver entry point ferry uses, typed from cuda.h so a signature

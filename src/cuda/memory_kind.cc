@@ -26,13 +26,14 @@ std::string to_string(MemoryKind kind) {
   return "?";
 }
 
-MemoryInfo classify_memory(const void* ptr) {
-  MemoryInfo info;
-  std::string why;
-  const cuda::Driver* d = cuda::driver_or_null(&why);
+namespace cuda {
+
+QuickMemory classify_quick(const void* ptr) {
+  QuickMemory q;
+  const cuda::Driver* d = cuda::driver_or_null();
   if (d == nullptr) {
-    info.note = why;
-    return info;
+    q.no_driver = true;
+    return q;
   }
   unsigned int memory_type = 0;
   int ordinal = -1;
@@ -42,23 +43,35 @@ MemoryInfo classify_memory(const void* ptr) {
                                  CU_POINTER_ATTRIBUTE_IS_MANAGED};
   void* values[] = {&memory_type, &ordinal, &managed};
   // cuPointerGetAttributes succeeds for unknown (pageable) pointers and leaves memory_type 0.
-  CUresult r = d->PointerGetAttributes(3, attrs, values, reinterpret_cast<CUdeviceptr>(ptr));
-  if (r != CUDA_SUCCESS) {
-    info.note = cuda::describe(r, "cuPointerGetAttributes");
-    return info;
-  }
+  const CUresult r = d->PointerGetAttributes(3, attrs, values, reinterpret_cast<CUdeviceptr>(ptr));
+  q.query = static_cast<int>(r);
+  if (r != CUDA_SUCCESS) return q;
   if (managed != 0) {
-    info.kind = MemoryKind::kManaged;
+    q.kind = MemoryKind::kManaged;
   } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
-    info.kind = MemoryKind::kDevice;
+    q.kind = MemoryKind::kDevice;
   } else if (memory_type == CU_MEMORYTYPE_HOST) {
-    info.kind = MemoryKind::kHostPinned;
+    q.kind = MemoryKind::kHostPinned;
   } else {
-    return info;
+    return q;
   }
-  info.device = ordinal;
+  q.device = ordinal;
+  return q;
+}
+
+MemoryInfo with_note(const QuickMemory& q) {
+  MemoryInfo info{q.kind, q.device, {}};
+  if (q.no_driver) {
+    cuda::driver_or_null(&info.note);
+  } else if (q.query != 0) {
+    info.note = cuda::describe(static_cast<CUresult>(q.query), "cuPointerGetAttributes");
+  }
   return info;
 }
+
+}  // namespace cuda
+
+MemoryInfo classify_memory(const void* ptr) { return cuda::with_note(cuda::classify_quick(ptr)); }
 
 Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), size_(size) {
   if (size == 0) return;

@@ -1,6 +1,7 @@
 #include "cufile/cufile_driver.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -22,10 +23,26 @@ struct State {
   std::optional<std::string> lenient_failure;
   int error = 0;
   std::atomic<bool> closed{false};
+  bool forked_after_open = false;  // this process is a fork() child of one that opened it
 };
 
+State* instance = nullptr;
+
 State& state() {
-  static State* s = new State();  // Leaked: the exit handler below may run after static dtors.
+  // Leaked: the exit handler below may run after static dtors.
+  static State* s = [] {
+    instance = new State();
+    // cuFile's driver state does not survive fork(): a child of a process that opened it must
+    // not use the copy (and a thread of the parent may hold the lock).
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&instance->mu) std::mutex;
+      if (instance->open) {
+        instance->open = false;
+        instance->forked_after_open = true;
+      }
+    });
+    return instance;
+  }();
   return *s;
 }
 
@@ -72,6 +89,12 @@ DriverResult open_driver(bool refuse_compat) {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.closed.load()) return {nullptr, "the cuFile driver was closed at exit", false};
+  if (s.forked_after_open) {
+    return {nullptr,
+            "the cuFile driver was opened in the parent process before fork(), and cuFile "
+            "cannot be used in a forked child",
+            false};
+  }
   if (s.open) return {&lib, {}, s.compat_refused};
   std::optional<std::string>& failure = refuse_compat ? s.strict_failure : s.lenient_failure;
   if (failure) return {nullptr, *failure, false};

@@ -1,6 +1,7 @@
 #include "cufile/cufile_outlook.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/vfs.h>
 
 #include <cerrno>
@@ -40,11 +41,18 @@ std::string read_process_facts(const std::filesystem::path& root) {
   return nvfs;
 }
 
+std::mutex* facts_mu = nullptr;
+
 const std::string& process_facts() {
-  static std::mutex mu;
+  static std::mutex* mu = [] {
+    facts_mu = new std::mutex;
+    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
+    pthread_atfork(nullptr, nullptr, [] { new (facts_mu) std::mutex; });
+    return facts_mu;
+  }();
   static std::optional<std::string> cached;
   static std::filesystem::path cached_root;
-  std::lock_guard lock(mu);
+  std::lock_guard lock(*mu);
   std::filesystem::path root = testing::root();
   if (!cached || root != cached_root) {
     cached = read_process_facts(root);

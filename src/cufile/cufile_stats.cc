@@ -1,6 +1,7 @@
 #include "cufile/cufile_stats.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -29,8 +30,15 @@ struct StatsState {
   std::uint64_t begun = 0;
 };
 
+StatsState* stats_instance = nullptr;
+
 StatsState& stats_state() {
-  static StatsState* s = new StatsState();
+  static StatsState* s = [] {
+    stats_instance = new StatsState();
+    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
+    pthread_atfork(nullptr, nullptr, [] { new (&stats_instance->mu) std::mutex; });
+    return stats_instance;
+  }();
   return *s;
 }
 

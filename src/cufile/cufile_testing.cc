@@ -16,6 +16,7 @@ std::filesystem::path& root_path() {
 }  // namespace
 
 void treat_host_as_gpu(bool on) { host_as_gpu.store(on); }
+bool host_treated_as_gpu() { return host_as_gpu.load(std::memory_order_relaxed); }
 
 MemoryInfo route_view(const MemoryInfo& memory) {
   if (!host_as_gpu.load(std::memory_order_relaxed) || is_gpu(memory.kind)) return memory;

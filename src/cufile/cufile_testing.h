@@ -13,6 +13,7 @@ namespace ferry::cufile::testing {
 // Layer 1 then treats a host buffer as memory of GPU 0. The bytes still move as host memory:
 // the POSIX path reads them with pread and the cuFile path hands the host address to the double.
 void treat_host_as_gpu(bool on);
+bool host_treated_as_gpu();
 // The memory as layer 1 sees it: `memory` itself unless treat_host_as_gpu is on.
 MemoryInfo route_view(const MemoryInfo& memory);
 

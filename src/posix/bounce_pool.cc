@@ -1,6 +1,10 @@
 #include "posix/bounce_pool.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 
 #include "cuda/cuda_driver.h"
@@ -73,11 +77,21 @@ void BouncePool::release(Stager* stager) {
   free_.emplace_back(stager);
 }
 
+namespace {
+std::atomic<BouncePool*> current{nullptr};
+std::once_flag made;
+}  // namespace
+
 BouncePool& BouncePool::shared() {
   // Leaked on purpose: pinned memory is returned to the driver at process exit, and a static
   // destructor must not race with workers still releasing stagers.
-  static BouncePool* pool = new BouncePool;
-  return *pool;
+  std::call_once(made, [] {
+    current.store(new BouncePool);
+    // A child made by fork() cannot use its parent's pinned memory or streams (CUDA does not
+    // survive fork), and a thread of the parent may hold the lock: it starts an empty pool.
+    pthread_atfork(nullptr, nullptr, [] { current.store(new BouncePool); });
+  });
+  return *current.load(std::memory_order_acquire);
 }
 
 }  // namespace ferry::posix

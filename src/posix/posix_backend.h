@@ -27,6 +27,8 @@ class PosixBackend final : public core::Backend {
   std::unique_ptr<core::Worker> make_worker(const core::RequestContext& context) override;
   std::string describe(const core::RequestContext& context) const override;
   std::size_t max_workers(const core::RequestContext& context) const override;
+  // Runs one task in the calling thread, with a worker on its stack (small requests).
+  std::size_t run_inline(const core::RequestContext& context, const core::Task& task) const;
 };
 
 }  // namespace ferry::posix

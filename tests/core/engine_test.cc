@@ -1,0 +1,303 @@
+// The request engine's scheduling: small requests in the caller's thread, fair turns between
+// requests on the workers, statistics per thread, settings seen at once by every thread, and
+// requests that work in a child made by fork().
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/open_file.h"
+#include "core/request.h"
+#include "ferry/ferry.h"
+#include "posix/io_seam.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::TempDir;
+using namespace std::chrono_literals;
+
+// The real system calls, recording which threads called pread and optionally slowing each one.
+class WatchedIo final : public posix::IoSeam {
+ public:
+  explicit WatchedIo(std::chrono::microseconds delay = 0us) : delay_(delay) {}
+  int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
+  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
+    {
+      std::lock_guard lock(mu_);
+      threads_.insert(std::this_thread::get_id());
+    }
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    return posix::system_io().pread(fd, buf, size, offset);
+  }
+  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
+    return posix::system_io().pwrite(fd, buf, size, offset);
+  }
+  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return posix::system_io().fsync(fd); }
+  int close(int fd) override { return posix::system_io().close(fd); }
+  std::set<std::thread::id> threads() {
+    std::lock_guard lock(mu_);
+    return threads_;
+  }
+
+ private:
+  std::chrono::microseconds delay_;
+  std::mutex mu_;
+  std::set<std::thread::id> threads_;
+};
+
+File open_with(const std::filesystem::path& path, posix::IoSeam& io, FileOptions options = {}) {
+  return File(std::make_shared<core::OpenFile>(path, "r", options, io));
+}
+
+std::vector<std::string> codes(const RouteReport& r) {
+  std::vector<std::string> out;
+  for (const RouteReason& reason : r.reasons) out.push_back(to_string(reason.code));
+  return out;
+}
+
+TEST(SmallRequests, RunInTheCallersThreadAndReportLikeAnyRequest) {
+  TempDir dir;
+  auto data = test::random_bytes(1 << 20, 11);
+  test::write_file(dir / "a.bin", data);
+  WatchedIo io;
+  File f = open_with(dir / "a.bin", io);
+  std::vector<unsigned char> buf(4096);
+  ASSERT_EQ(f.read(buf.data(), buf.size(), 8192), 4096u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 8192, 4096));
+  EXPECT_EQ(io.threads(), std::set<std::thread::id>{std::this_thread::get_id()});
+
+  RouteReport r = f.last_route();
+  EXPECT_EQ(r.op, Op::kRead);
+  EXPECT_EQ(r.file, (dir / "a.bin").string());
+  EXPECT_EQ(r.offset, 8192u);
+  EXPECT_EQ(r.requested, 4096u);
+  EXPECT_EQ(r.bytes, 4096u);
+  EXPECT_EQ(r.tasks, 1u);
+  EXPECT_EQ(r.posix_tasks, 1u);
+  EXPECT_EQ(r.cufile_tasks, 0u);
+  EXPECT_EQ(r.workers, 1u);
+  EXPECT_GT(r.seconds, 0.0);
+  ASSERT_EQ(codes(r).size(), 2u) << r.to_text();
+  EXPECT_TRUE(codes(r)[0] == "host_buffer" || codes(r)[0] == "no_cuda_driver") << r.to_text();
+  EXPECT_EQ(codes(r)[1], "engine");
+  EXPECT_NE(r.reasons[1].text.find("pread straight into the host buffer (1 thread(s))"),
+            std::string::npos)
+      << r.reasons[1].text;
+  EXPECT_FALSE(r.page_cache.known);
+  EXPECT_NE(r.page_cache.why_not.find("under 1 MiB"), std::string::npos) << r.page_cache.why_not;
+  EXPECT_EQ(r.cufile.why_not, "no request went to cuFile");
+}
+
+TEST(SmallRequests, AtEndOfFileReturnWhatIsThere) {
+  TempDir dir;
+  auto data = test::random_bytes(10000, 12);
+  test::write_file(dir / "a.bin", data);
+  File f(dir / "a.bin");
+  std::vector<unsigned char> buf(4096, 0xEE);
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 8192), 10000u - 8192u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 8192, 10000 - 8192));
+  EXPECT_EQ(buf[10000 - 8192], 0xEE);
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 20000), 0u);
+  EXPECT_EQ(f.last_route().bytes, 0u);
+}
+
+TEST(SmallRequests, AsynchronousOnesAreCompleteOnReturnAndLargerOnesGoToTheWorkers) {
+  TempDir dir;
+  auto data = test::random_bytes(1 << 20, 13);
+  test::write_file(dir / "a.bin", data);
+  WatchedIo io;
+  FileOptions options;
+  options.settings.set("task_size", "64KiB");
+  File f = open_with(dir / "a.bin", io, options);
+  std::vector<unsigned char> buf(256 << 10);
+  IoFuture small = f.pread(buf.data(), core::kSmallAsync, 0);
+  EXPECT_TRUE(small.ready());
+  EXPECT_EQ(small.get(), core::kSmallAsync);
+  EXPECT_EQ(small.route().tasks, 1u);
+  EXPECT_EQ(small.route().bytes, core::kSmallAsync);
+  EXPECT_EQ(io.threads(), std::set<std::thread::id>{std::this_thread::get_id()});
+
+  IoFuture larger = f.pread(buf.data(), buf.size(), 0);
+  EXPECT_EQ(larger.get(), buf.size());
+  EXPECT_EQ(larger.route().tasks, 4u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), buf.size()));
+  EXPECT_GT(io.threads().size(), 1u) << "the 4-task request ran in the caller's thread only";
+}
+
+TEST(SmallRequests, WritesAreSmallToo) {
+  TempDir dir;
+  auto data = test::random_bytes(8192, 14);
+  File f(dir / "w.bin", "w");
+  EXPECT_EQ(f.write(data.data(), data.size(), 0), data.size());
+  IoFuture w = f.pwrite(data.data(), 100, 8192);
+  EXPECT_TRUE(w.ready());
+  EXPECT_EQ(w.get(), 100u);
+  EXPECT_EQ(w.route().op, Op::kWrite);
+  EXPECT_EQ(w.route().page_cache.why_not, "not measured for writes");
+  f.close();
+  auto back = test::read_file(dir / "w.bin");
+  ASSERT_EQ(back.size(), 8292u);
+  EXPECT_EQ(0, std::memcmp(back.data(), data.data(), 8192));
+  EXPECT_EQ(0, std::memcmp(back.data() + 8192, data.data(), 100));
+}
+
+TEST(SmallRequests, ErrorsNameTheFileAndReachTheReport) {
+  TempDir dir;
+  test::write_file(dir / "a.bin", test::random_bytes(4096, 15));
+  File f(dir / "a.bin", "r");
+  std::vector<unsigned char> buf(4096);
+  test::expect_io_error([&] { f.write(buf.data(), buf.size(), 0); }, (dir / "a.bin").string(),
+                        EBADF);
+  IoFuture fut = f.pwrite(buf.data(), 16, 0);
+  test::expect_io_error([&] { fut.get(); }, (dir / "a.bin").string(), EBADF);
+}
+
+TEST(Stats, CountRequestsOfThreadsThatHaveExited) {
+  TempDir dir;
+  test::write_file(dir / "a.bin", test::random_bytes(1 << 20, 16));
+  File f(dir / "a.bin");
+  reset_stats();
+  std::thread t([&] {
+    std::vector<unsigned char> buf(4096);
+    for (int i = 0; i < 10; ++i) f.read(buf.data(), buf.size(), i * 4096);
+  });
+  t.join();
+  std::vector<unsigned char> big(1 << 20);
+  f.read(big.data(), big.size(), 0);
+  Stats s = stats();
+  EXPECT_EQ(s.requests, 11u);
+  EXPECT_EQ(s.bytes_read, 10u * 4096 + (1 << 20));
+  EXPECT_EQ(s.posix_tasks, 11u);
+  EXPECT_EQ(s.reasons["engine"], 11u);
+  EXPECT_EQ(s.failed_requests, 0u);
+  reset_stats();
+  EXPECT_EQ(stats().requests, 0u);
+  EXPECT_TRUE(stats().reasons.empty());
+}
+
+TEST(Settings, AChangeReachesRequestsOfOtherThreadsAtOnce) {
+  TempDir dir;
+  test::write_file(dir / "a.bin", test::random_bytes(1 << 20, 17));
+  File f(dir / "a.bin");
+  std::vector<unsigned char> buf(64 << 10);
+  std::atomic<int> phase{0};
+  std::size_t before = 0, after = 0;
+  std::thread t([&] {
+    f.read(buf.data(), buf.size(), 0);
+    before = f.last_route().tasks;
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    f.read(buf.data(), buf.size(), 0);
+    after = f.last_route().tasks;
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  {
+    SettingsOverride o;
+    o.set("task_size", "4KiB");
+    ScopedSettings scope(o);
+    phase = 2;
+    t.join();
+  }
+  EXPECT_EQ(before, 1u);
+  EXPECT_EQ(after, 16u);
+}
+
+TEST(FairTurns, ARequestQueuedBehindALargeOneWaitsForATaskNotForTheRequest) {
+  TempDir dir;
+  test::write_file(dir / "big.bin", test::random_bytes(32 << 20, 18));
+  auto small_data = test::random_bytes(1 << 20, 19);
+  test::write_file(dir / "small.bin", small_data);
+  // Every pool thread takes part in the large read (64 workers), and each of its 4096 tasks
+  // takes at least 2 ms: 128 ms at least, where the later request needs a few tasks' time.
+  WatchedIo slow(2000us);
+  FileOptions big_options;
+  big_options.settings.set("task_size", "8KiB");
+  big_options.settings.set("host_nthreads", "64");
+  File big = open_with(dir / "big.bin", slow, big_options);
+  FileOptions small_options;
+  small_options.settings.set("task_size", "128KiB");
+  File small(dir / "small.bin", "r", small_options);
+  std::vector<unsigned char> big_buf(32 << 20), small_buf(1 << 20);
+  auto t0 = std::chrono::steady_clock::now();
+  IoFuture b = big.pread(big_buf.data(), big_buf.size(), 0);
+  std::this_thread::sleep_for(5ms);  // the large request holds every worker now
+  auto t1 = std::chrono::steady_clock::now();
+  IoFuture s = small.pread(small_buf.data(), small_buf.size(), 0);
+  EXPECT_EQ(s.get(), small_buf.size());
+  auto t2 = std::chrono::steady_clock::now();
+  EXPECT_EQ(b.get(), big_buf.size());
+  auto t3 = std::chrono::steady_clock::now();
+  const double waited = std::chrono::duration<double>(t2 - t1).count();
+  const double big_took = std::chrono::duration<double>(t3 - t0).count();
+  EXPECT_LT(waited, big_took / 4) << "the later request waited " << waited << " s of the large "
+                                  << "request's " << big_took << " s";
+  EXPECT_EQ(0, std::memcmp(small_buf.data(), small_data.data(), small_buf.size()));
+  EXPECT_EQ(0,
+            std::memcmp(big_buf.data(), test::read_file(dir / "big.bin").data(), big_buf.size()));
+}
+
+// Runs `child` in a fork() child with a time limit; returns its exit status text.
+template <typename Body>
+std::string in_child(Body child) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a hang ends as SIGALRM
+    int code = 1;
+    try {
+      code = child();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  return "signal " + std::to_string(WTERMSIG(status));
+}
+
+TEST(Fork, TheChildReadsWhileTheParentHadRequestsInFlight) {
+  TempDir dir;
+  auto data = test::random_bytes(8 << 20, 20);
+  test::write_file(dir / "a.bin", data);
+  FileOptions options;
+  options.settings.set("task_size", "64KiB");
+  File f(dir / "a.bin", "r", options);
+  std::vector<unsigned char> warm(8 << 20);
+  ASSERT_EQ(f.read(warm.data(), warm.size(), 0), warm.size());  // the pool's threads exist now
+  // A request in flight on a slow seam while fork() runs.
+  WatchedIo slow(5000us);
+  File busy = open_with(dir / "a.bin", slow, options);
+  std::vector<unsigned char> busy_buf(4 << 20);
+  IoFuture in_flight = busy.pread(busy_buf.data(), busy_buf.size(), 0);
+  std::this_thread::sleep_for(2ms);
+
+  std::string status = in_child([&] {
+    std::vector<unsigned char> buf(8 << 20, 0);
+    if (f.read(buf.data(), 4096, 4096) != 4096) return 2;           // small: inline
+    if (f.read(buf.data(), buf.size(), 0) != buf.size()) return 3;  // 128 tasks: the pool
+    if (std::memcmp(buf.data(), data.data(), buf.size()) != 0) return 4;
+    IoFuture a = f.pread(buf.data(), 1 << 20, 0);
+    if (a.get() != (1u << 20)) return 5;
+    busy.close();  // the parent's request in flight must not keep it waiting
+    f.close();
+    return 0;
+  });
+  EXPECT_EQ(status, "exit 0");
+  EXPECT_EQ(in_flight.get(), busy_buf.size());
+  EXPECT_EQ(0, std::memcmp(busy_buf.data(), data.data(), busy_buf.size()));
+}
+
+}  // namespace
+}  // namespace ferry
