@@ -67,6 +67,15 @@ class PyFuture {
   std::shared_ptr<Pending> p_;
 };
 
+std::size_t checked_size(const BufferView& view, std::optional<std::size_t> size) {
+  std::size_t n = size.value_or(view.nbytes());
+  if (n > view.nbytes()) {
+    throw py::value_error("ferry: size " + std::to_string(n) + " is larger than the buffer (" +
+                          std::to_string(view.nbytes()) + " bytes)");
+  }
+  return n;
+}
+
 class PyFile {
  public:
   PyFile(const std::string& path, const std::string& mode, bool direct,
@@ -83,11 +92,7 @@ class PyFile {
                                   std::uint64_t offset) {
     auto pending = std::make_shared<Pending>();
     pending->buffer = BufferView::of(buf, op == Op::kRead);
-    std::size_t n = size.value_or(pending->buffer->nbytes());
-    if (n > pending->buffer->nbytes()) {
-      throw py::value_error("ferry: size " + std::to_string(n) + " is larger than the buffer (" +
-                            std::to_string(pending->buffer->nbytes()) + " bytes)");
-    }
+    std::size_t n = checked_size(*pending->buffer, size);
     {
       py::gil_scoped_release release;
       pending->future = op == Op::kRead ? file_.pread(pending->buffer->data(), n, offset)
@@ -99,18 +104,20 @@ class PyFile {
   }
 
   // A synchronous request: waits, then lets go of the buffer at once (a bytearray stays
-  // resizable).
+  // resizable). Not a Pending entry: the call holds the buffer itself, and close() from another
+  // thread waits for the request in the engine.
   std::size_t run(Op op, const py::object& buf, std::optional<std::size_t> size,
                   std::uint64_t offset) {
-    std::shared_ptr<Pending> p = submit(op, buf, size, offset);
-    struct Forget {
-      std::vector<std::shared_ptr<Pending>>& list;
-      const Pending* p;
-      ~Forget() {
-        std::erase_if(list, [this](const auto& q) { return q.get() == p; });
-      }
-    } forget{pending_, p.get()};
-    return p->get();
+    std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
+    std::size_t n = checked_size(*view, size);
+    py::gil_scoped_release release;  // reacquired before `view` lets go of the buffer
+    IoFuture future = op == Op::kRead ? file_.pread(view->data(), n, offset)
+                                      : file_.pwrite(view->data(), n, offset);
+    try {
+      return future.get();
+    } catch (const RouteError& e) {
+      throw RouteErrorWithReport(e, future.route());
+    }
   }
 
   void close() {

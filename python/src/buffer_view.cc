@@ -1,6 +1,7 @@
 #include "buffer_view.h"
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,6 +89,18 @@ BufferView::~BufferView() {
 std::shared_ptr<BufferView> BufferView::of(const py::handle& obj, bool writable) {
   auto view = std::make_shared<BufferView>();
   view->owner_ = py::reinterpret_borrow<py::object>(obj);
+  // Types that export through the buffer protocol only, and whose instances cannot gain a
+  // __cuda_array_interface__ attribute: skip the attribute lookups below (they cost as much as
+  // a 4 KiB read from the page cache).
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  const bool plain = type == &PyByteArray_Type || type == &PyBytes_Type ||
+                     type == &PyMemoryView_Type || std::strcmp(type->tp_name, "numpy.ndarray") == 0;
+  if (!plain) return exported_otherwise(std::move(view), obj, writable);
+  return through_buffer(std::move(view), obj, writable);
+}
+
+std::shared_ptr<BufferView> BufferView::exported_otherwise(std::shared_ptr<BufferView> view,
+                                                           const py::handle& obj, bool writable) {
   // JAX arrays are immutable, whatever their exporters say.
   std::string module = py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>();
   if (writable && (module.rfind("jax", 0) == 0)) {
@@ -118,7 +131,11 @@ std::shared_ptr<BufferView> BufferView::of(const py::handle& obj, bool writable)
     view->exporter_ = "cuda_array_interface";
     return view;
   }
+  return through_buffer(std::move(view), obj, writable);
+}
 
+std::shared_ptr<BufferView> BufferView::through_buffer(std::shared_ptr<BufferView> view,
+                                                       const py::handle& obj, bool writable) {
   if (PyObject_CheckBuffer(obj.ptr())) {
     int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &view->view_, flags) != 0) {

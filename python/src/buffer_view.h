@@ -31,6 +31,11 @@ class BufferView {
   static std::shared_ptr<BufferView> of(const py::handle& obj, bool writable);
 
  private:
+  static std::shared_ptr<BufferView> exported_otherwise(std::shared_ptr<BufferView> view,
+                                                        const py::handle& obj, bool writable);
+  static std::shared_ptr<BufferView> through_buffer(std::shared_ptr<BufferView> view,
+                                                    const py::handle& obj, bool writable);
+
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   std::string exporter_;

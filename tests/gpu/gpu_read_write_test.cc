@@ -1,6 +1,8 @@
 // Reads into and writes from every kind of memory ferry classifies (device, managed, pinned,
 // pageable), at unaligned sizes and buffer offsets, byte for byte against a host reference.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -168,6 +170,44 @@ TEST_F(Gpu, PointerFromADestroyedContextIsAClearErrorNotACrash) {
   } catch (const CudaError& e) {
     SUCCEED() << e.what();
   }
+}
+
+// CUDA does not survive fork(): a child of a process that initialised it gets a clear error for
+// GPU memory, names the reason in its route, and still reads into host memory.
+TEST_F(Gpu, ForkedChildSaysWhyCudaIsGoneAndStillReadsHostMemory) {
+  TempDir dir;
+  auto data = test::random_bytes(8 << 20, 43);
+  test::write_file(dir / "f.bin", data);
+  File file(dir / "f.bin");
+  Buffer gpu(MemoryKind::kDevice, 8 << 20, 0);
+  ASSERT_EQ(file.read(gpu.data(), gpu.size(), 0), gpu.size());  // CUDA and the workers in use
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);
+    int code = 0;
+    std::vector<unsigned char> host(8 << 20);
+    try {
+      if (file.read(host.data(), host.size(), 0) != host.size()) code = 2;
+      if (std::memcmp(host.data(), data.data(), host.size()) != 0) code = 3;
+      const RouteReport r = file.last_route();
+      if (r.to_text().find("fork") == std::string::npos) code = 4;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      code = 5;
+    }
+    try {
+      Buffer again(MemoryKind::kDevice, 4096, 0);
+      code = code == 0 ? 6 : code;
+    } catch (const CudaError& e) {
+      if (std::string(e.what()).find("fork") == std::string::npos) code = code == 0 ? 7 : code;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2-3: host read failed, 4: route does not name fork, "
+                                       "5: host read threw, 6: CUDA worked, 7: error without fork";
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+"""The engine seen from Python: requests in processes made by fork() (multiprocessing's fork
+start method, as PyTorch DataLoader workers use it), and small reads answered at once."""
+
+import hashlib
+import multiprocessing
+import threading
+
+import numpy as np
+
+import ferry
+
+
+def _digest_of_read(args):
+    path, offset, size = args
+    buf = bytearray(size)
+    with ferry.open(path) as f:
+        n = f.read(buf, file_offset=offset)  # several tasks: the child's own workers
+        small = bytearray(4096)
+        f.read(small, file_offset=offset)  # one task: in this thread
+    return n, hashlib.sha256(bytes(buf[:n])).hexdigest(), bytes(small) == bytes(buf[:4096])
+
+
+def test_fork_children_read_after_the_parent_used_the_workers(data_file):
+    path, data = data_file
+    with ferry.open(path) as f:
+        a = np.empty(len(data), np.uint8)
+        assert f.read(a) == len(data)  # the parent's workers exist now
+        # And a request is in flight in another thread while the children are forked.
+        busy = np.empty(len(data), np.uint8)
+        fut = f.pread(busy)
+        ctx = multiprocessing.get_context("fork")
+        jobs = [(path, off, 3 << 20) for off in (0, 1 << 20, 5 << 20)]
+        with ctx.Pool(3) as pool:
+            results = pool.map_async(_digest_of_read, jobs).get(timeout=60)
+        assert fut.result() == len(data)
+    for (_, off, size), (n, digest, small_ok) in zip(jobs, results):
+        expected = data[off:off + size]
+        assert n == len(expected)
+        assert digest == hashlib.sha256(expected).hexdigest()
+        assert small_ok
+
+
+def test_a_small_asynchronous_read_is_done_when_it_returns(data_file):
+    path, data = data_file
+    with ferry.open(path) as f:
+        buf = bytearray(4096)
+        fut = f.pread(buf, None, 12288)
+        assert fut.done()
+        assert fut.result() == 4096
+        assert bytes(buf) == data[12288:12288 + 4096]
+        route = fut.route()
+        assert route.tasks == 1 and route.workers == 1
+        assert "under 1 MiB" in route.page_cache.why_not
+
+
+def test_small_reads_from_many_threads_on_one_file(data_file):
+    path, data = data_file
+    errors = []
+    with ferry.open(path) as f:
+        def worker(seed):
+            rng = np.random.default_rng(seed)
+            buf = bytearray(4096)
+            for off in rng.integers(0, (len(data) - 4096) // 4096, 300) * 4096:
+                if f.read(buf, None, int(off)) != 4096 or bytes(buf) != data[off:off + 4096]:
+                    errors.append(int(off))
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
