@@ -44,7 +44,11 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
     }
     if (device >= 0) {
       const cuda::Driver& d = cuda::driver();
-      cuda::check(d.StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      // A blocking stream: its copies wait for work queued before them on the legacy default
+      // stream, where CuPy and PyTorch queue by default (a cuMemsetD8 or a zeros() kernel that
+      // would otherwise land on top of the bytes read), and legacy-stream work queued after
+      // waits for them. Streams of this kind do not wait for each other.
+      cuda::check(d.StreamCreate(&s->stream, CU_STREAM_DEFAULT), "cuStreamCreate");
       for (CUevent& e : s->events) {
         cuda::check(d.EventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
       }

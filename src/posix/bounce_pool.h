@@ -1,5 +1,5 @@
 // Reusable staging buffers for the POSIX path: for a GPU, `depth` pinned host buffers with one
-// non-blocking stream and one event per buffer; for O_DIRECT into host memory, page-aligned host
+// stream (ordered after the legacy default stream) and one event per buffer; for O_DIRECT into host memory, page-aligned host
 // buffers. Allocating pinned memory costs milliseconds, so stagers are kept and reused by later
 // requests. The pool is thread-safe; a Stager is used by one thread at a time.
 #pragma once

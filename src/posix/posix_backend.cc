@@ -258,7 +258,7 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
   if (is_gpu(c.memory.kind)) {
     return fmt::format(
         "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
-        "GPU {} on non-blocking streams",
+        "GPU {} on streams ordered after the default stream",
         call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
         c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
   }
