@@ -175,25 +175,29 @@ TEST_F(Gpu, PointerFromADestroyedContextIsAClearErrorNotACrash) {
 
 // Work queued on the legacy default stream before a request (a fill, as Buffer::fill, CuPy and
 // PyTorch queue it) happens before ferry's copies, never on top of them; and a write waits for
-// work queued before it that produces its bytes. A large fill makes the race window wide.
+// work queued before it that produces its bytes. Three fills of 4 GiB keep the default stream
+// busy for milliseconds, and the range used is the last one each fill reaches.
 TEST_F(Gpu, CopiesAreOrderedAfterWorkQueuedOnTheDefaultStream) {
   TempDir dir;
   auto data = test::random_bytes(1 << 20, 44);
   test::write_file(dir / "o.bin", data);
   File file(dir / "o.bin");
-  Buffer b(MemoryKind::kDevice, std::size_t{4} << 30, 0);
-  for (int round = 0; round < 20; ++round) {
-    b.fill(static_cast<unsigned char>(round));  // about 2 ms of memset, queued, not waited for
-    ASSERT_EQ(file.read(b.data(), data.size(), 0), data.size());
-    auto back = copy_back(b, 0, data.size());
+  const std::size_t size = std::size_t{4} << 30;
+  Buffer b(MemoryKind::kDevice, size, 0);
+  const std::size_t tail = size - data.size();
+  auto fill = [&](int value) {
+    for (int i = 0; i < 3; ++i) b.fill(static_cast<unsigned char>(value));  // queued, not waited
+  };
+  for (int round = 0; round < 10; ++round) {
+    fill(round);
+    ASSERT_EQ(file.read(static_cast<char*>(b.data()) + tail, data.size(), 0), data.size());
+    auto back = copy_back(b, tail, data.size());
     ASSERT_EQ(0, std::memcmp(back.data(), data.data(), data.size())) << "round " << round;
   }
-  // Writes: the fill that makes the bytes is queued just before the write.
   File out(dir / "w.bin", "w");
   for (int round = 0; round < 10; ++round) {
-    b.fill(static_cast<unsigned char>(0x40 + round));
-    ASSERT_EQ(out.write(b.data(), 1 << 20, 0), std::size_t{1} << 20);
-    out.sync();
+    fill(0x40 + round);
+    ASSERT_EQ(out.write(static_cast<char*>(b.data()) + tail, 1 << 20, 0), std::size_t{1} << 20);
     auto written = test::read_file(dir / "w.bin");
     ASSERT_EQ(written.size(), std::size_t{1} << 20);
     ASSERT_EQ(std::count(written.begin(), written.end(), 0x40 + round), 1 << 20)
