@@ -185,6 +185,24 @@ int main(int argc, char** argv) {
           throw std::runtime_error("short ferry read");
         }
       });
+      if (threads > 1 && io == 4096) {
+        // Diagnosis: the same with a File per thread (what one shared File costs).
+        std::vector<ferry::File> own;
+        for (std::size_t t = 0; t < threads; ++t) own.emplace_back(path, "r");
+        Rate sep = run_for(threads, seconds, [&](std::size_t t, std::size_t i) {
+          if (own[t].read(bufs[t].data(), io, offs[t][i % kOffsets]) != io) {
+            throw std::runtime_error("short ferry read");
+          }
+        });
+        emit(fmt::format("4 KiB host, {} threads, a File each", threads),
+             {{"io", io},
+              {"threads", threads},
+              {"ferry_ops_per_s", sep.ops_per_s},
+              {"raw_ops_per_s", raw.ops_per_s},
+              {"ratio", sep.ops_per_s / raw.ops_per_s}});
+        fmt::print(stderr, "diagnosis: 4 KiB host, {} threads, a File each: {:.2f} of pread\n",
+                   threads, sep.ops_per_s / raw.ops_per_s);
+      }
       std::string name = fmt::format("{} KiB host, {} thread(s)", io >> 10, threads);
       emit(name, {{"io", io},
                   {"threads", threads},
@@ -206,6 +224,23 @@ int main(int argc, char** argv) {
   int devices = 0;
   if (d != nullptr && d->DeviceGetCount(&devices) == CUDA_SUCCESS && devices > 0) {
     ferry::cuda::use_device(0);
+    {
+      // Diagnosis: the pointer query every request makes, alone, on 1 and N threads.
+      std::vector<std::vector<char>> host(nthreads, std::vector<char>(4096));
+      for (std::size_t threads : {std::size_t{1}, nthreads}) {
+        Rate q = run_for(threads, seconds, [&](std::size_t t, std::size_t) {
+          unsigned int type = 0;
+          CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+          void* value = &type;
+          d->PointerGetAttributes(1, &attr, &value, reinterpret_cast<CUdeviceptr>(host[t].data()));
+        });
+        emit(fmt::format("cuPointerGetAttributes, {} thread(s)", threads),
+             {{"threads", threads}, {"ops_per_s", q.ops_per_s}, {"us", q.us_per_op}});
+        fmt::print(stderr,
+                   "diagnosis: cuPointerGetAttributes on {} thread(s): {:.2f} M/s, {:.3f} us\n",
+                   threads, q.ops_per_s / 1e6, q.us_per_op);
+      }
+    }
     for (std::size_t io : {std::size_t{4} << 10, std::size_t{64} << 10}) {
       std::vector<std::vector<std::uint64_t>> offs;
       std::vector<CUdeviceptr> dev(nthreads);

@@ -211,7 +211,10 @@ void OpenFile::set_last_route(const RouteReport& report) {
 }
 
 void OpenFile::set_last_route(const SmallRoute& route) {
-  std::lock_guard lock(route_mu_);
+  // Small requests of many threads on one File would queue here. A thread that finds another
+  // one recording may skip its own record: that record is the later of the two anyway.
+  std::unique_lock lock(route_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   last_small_ = route;
 }
 

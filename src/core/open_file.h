@@ -20,6 +20,7 @@ namespace ferry::core {
 
 // A one-task request that ran in its caller's thread on ferry's POSIX path, kept in this compact
 // form so that its report (and the text of its reasons) is built only when someone asks for it.
+// Strings stay empty (no allocation) except for GPU requests that cuFile could not accelerate.
 struct SmallRoute {
   Op op = Op::kRead;
   std::uint64_t offset = 0;
@@ -27,7 +28,9 @@ struct SmallRoute {
   std::uint64_t bytes = 0;
   std::uint64_t nanoseconds = 0;
   cuda::QuickMemory memory;
-  CompatMode compat_mode = CompatMode::kAuto;
+  Settings settings;                            // the request's snapshot
+  ReasonCode layer1 = ReasonCode::kHostBuffer;  // ferry's choice of its POSIX path
+  std::string compat_why;                       // for kCufileCompatOnly: why cuFile could not help
   bool cold_direct = false;   // read with O_DIRECT because its pages were not cached
   bool cold_refused = false;  // cold, but the file system refused O_DIRECT
   PageCacheResidency page_cache;
@@ -94,11 +97,13 @@ class OpenFile {
   bool readable_ = false;
   bool writable_ = false;
   // Requests in flight, with kClosing set once close() began: one atomic operation per request.
+  // The fields written by every request sit on cache lines of their own, away from those that
+  // requests only read (descriptors, path, settings).
   static constexpr std::uint64_t kClosing = std::uint64_t{1} << 63;
-  std::atomic<std::uint64_t> requests_{0};
+  alignas(64) std::atomic<std::uint64_t> requests_{0};
   std::mutex idle_mu_;  // for idle_ only
   std::condition_variable idle_;
-  mutable std::mutex route_mu_;
+  alignas(64) mutable std::mutex route_mu_;
   RouteReport last_route_;
   std::optional<SmallRoute> last_small_;  // set when the last request was a small one
   mutable std::mutex attachment_mu_;

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"
 #include "cufile/cufile_backend.h"
+#include "cufile/cufile_outlook.h"
 #include "cufile/cufile_stats.h"
 #include "cufile/cufile_testing.h"
 #include "ferry/error.h"
@@ -330,9 +331,20 @@ namespace {
 constexpr const char* kSmallNotMeasured =
     "not measured: a read under 1 MiB is read buffered whatever its residency";
 
-ReasonCode small_layer1(const SmallRoute& r) {
-  if (r.compat_mode == CompatMode::kOn) return ReasonCode::kCompatModeOn;
-  return r.memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
+// Layer 1 for a small request, where the cheap facts decide it, in the order of decide_route();
+// nullopt where it needs more (residency, cuFile's driver): submit() takes the request then.
+std::optional<ReasonCode> small_layer1(const Settings& s, const cuda::QuickMemory& memory,
+                                       std::size_t size, OpenFile& file, std::string* compat_why) {
+  if (s.compat_mode == CompatMode::kOn) return ReasonCode::kCompatModeOn;
+  if (!is_gpu(memory.kind)) {
+    return memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
+  }
+  if (s.compat_mode != CompatMode::kAuto) return std::nullopt;
+  if (size < s.gds_threshold) return ReasonCode::kBelowThreshold;
+  cufile::Outlook outlook = cufile::accelerated_outlook(file.fd());
+  if (outlook.accelerated) return std::nullopt;
+  *compat_why = std::move(outlook.why_not);
+  return ReasonCode::kCufileCompatOnly;
 }
 
 // What a small request needs, checked without side effects; nullopt when it does not qualify.
@@ -365,7 +377,7 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
   route.offset = offset;
   route.requested = size;
   route.memory = memory;
-  route.compat_mode = settings.compat_mode;
+  route.settings = settings;
   std::atomic<bool> cancelled{false};
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};
@@ -405,48 +417,64 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
   route.cold_refused = cold_refused.load(std::memory_order_relaxed);
   route.nanoseconds = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  record_small_request(op, bytes, route.nanoseconds, small_layer1(route), route.cold_direct);
+  record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct);
   file.set_last_route(route);
   return bytes;
 }
 
 }  // namespace
 
-bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
-               std::size_t max_size, std::size_t* bytes) {
-  std::optional<Settings> settings = small_settings(file, op, buffer, size, offset, max_size);
-  if (!settings) return false;
-  const cuda::QuickMemory memory = cuda::classify_quick(buffer);
-  if (is_gpu(memory.kind)) return false;
+namespace {
+
+// The checks every small request makes before it runs; false (and nothing done) when it does
+// not qualify. On true, the caller owes file.end_request().
+bool start_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
+                 std::size_t max_size, Settings* settings, cuda::QuickMemory* memory,
+                 SmallRoute* route) {
+  std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
+  if (!s) return false;
+  *memory = cuda::classify_quick(buffer);
+  std::optional<ReasonCode> layer1 = small_layer1(*s, *memory, size, file, &route->compat_why);
+  if (!layer1) return false;
+  route->layer1 = *layer1;
   try {
     file.begin_request(op == Op::kRead ? "pread" : "pwrite");
   } catch (const IoError&) {
     return false;  // closed: submit() reports it
   }
+  *settings = *s;
+  return true;
+}
+
+}  // namespace
+
+bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
+               std::size_t max_size, std::size_t* bytes) {
+  Settings settings;
+  cuda::QuickMemory memory;
+  SmallRoute route;
+  if (!start_small(file, op, buffer, size, offset, max_size, &settings, &memory, &route)) {
+    return false;
+  }
   struct End {
     OpenFile& f;
     ~End() { f.end_request(); }
   } end{file};
-  SmallRoute route;
-  *bytes = run_small_now(file, op, buffer, size, offset, *settings, memory, route);
+  *bytes = run_small_now(file, op, buffer, size, offset, settings, memory, route);
   return true;
 }
 
 IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
                       std::uint64_t offset, std::size_t max_size) {
-  std::optional<Settings> settings = small_settings(*file, op, buffer, size, offset, max_size);
-  if (!settings) return IoFuture();
-  const cuda::QuickMemory memory = cuda::classify_quick(buffer);
-  if (is_gpu(memory.kind)) return IoFuture();
-  try {
-    file->begin_request(op == Op::kRead ? "pread" : "pwrite");
-  } catch (const IoError&) {
+  Settings settings;
+  cuda::QuickMemory memory;
+  SmallRoute route;
+  if (!start_small(*file, op, buffer, size, offset, max_size, &settings, &memory, &route)) {
     return IoFuture();
   }
   auto state = std::make_shared<RequestState>();
-  SmallRoute route;
   try {
-    std::size_t bytes = run_small_now(*file, op, buffer, size, offset, *settings, memory, route);
+    std::size_t bytes = run_small_now(*file, op, buffer, size, offset, settings, memory, route);
     file->end_request();
     state->complete(bytes, file, route);
   } catch (...) {
@@ -474,11 +502,16 @@ RouteReport small_report(const OpenFile& file, const SmallRoute& r) {
     report.page_cache.why_not = r.op == Op::kRead ? kSmallNotMeasured : "not measured for writes";
   }
   report.direct_tasks = r.cold_direct ? 1 : 0;
-  Settings settings;
-  settings.compat_mode = r.compat_mode;
+  const Settings& settings = r.settings;
   const MemoryInfo memory = cuda::with_note(r.memory);
-  // Host memory: layer 1 decides without asking any fact.
-  report.reasons = decide_route(settings, memory, r.requested, RouteFacts{}).reasons;
+  // The same rule, given the one fact it used (small_layer1 never needs the others).
+  RouteFacts facts;
+  facts.compat_only = [&r]() -> std::optional<std::string> {
+    if (r.layer1 == ReasonCode::kCufileCompatOnly) return r.compat_why;
+    return std::nullopt;
+  };
+  facts.probe_cufile = []() -> std::optional<std::string> { return "not probed"; };
+  report.reasons = decide_route(settings, memory, r.requested, facts).reasons;
   std::atomic<bool> cancelled{false};
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};

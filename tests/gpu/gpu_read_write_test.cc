@@ -173,6 +173,42 @@ TEST_F(Gpu, PointerFromADestroyedContextIsAClearErrorNotACrash) {
   }
 }
 
+// One-task requests into GPU memory that ferry's POSIX path takes on cheap facts (below the
+// threshold, or cuFile limited to its compatibility path) run in the caller's thread; their
+// reports say what explain() predicts and the bytes are exact, for reads and writes.
+TEST_F(Gpu, SmallRequestsIntoGpuMemoryRunInTheCallersThreadWithTheirRoute) {
+  TempDir dir;
+  auto data = test::random_bytes(8 << 20, 45);
+  test::write_file(dir / "s.bin", data);
+  File file(dir / "s.bin", "r+");
+  Buffer b(MemoryKind::kDevice, 8 << 20, 0);
+  for (std::size_t size : {std::size_t{1}, std::size_t{4096}, std::size_t{65536},
+                           (std::size_t{1} << 20) + 7, std::size_t{4} << 20}) {
+    const std::uint64_t offset = 12345;
+    b.fill(0xEE);
+    ASSERT_EQ(file.read(b.data(), size, offset), size);
+    auto back = copy_back(b, 0, size + 1);
+    ASSERT_EQ(0, std::memcmp(back.data(), data.data() + offset, size)) << size;
+    EXPECT_EQ(back[size], 0xEE) << size;
+    RouteReport r = file.last_route();
+    ExplainRequest q;
+    q.gpu = 0;
+    q.size = size;
+    q.offset = offset;
+    Explanation e = explain(dir / "s.bin", q);
+    EXPECT_EQ(r.tasks, 1u) << size;
+    ASSERT_FALSE(r.reasons.empty());
+    ASSERT_FALSE(e.reasons.empty());
+    EXPECT_EQ(r.reasons[0].code, e.reasons[0].code) << size << ": " << r.to_text();
+    EXPECT_NE(r.to_text().find("bounce buffers"), std::string::npos) << r.to_text();
+    IoFuture w = file.pwrite(b.data(), std::min<std::size_t>(size, 4096), 0);
+    EXPECT_EQ(w.get(), std::min<std::size_t>(size, 4096));
+  }
+  file.close();
+  auto written = test::read_file(dir / "s.bin");
+  EXPECT_EQ(0, std::memcmp(written.data(), data.data() + 12345, 4096));
+}
+
 // Work queued on the legacy default stream before a request (a fill, as Buffer::fill, CuPy and
 // PyTorch queue it) happens before ferry's copies, never on top of them; and a write waits for
 // work queued before it that produces its bytes. Three fills of 4 GiB keep the default stream
