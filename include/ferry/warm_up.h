@@ -1,7 +1,8 @@
 // ferry::warm_up: pays, ahead of time, what a process's first read into GPU memory would pay
 // itself: the GPU's context, the worker threads, and each worker's pinned staging buffers with
-// their copy stream. Optional: without it the first request pays these costs (about 40 ms of
-// pinned allocation on the GPU machine; bench/NOTES.md §10).
+// their copy stream. Optional: without it the first request pays these costs (a few
+// milliseconds of staging on the GPU machine since it moved to registered huge pages;
+// bench/NOTES.md §10).
 // Thread-safe; calling it again costs nothing.
 #pragma once
 

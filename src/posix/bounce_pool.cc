@@ -1,9 +1,12 @@
 #include "posix/bounce_pool.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 
@@ -12,6 +15,35 @@
 namespace ferry::posix {
 namespace {
 
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// Pinned memory for all of a stager's slots in one region: anonymous memory on transparent huge
+// pages, written, then registered with cuMemHostRegister. Measured on the GPU machine
+// (bench/NOTES.md §10): cuMemHostAlloc costs 0.35 to 0.7 ms per MiB and is no faster from several
+// threads (64 MiB: 40 ms), where this costs 11 to 17 ms for 64 MiB, most of it page faults that
+// run in each worker's own thread. Returns null when registration fails (the caller then uses
+// cuMemHostAlloc). Kept for the life of the process, like every stager.
+char* map_and_register(std::size_t bytes) {
+  const std::size_t mapped = bytes + kHugePage;  // room to align the region to a huge page
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  auto aligned = (reinterpret_cast<std::uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
+  char* region = reinterpret_cast<char*>(aligned);
+  madvise(region, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too, more slowly
+  // Not inherited by fork(): a child must never share (and copy-on-write) pages the GPU has
+  // pinned; it makes its own staging (BouncePool::shared).
+  madvise(p, mapped, MADV_DONTFORK);
+  // Every page written before it is pinned: an untouched private page would be pinned as the
+  // shared zero page and replaced by copy-on-write at the first write. Non-zero, so that no page
+  // is ever an all-zero candidate for the kernel's split of underused huge pages.
+  std::memset(region, 0xA5, bytes);
+  if (cuda::driver().MemHostRegister(region, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+    munmap(p, mapped);
+    return nullptr;
+  }
+  return region;
+}
+
 std::unique_ptr<Stager> create(int device, std::size_t size) {
   auto s = std::make_unique<Stager>();
   s->device = device;
@@ -19,8 +51,16 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
   s->slots.assign(kPipelineDepth, nullptr);
   s->events.assign(kPipelineDepth, nullptr);
   s->pending.assign(kPipelineDepth, false);
-  // The cleanup below runs if any allocation throws half-way.
+  char* region = nullptr;
+  if (device >= 0 && size <= SIZE_MAX / (2 * kPipelineDepth)) {
+    region = map_and_register(size * kPipelineDepth);
+    if (region != nullptr) {
+      for (std::size_t i = 0; i < kPipelineDepth; ++i) s->slots[i] = region + i * size;
+    }
+  }
+  // The cleanup below runs if any allocation throws half-way (a registered region is kept).
   auto cleanup = [&] {
+    if (region != nullptr) return;
     for (char* p : s->slots) {
       if (p == nullptr) continue;
       if (device < 0) {
@@ -32,6 +72,7 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
   };
   try {
     for (char*& slot : s->slots) {
+      if (slot != nullptr) continue;  // in the registered region
       if (device < 0) {
         slot = static_cast<char*>(std::aligned_alloc(kAlignment, size));
         if (slot == nullptr) throw std::bad_alloc();
