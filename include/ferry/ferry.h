@@ -10,6 +10,7 @@
 #include "ferry/plan.h"
 #include "ferry/platform.h"
 #include "ferry/route.h"
+#include "ferry/runtime.h"
 #include "ferry/settings.h"
 #include "ferry/stats.h"
 #include "ferry/warm_up.h"

@@ -48,9 +48,14 @@ class IoFuture {
   std::shared_ptr<core::RequestState> state_;
 };
 
+class Runtime;
+
 struct FileOptions {
   bool direct = false;        // O_DIRECT, falling back to buffered I/O with a reason.
   SettingsOverride settings;  // per-File overrides of the process-wide settings.
+  // The workers and staging memory of this File's requests (ferry/runtime.h); null: the
+  // process's default runtime. The runtime must outlive the File's close().
+  Runtime* runtime = nullptr;
 };
 
 class File {

@@ -9,9 +9,12 @@
 #include <cstring>
 #include <new>
 #include <unordered_set>
+#include <utility>
 
 #include "core/request.h"
+#include "core/runtime_state.h"
 #include "ferry/error.h"
+#include "ferry/runtime.h"
 
 namespace ferry::core {
 namespace {
@@ -77,7 +80,10 @@ Registry& registry() {
 
 OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
                    posix::IoSeam& io)
-    : path_(path.string()), options_(std::move(options)), io_(io) {
+    : path_(path.string()),
+      options_(std::move(options)),
+      io_(io),
+      runtime_(options_.runtime != nullptr ? &options_.runtime->state() : &default_runtime()) {
   int flags = open_flags(mode, path_, &readable_, &writable_);
   // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
   // regular files that get past the type check below.
@@ -116,6 +122,8 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
                                     std::strerror(errno));
     }
   }
+  runtime_->attach();
+  attached_ = true;
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   r.files.insert(this);
@@ -173,6 +181,7 @@ void OpenFile::close() {
     if (*fd >= 0 && io_.close(*fd) != 0 && failed_errno == 0) failed_errno = errno;
     *fd = -1;
   }
+  if (std::exchange(attached_, false)) runtime_->detach();
   if (failed_errno != 0) throw IoError(failed_errno, "close", path_, 0, 0);
 }
 

@@ -36,6 +36,8 @@ struct SmallRoute {
   PageCacheResidency page_cache;
 };
 
+class RuntimeState;
+
 class OpenFile {
  public:
   OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
@@ -46,6 +48,8 @@ class OpenFile {
 
   const std::string& path() const { return path_; }
   posix::IoSeam& io() const { return io_; }
+  // The workers and staging memory of this File's requests.
+  RuntimeState& runtime() const { return *runtime_; }
   int fd() const { return fd_; }
   // The O_DIRECT descriptor, or -1 when direct I/O was not asked for or was refused.
   int direct_fd() const { return direct_fd_; }
@@ -88,6 +92,8 @@ class OpenFile {
   std::string path_;
   FileOptions options_;
   posix::IoSeam& io_;
+  RuntimeState* runtime_;
+  bool attached_ = false;  // to runtime_, until close()
   int fd_ = -1;
   int direct_fd_ = -1;
   int cold_fd_ = -1;          // opened by cold_direct_fd()

@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/route_facts.h"
 #include "core/routing.h"
+#include "core/runtime_state.h"
 #include "core/stats_recorder.h"
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
@@ -149,7 +150,7 @@ struct Job : std::enable_shared_from_this<Job> {
           fail(std::current_exception(), e.bytes_done());
           break;
         }
-        ThreadPool& pool = ThreadPool::shared();
+        ThreadPool& pool = context.file.runtime().pool();
         if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count()) {
           worker->finish();
           worker.reset();
@@ -316,7 +317,7 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
       job->complete();
       return future;
     }
-    ThreadPool& pool = ThreadPool::shared();
+    ThreadPool& pool = file->runtime().pool();
     pool.ensure_threads(jobs);
     job->jobs_left = jobs;
     for (std::size_t j = 0; j < jobs; ++j) pool.submit([job] { job->run_one(); });

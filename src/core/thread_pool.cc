@@ -1,7 +1,5 @@
 #include "core/thread_pool.h"
 
-#include <pthread.h>
-
 #include <atomic>
 
 namespace ferry::core {
@@ -49,24 +47,6 @@ void ThreadPool::work() {
     }
     job();
   }
-}
-
-namespace {
-std::atomic<ThreadPool*> current{nullptr};
-std::once_flag made;
-}  // namespace
-
-ThreadPool& ThreadPool::shared() {
-  // Leaked on purpose: requests still in flight at exit keep running threads that must not be
-  // joined by a static destructor racing with them.
-  std::call_once(made, [] {
-    current.store(new ThreadPool(0));
-    // fork() copies only the calling thread: the child's copy of the pool has threads that do
-    // not exist and perhaps a lock held by one of them. The child starts a new pool (its threads
-    // start with its first request) and leaves the copy untouched.
-    pthread_atfork(nullptr, nullptr, [] { current.store(new ThreadPool(0)); });
-  });
-  return *current.load(std::memory_order_acquire);
 }
 
 }  // namespace ferry::core

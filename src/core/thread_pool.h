@@ -28,9 +28,6 @@ class ThreadPool {
   // Jobs queued and not yet started (no lock: a hint that may be a moment old).
   std::size_t waiting() const { return queued_.load(std::memory_order_relaxed); }
 
-  // The process-wide pool used by File requests. In a child made by fork(), a new pool.
-  static ThreadPool& shared();
-
  private:
   void work();
 

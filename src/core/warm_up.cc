@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 
+#include "core/runtime_state.h"
 #include "core/thread_pool.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/settings.h"
@@ -19,7 +20,8 @@ void warm_up(int device) {
   cuda::use_device(device);  // throws CudaError for no driver or a bad ordinal
   const std::size_t bounce =
       (s.bounce_buffer_size + posix::kAlignment - 1) / posix::kAlignment * posix::kAlignment;
-  core::ThreadPool& pool = core::ThreadPool::shared();
+  core::RuntimeState& runtime = core::default_runtime();
+  core::ThreadPool& pool = runtime.pool();
   pool.ensure_threads(std::max(s.nthreads, s.host_nthreads));
   std::mutex mu;
   std::condition_variable cv;
@@ -33,7 +35,7 @@ void warm_up(int device) {
       posix::BouncePool::Handle h{nullptr, posix::BouncePool::Release{nullptr}};
       try {
         cuda::use_device(device);
-        h = posix::BouncePool::shared().acquire(device, bounce);
+        h = runtime.staging().acquire(device, bounce);
       } catch (...) {
         e = std::current_exception();
       }

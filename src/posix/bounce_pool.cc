@@ -1,6 +1,5 @@
 #include "posix/bounce_pool.h"
 
-#include <pthread.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -23,7 +22,7 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 // threads (64 MiB: 40 ms), where this costs 11 to 17 ms for 64 MiB, most of it page faults that
 // run in each worker's own thread. Returns null when registration fails (the caller then uses
 // cuMemHostAlloc). Kept for the life of the process, like every stager.
-char* map_and_register(std::size_t bytes) {
+char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped_bytes) {
   const std::size_t mapped = bytes + kHugePage;  // room to align the region to a huge page
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
@@ -31,7 +30,7 @@ char* map_and_register(std::size_t bytes) {
   char* region = reinterpret_cast<char*>(aligned);
   madvise(region, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too, more slowly
   // Not inherited by fork(): a child must never share (and copy-on-write) pages the GPU has
-  // pinned; it makes its own staging (BouncePool::shared).
+  // pinned; its runtime starts new staging there (RuntimeState::restart_in_child).
   madvise(p, mapped, MADV_DONTFORK);
   // Every page written before it is pinned: an untouched private page would be pinned as the
   // shared zero page and replaced by copy-on-write at the first write. Non-zero, so that no page
@@ -41,7 +40,32 @@ char* map_and_register(std::size_t bytes) {
     munmap(p, mapped);
     return nullptr;
   }
+  *mapping = p;
+  *mapped_bytes = mapped;
   return region;
+}
+
+// Frees what create() made: the stream and events, then the memory.
+void destroy(Stager& s) {
+  if (s.device >= 0) {
+    const cuda::Driver* d = cuda::driver_or_null();
+    if (d == nullptr) return;  // CUDA is gone (a fork() child): nothing can be freed
+    cuda::use_device(s.device);
+    if (s.stream != nullptr) d->StreamDestroy(s.stream);
+    for (CUevent e : s.events) {
+      if (e != nullptr) d->EventDestroy(e);
+    }
+    if (s.registered != nullptr) {
+      d->MemHostUnregister(s.registered);
+      munmap(s.mapping, s.mapped);
+      return;
+    }
+    for (char* p : s.slots) {
+      if (p != nullptr) d->MemFreeHost(p);
+    }
+    return;
+  }
+  for (char* p : s.slots) std::free(p);
 }
 
 std::unique_ptr<Stager> create(int device, std::size_t size) {
@@ -51,25 +75,14 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
   s->slots.assign(kPipelineDepth, nullptr);
   s->events.assign(kPipelineDepth, nullptr);
   s->pending.assign(kPipelineDepth, false);
-  char* region = nullptr;
   if (device >= 0 && size <= SIZE_MAX / (2 * kPipelineDepth)) {
-    region = map_and_register(size * kPipelineDepth);
-    if (region != nullptr) {
-      for (std::size_t i = 0; i < kPipelineDepth; ++i) s->slots[i] = region + i * size;
+    s->registered = map_and_register(size * kPipelineDepth, &s->mapping, &s->mapped);
+    if (s->registered != nullptr) {
+      for (std::size_t i = 0; i < kPipelineDepth; ++i) s->slots[i] = s->registered + i * size;
     }
   }
-  // The cleanup below runs if any allocation throws half-way (a registered region is kept).
-  auto cleanup = [&] {
-    if (region != nullptr) return;
-    for (char* p : s->slots) {
-      if (p == nullptr) continue;
-      if (device < 0) {
-        std::free(p);
-      } else {
-        cuda::driver().MemFreeHost(p);
-      }
-    }
-  };
+  // The cleanup below runs if any allocation throws half-way.
+  auto cleanup = [&] { destroy(*s); };
   try {
     for (char*& slot : s->slots) {
       if (slot != nullptr) continue;  // in the registered region
@@ -122,21 +135,13 @@ void BouncePool::release(Stager* stager) {
   free_.emplace_back(stager);
 }
 
-namespace {
-std::atomic<BouncePool*> current{nullptr};
-std::once_flag made;
-}  // namespace
+std::size_t BouncePool::idle() const {
+  std::lock_guard lock(mu_);
+  return free_.size();
+}
 
-BouncePool& BouncePool::shared() {
-  // Leaked on purpose: pinned memory is returned to the driver at process exit, and a static
-  // destructor must not race with workers still releasing stagers.
-  std::call_once(made, [] {
-    current.store(new BouncePool);
-    // A child made by fork() cannot use its parent's pinned memory or streams (CUDA does not
-    // survive fork), and a thread of the parent may hold the lock: it starts an empty pool.
-    pthread_atfork(nullptr, nullptr, [] { current.store(new BouncePool); });
-  });
-  return *current.load(std::memory_order_acquire);
+BouncePool::~BouncePool() {
+  for (auto& s : free_) destroy(*s);
 }
 
 }  // namespace ferry::posix

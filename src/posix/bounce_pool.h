@@ -1,7 +1,9 @@
 // Reusable staging buffers for the POSIX path: for a GPU, `depth` pinned host buffers with one
-// stream (ordered after the legacy default stream) and one event per buffer; for O_DIRECT into host memory, page-aligned host
-// buffers. Allocating pinned memory costs milliseconds, so stagers are kept and reused by later
-// requests. The pool is thread-safe; a Stager is used by one thread at a time.
+// stream (ordered after the legacy default stream) and one event per buffer; for O_DIRECT into
+// host memory, page-aligned host buffers. Allocating pinned memory costs milliseconds, so stagers
+// are kept and reused by later requests. One pool per runtime (core::RuntimeState); it frees its
+// stagers when destroyed, after every stager is back. Thread-safe; a Stager is used by one thread
+// at a time.
 #pragma once
 
 #include <cuda.h>
@@ -24,6 +26,10 @@ struct Stager {
   std::vector<CUevent> events;  // events[i] completes when slots[i] may be reused
   std::vector<bool> pending;    // an event was recorded on slots[i] and not yet waited for
   std::size_t next = 0;         // the slot to use next
+  // Where the slots' memory came from: one registered mapping, else one allocation per slot.
+  void* mapping = nullptr;
+  std::size_t mapped = 0;
+  char* registered = nullptr;
 };
 
 class BouncePool {
@@ -36,11 +42,17 @@ class BouncePool {
 
   // A stager for `device` (current context must be the device's) with slots of `size` bytes.
   Handle acquire(int device, std::size_t size);
-  static BouncePool& shared();
+  // Stagers waiting for reuse.
+  std::size_t idle() const;
+
+  BouncePool() = default;
+  ~BouncePool();
+  BouncePool(const BouncePool&) = delete;
+  BouncePool& operator=(const BouncePool&) = delete;
 
  private:
   void release(Stager* stager);
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<Stager>> free_;
 };
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/runtime_state.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/error.h"
 #include "posix/bounce_pool.h"
@@ -28,9 +29,9 @@ class PosixWorker final : public core::Worker {
         dfd_(c.file.direct_fd()) {
     if (gpu_) {
       cuda::use_device(c.memory.device);
-      stager_ = BouncePool::shared().acquire(c.memory.device, bounce_size(c.settings));
+      stager_ = c.file.runtime().staging().acquire(c.memory.device, bounce_size(c.settings));
     } else if (dfd_ >= 0) {
-      stager_ = BouncePool::shared().acquire(-1, bounce_size(c.settings));
+      stager_ = c.file.runtime().staging().acquire(-1, bounce_size(c.settings));
     }
     may_go_cold_ = c.op == Op::kRead && dfd_ < 0;
   }
@@ -122,7 +123,8 @@ class PosixWorker final : public core::Worker {
       c_.cold_refused.store(true, std::memory_order_relaxed);
       return -1;
     }
-    if (!gpu_ && !stager_) stager_ = BouncePool::shared().acquire(-1, bounce_size(c_.settings));
+    if (!gpu_ && !stager_)
+      stager_ = c_.file.runtime().staging().acquire(-1, bounce_size(c_.settings));
     return fd;
   }
 

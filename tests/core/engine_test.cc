@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -247,6 +249,91 @@ TEST(FairTurns, ARequestQueuedBehindALargeOneWaitsForATaskNotForTheRequest) {
             std::memcmp(big_buf.data(), test::read_file(dir / "big.bin").data(), big_buf.size()));
 }
 
+std::size_t process_threads() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST(Runtimes, ManyFilesOnManyThreadsShareOneRuntime) {
+  TempDir dir;
+  auto data = test::random_bytes(6 << 20, 21);
+  test::write_file(dir / "a.bin", data);
+  Runtime rt;
+  FileOptions options;
+  options.runtime = &rt;
+  options.settings.set("task_size", "256KiB");
+  options.settings.set("host_nthreads", "4");
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int k = 0; k < 4; ++k) {
+        File f(dir / "a.bin", "r", options);
+        for (int i = 0; i < 5; ++i) {
+          const std::uint64_t offset = rng() % data.size();
+          const std::size_t size = rng() % (3 << 20) + 1;
+          std::vector<unsigned char> buf(size);
+          const std::size_t want = std::min<std::uint64_t>(size, data.size() - offset);
+          if (f.read(buf.data(), size, offset) != want ||
+              std::memcmp(buf.data(), data.data() + offset, want) != 0) {
+            ++bad;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(rt.threads(), 4u);  // host_nthreads of its Files, not the default runtime's
+  EXPECT_EQ(rt.files(), 0u);
+}
+
+TEST(Runtimes, ADestroyedRuntimeJoinsItsWorkersAndANewOneWorks) {
+  TempDir dir;
+  auto data = test::random_bytes(4 << 20, 22);
+  test::write_file(dir / "a.bin", data);
+  const std::size_t before = process_threads();
+  for (int round = 0; round < 5; ++round) {
+    Runtime rt;
+    FileOptions options;
+    options.runtime = &rt;
+    options.settings.set("task_size", "64KiB");
+    options.settings.set("host_nthreads", "6");
+    File f(dir / "a.bin", "r", options);
+    std::vector<unsigned char> buf(data.size());
+    ASSERT_EQ(f.read(buf.data(), buf.size(), 0), buf.size());
+    ASSERT_EQ(0, std::memcmp(buf.data(), data.data(), buf.size()));
+    EXPECT_EQ(process_threads(), before + 6) << "round " << round;
+    EXPECT_EQ(rt.files(), 1u);
+    f.close();
+    EXPECT_EQ(rt.files(), 0u);
+  }
+  EXPECT_EQ(process_threads(), before);
+}
+
+TEST(Runtimes, DestroyingARuntimeWaitsForItsFilesToClose) {
+  TempDir dir;
+  test::write_file(dir / "a.bin", test::random_bytes(1 << 20, 23));
+  auto rt = std::make_unique<Runtime>();
+  FileOptions options;
+  options.runtime = rt.get();
+  File f(dir / "a.bin", "r", options);
+  std::atomic<bool> destroyed{false};
+  std::thread t([&] {
+    rt.reset();
+    destroyed = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(destroyed.load()) << "the runtime went away under an open File";
+  std::vector<unsigned char> buf(1 << 20);
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), buf.size());  // still served
+  f.close();
+  t.join();
+  EXPECT_TRUE(destroyed.load());
+}
+
 // Runs `child` in a fork() child with a time limit; returns its exit status text.
 template <typename Body>
 std::string in_child(Body child) {
@@ -297,6 +384,13 @@ TEST(Fork, TheChildReadsWhileTheParentHadRequestsInFlight) {
   File busy = open_with(dir / "a.bin", slow, options);
   std::vector<unsigned char> busy_buf(4 << 20);
   IoFuture in_flight = busy.pread(busy_buf.data(), busy_buf.size(), 0);
+  Runtime parent_rt;
+  {
+    FileOptions with_rt = options;
+    with_rt.runtime = &parent_rt;
+    File g(dir / "a.bin", "r", with_rt);
+    ASSERT_EQ(g.read(warm.data(), warm.size(), 0), warm.size());  // its workers exist now
+  }
   std::this_thread::sleep_for(2ms);
 
   std::string status = in_child([&] {
@@ -308,6 +402,13 @@ TEST(Fork, TheChildReadsWhileTheParentHadRequestsInFlight) {
     if (a.get() != (1u << 20)) return 5;
     busy.close();  // the parent's request in flight must not keep it waiting
     f.close();
+    // A runtime of the parent's, used by the child.
+    std::vector<unsigned char> part(1 << 20);
+    FileOptions with_rt = options;
+    with_rt.runtime = &parent_rt;
+    File g(dir / "a.bin", "r", with_rt);
+    if (g.read(part.data(), part.size(), 0) != part.size()) return 6;
+    if (std::memcmp(part.data(), data.data(), part.size()) != 0) return 7;
     return 0;
   });
   EXPECT_EQ(status, "exit 0");

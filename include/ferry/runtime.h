@@ -1,0 +1,39 @@
+// ferry::Runtime: the worker threads and the staging memory that requests run on. Files use the
+// process's default runtime unless FileOptions::runtime names another: to give a group of Files
+// workers of their own, or to get ferry's threads and pinned memory back when done with them.
+// Threads start with the first request that needs them; staging memory is kept for reuse until
+// the runtime is destroyed. The destructor waits for the Files that use the runtime to be closed
+// (their requests done), then joins the workers and frees the staging memory. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace ferry {
+
+namespace core {
+class RuntimeState;
+}
+
+class Runtime {
+ public:
+  Runtime();
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Worker threads started so far.
+  std::size_t threads() const;
+  // Sets of staging buffers kept for reuse (one per worker that needed them).
+  std::size_t idle_staging() const;
+  // Open Files that use this runtime.
+  std::size_t files() const;
+
+  // Internal.
+  core::RuntimeState& state() const { return *state_; }
+
+ private:
+  std::unique_ptr<core::RuntimeState> state_;
+};
+
+}  // namespace ferry

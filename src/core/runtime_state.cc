@@ -1,0 +1,96 @@
+#include "core/runtime_state.h"
+
+#include <pthread.h>
+
+#include <new>
+#include <unordered_set>
+
+#include "ferry/runtime.h"
+
+namespace ferry::core {
+namespace {
+
+// Every runtime of the process, for the fork() child handler.
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<RuntimeState*> all;
+};
+
+Registry* registry_instance = nullptr;
+
+Registry& registry() {
+  // Leaked on purpose, like the default runtime.
+  static Registry* r = [] {
+    registry_instance = new Registry;
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&registry_instance->mu) std::mutex;
+      for (RuntimeState* rt : registry_instance->all) rt->restart_in_child();
+    });
+    return registry_instance;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+RuntimeState::RuntimeState() : pool_(new ThreadPool(0)), staging_(new posix::BouncePool) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.all.insert(this);
+}
+
+RuntimeState::~RuntimeState() {
+  {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [this] { return files_ == 0; });
+  }
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    r.all.erase(this);
+  }
+  // Workers first: a job finishing its last steps may still give a stager back.
+  delete pool_.load();
+  delete staging_.load();
+}
+
+void RuntimeState::attach() {
+  std::lock_guard lock(mu_);
+  ++files_;
+}
+
+void RuntimeState::detach() {
+  std::lock_guard lock(mu_);
+  if (--files_ == 0) idle_.notify_all();
+}
+
+std::size_t RuntimeState::attached() const {
+  std::lock_guard lock(mu_);
+  return files_;
+}
+
+void RuntimeState::restart_in_child() {
+  new (&mu_) std::mutex;
+  new (&idle_) std::condition_variable;
+  pool_.store(new ThreadPool(0));
+  staging_.store(new posix::BouncePool);
+}
+
+RuntimeState& default_runtime() {
+  // Leaked on purpose: requests still in flight at exit keep running threads that a static
+  // destructor must not join under them.
+  static RuntimeState* rt = new RuntimeState;
+  return *rt;
+}
+
+}  // namespace ferry::core
+
+namespace ferry {
+
+Runtime::Runtime() : state_(std::make_unique<core::RuntimeState>()) {}
+Runtime::~Runtime() = default;
+std::size_t Runtime::threads() const { return state_->pool().size(); }
+std::size_t Runtime::idle_staging() const { return state_->staging().idle(); }
+std::size_t Runtime::files() const { return state_->attached(); }
+
+}  // namespace ferry

@@ -1,0 +1,49 @@
+// What requests run on: the worker threads and the staging memory, owned by one runtime. The
+// process has a default one (never destroyed, replaced in a fork() child); ferry::Runtime makes
+// others. Files attach to a runtime while open, and a runtime is destroyed only once none is.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <mutex>
+
+#include "core/thread_pool.h"
+#include "posix/bounce_pool.h"
+
+namespace ferry::core {
+
+class RuntimeState {
+ public:
+  RuntimeState();
+  // Waits until no File is attached, then joins the workers and frees the staging memory.
+  ~RuntimeState();
+  RuntimeState(const RuntimeState&) = delete;
+  RuntimeState& operator=(const RuntimeState&) = delete;
+
+  ThreadPool& pool() { return *pool_.load(std::memory_order_acquire); }
+  posix::BouncePool& staging() { return *staging_.load(std::memory_order_acquire); }
+
+  // A File attaches when it opens and detaches once closed (its requests done).
+  void attach();
+  void detach();
+  std::size_t attached() const;
+
+  // In a fork() child: the workers and staging copied from the parent are unusable (threads
+  // that do not exist, pinned memory of a CUDA context that does not survive fork) and are left
+  // alone; the runtime starts new ones.
+  void restart_in_child();
+
+ private:
+  std::atomic<ThreadPool*> pool_;
+  std::atomic<posix::BouncePool*> staging_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::size_t files_ = 0;
+};
+
+// The runtime of Files opened without one.
+RuntimeState& default_runtime();
+
+}  // namespace ferry::core
