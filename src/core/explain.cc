@@ -127,9 +127,8 @@ void predict_layer2(const ExplainRequest& r, Explanation& e) {
 
   // Pieces: each task is one cuFile request, cut by cuFile's thread pool.
   CufileScheduling sched = read_cufile_scheduling(r.root);
-  const std::uint64_t task = e.settings.task_size;
-  const std::uint64_t full = e.size / task;
-  const std::uint64_t rest = e.size % task;
+  const core::TaskShape shape = core::task_shape(e.size, e.settings.task_size);
+  const std::uint64_t task = shape.task_size, full = shape.full, rest = shape.rest;
   std::uint64_t total = 0;
   bool known = true;
   for (auto [count, size] : {std::pair<std::uint64_t, std::uint64_t>{full, task},

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/task_splitter.h"
 #include "platform/text_file.h"
 
 namespace ferry {
@@ -48,12 +49,11 @@ Plan plan(const PlanRequest& r) {
     p.words.push_back("Nothing to read: the request is 0 bytes.");
     return p;
   }
-  std::uint64_t task = r.task_size == 0 ? r.size : r.task_size;
-  std::uint64_t full = r.size / task;
-  std::uint64_t rest = r.size % task;
-  p.task_count = full + (rest ? 1 : 0);
-  p.first_task_size = full ? task : rest;
-  p.last_task_size = rest ? rest : task;
+  const core::TaskShape shape = core::task_shape(r.size, r.task_size == 0 ? r.size : r.task_size);
+  const std::uint64_t task = shape.task_size, full = shape.full, rest = shape.rest;
+  p.task_count = shape.count();
+  p.first_task_size = shape.first_size();
+  p.last_task_size = shape.last_size();
   // As the engine's routing does (src/core/routing.cc): the threshold applies in auto mode
   // only; compat_mode=off sends even small requests to cuFile.
   if (r.compat_mode == CompatMode::kAuto && r.size < r.gds_threshold) {
