@@ -61,7 +61,8 @@ struct FileOptions {
 class File {
  public:
   // mode: "r" read, "r+" read/write, "w" write (create, truncate), "w+" read/write (create,
-  // truncate), "a" write (create, keep contents; append() writes at the end).
+  // truncate), "a" write (create, keep contents; every write goes to the end of the file,
+  // whatever offset it names, as with O_APPEND within this process).
   // Throws IoError naming the path.
   explicit File(const std::filesystem::path& path, std::string_view mode = "r",
                 FileOptions options = {});
@@ -81,7 +82,9 @@ class File {
   IoFuture pwrite(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
   std::size_t read(void* buf, std::size_t size, std::uint64_t file_offset = 0);
   std::size_t write(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
-  // Writes at the current end of the file (for mode "a").
+  // Writes at the end of the file, in any writable mode. Appends from several threads on one File
+  // get disjoint ranges, in the order they were called; appends by other processes (or other
+  // Files) at the same time are not ordered with them.
   std::size_t append(const void* buf, std::size_t size);
 
   std::uint64_t size() const;
@@ -89,7 +92,9 @@ class File {
   void sync();
   bool is_open() const;
   // Refuses new requests, waits for the I/O of those in flight, then closes the file. Throws
-  // IoError if close(2) fails (a write lost at close); the File is closed either way.
+  // IoError if close(2) fails (a write lost at close); the File is closed either way. Safe while
+  // other threads use the File: their calls then fail with IoError (EBADF, "file is closed"),
+  // while path() and last_route() keep answering.
   void close();
   const std::string& path() const;
   // The effective settings of this File's requests (process-wide ones plus overrides).

@@ -32,6 +32,16 @@ struct Settings {
   std::size_t bounce_buffer_size = std::size_t{4} << 20;  // measured: bench/NOTES.md
 };
 
+// Limits of the settings; a value outside them is a SettingError naming the setting.
+// task_size: a request keeps a few bytes per task, so a tiny task size on a large request would
+// cost more memory than the data (1 B tasks on 1 GiB: 8 GiB); 4 KiB is also the smallest O_DIRECT
+// unit. bounce_buffer_size: each worker pins two of them. Threads: each is a permanent thread.
+constexpr std::size_t kMinTaskSize = std::size_t{4} << 10;
+constexpr std::size_t kMaxTaskSize = std::size_t{64} << 30;
+constexpr std::size_t kMinBounceSize = std::size_t{4} << 10;
+constexpr std::size_t kMaxBounceSize = std::size_t{1} << 30;
+constexpr std::size_t kMaxThreads = 256;
+
 // The workers a request into memory of `kind` runs on: nthreads for GPU memory, host_nthreads
 // for host memory (pageable or pinned).
 std::size_t workers_for(const Settings& settings, bool gpu_memory);

@@ -120,6 +120,14 @@ class PyFile {
     }
   }
 
+  // Appends from several threads get disjoint ranges (File::append reserves each one).
+  std::size_t append(const py::object& buf, std::optional<std::size_t> size) {
+    std::shared_ptr<BufferView> view = BufferView::of(buf, false);
+    std::size_t n = checked_size(*view, size);
+    py::gil_scoped_release release;  // reacquired before `view` lets go of the buffer
+    return file_.append(view->data(), n);
+  }
+
   void close() {
     wait_all();
     file_.close();
@@ -191,7 +199,7 @@ void bind_file(py::module_& m) {
       .def(
           "append",
           [](PyFile& f, const py::object& buf, std::optional<std::size_t> size) {
-            return f.run(Op::kWrite, buf, size, f.file().size());
+            return f.append(buf, size);
           },
           arg("buf"), arg("size") = none)
       .def("sync",

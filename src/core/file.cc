@@ -50,6 +50,13 @@ core::OpenFile& open_or_throw(const std::shared_ptr<core::OpenFile>& f, const ch
   if (!f) throw IoError(EBADF, op, "<no file>", 0, 0, 0, "File is not open");
   return *f;
 }
+
+// Mode "a": a write goes to the end of the file, whatever offset it names (as with O_APPEND,
+// which ferry cannot use: Linux appends every pwrite of such a descriptor, so the tasks of one
+// request would land in the order they finish).
+std::uint64_t write_offset(core::OpenFile& f, std::size_t size, std::uint64_t file_offset) {
+  return f.appends() && f.writable() ? f.reserve_append(size) : file_offset;
+}
 }  // namespace
 
 IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
@@ -60,7 +67,7 @@ IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
 }
 
 IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offset) {
-  open_or_throw(file_, "pwrite");
+  file_offset = write_offset(open_or_throw(file_, "pwrite"), size, file_offset);
   // The engine never writes through a write request's buffer.
   void* data = const_cast<void*>(buf);
   IoFuture small =
@@ -81,6 +88,7 @@ std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {
 }
 
 std::size_t File::write(const void* buf, std::size_t size, std::uint64_t file_offset) {
+  file_offset = write_offset(open_or_throw(file_, "pwrite"), size, file_offset);
   void* data = const_cast<void*>(buf);
   std::size_t n = 0;
   if (core::run_small(open_or_throw(file_, "pwrite"), Op::kWrite, data, size, file_offset, SIZE_MAX,
@@ -91,7 +99,15 @@ std::size_t File::write(const void* buf, std::size_t size, std::uint64_t file_of
 }
 
 std::size_t File::append(const void* buf, std::size_t size) {
-  return write(buf, size, open_or_throw(file_, "append").size());
+  core::OpenFile& f = open_or_throw(file_, "append");
+  if (!f.writable()) {
+    throw IoError(EBADF, "pwrite", f.path(), 0, size, 0, "file not opened for writing");
+  }
+  const std::uint64_t at = f.reserve_append(size);
+  void* data = const_cast<void*>(buf);
+  std::size_t n = 0;
+  if (core::run_small(f, Op::kWrite, data, size, at, SIZE_MAX, &n)) return n;
+  return core::submit(file_, Op::kWrite, data, size, at).get();
 }
 
 namespace {
@@ -115,11 +131,12 @@ void File::sync() {
   if (f.io().fsync(f.fd()) != 0) throw IoError(errno, "fsync", f.path(), 0, 0);
 }
 
-bool File::is_open() const { return file_ && file_->fd() >= 0; }
+bool File::is_open() const { return file_ && !file_->closed(); }
 
+// The File keeps its state after close(): other threads may still be calling it (and get EBADF
+// "file is closed"), and path() and last_route() still answer.
 void File::close() {
-  std::shared_ptr<core::OpenFile> file = std::move(file_);
-  if (file) file->close();
+  if (file_) file_->close();
 }
 
 const std::string& File::path() const { return open_or_throw(file_, "path").path(); }

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/vfs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -85,6 +86,7 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
       io_(io),
       runtime_(options_.runtime != nullptr ? &options_.runtime->state() : &default_runtime()) {
   int flags = open_flags(mode, path_, &readable_, &writable_);
+  appends_ = mode == "a";
   // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
   // regular files that get past the type check below.
   fd_ = io_.open(path_.c_str(), flags | O_NONBLOCK, 0644);
@@ -146,6 +148,8 @@ void OpenFile::forget_parent_requests() {
   new (&idle_) std::condition_variable;
   new (&route_mu_) std::mutex;
   new (&attachment_mu_) std::mutex;
+  new (&append_mu_) std::mutex;
+  new (&close_mu_) std::mutex;
 }
 
 void OpenFile::begin_request(const char* op) {
@@ -167,6 +171,8 @@ void OpenFile::end_request() {
 }
 
 void OpenFile::close() {
+  // Two threads may close at once: the second waits for the first, then finds nothing to do.
+  std::lock_guard closing(close_mu_);
   {
     requests_.fetch_or(kClosing, std::memory_order_acq_rel);
     std::unique_lock lock(idle_mu_);
@@ -204,6 +210,13 @@ int OpenFile::cold_direct_fd() {
 std::string OpenFile::cold_direct_refused() const {
   std::lock_guard lock(attachment_mu_);
   return cold_refused_;
+}
+
+std::uint64_t OpenFile::reserve_append(std::size_t size) {
+  std::lock_guard lock(append_mu_);
+  const std::uint64_t at = std::max(this->size(), append_end_);
+  append_end_ = at + size;
+  return at;
 }
 
 std::uint64_t OpenFile::size() const {

@@ -72,12 +72,21 @@ class OpenFile {
   void forget_parent_requests();
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
+  // Mode "a": every write goes to the end of the file, whatever offset it names.
+  bool appends() const { return appends_; }
+  // Reserves `size` bytes at the end of the file for one append and returns their offset: the
+  // larger of the file's size and the end of the last reservation, so appends from several
+  // threads get disjoint ranges in the order they reserve. Throws IoError (fstat).
+  std::uint64_t reserve_append(std::size_t size);
   Settings settings() const { return options_.settings.apply_to(ferry::settings()); }
   // Current size from fstat; throws IoError.
   std::uint64_t size() const;
   // Refuses new requests, waits for those running, then closes the descriptors. Throws IoError
   // when close(2) fails (a write lost at close, as NFS can report), after closing them all.
+  // Any thread may call it, any number of times.
   void close();
+  // close() has begun: requests are refused.
+  bool closed() const { return (requests_.load(std::memory_order_acquire) & kClosing) != 0; }
 
   void set_last_route(const RouteReport& report);
   void set_last_route(const SmallRoute& route);
@@ -102,6 +111,10 @@ class OpenFile {
   std::string direct_refused_;
   bool readable_ = false;
   bool writable_ = false;
+  bool appends_ = false;
+  std::mutex append_mu_;
+  std::mutex close_mu_;
+  std::uint64_t append_end_ = 0;  // under append_mu_
   // Requests in flight, with kClosing set once close() began: one atomic operation per request.
   // The fields written by every request sit on cache lines of their own, away from those that
   // requests only read (descriptors, path, settings).

@@ -130,19 +130,26 @@ Settings SettingsOverride::apply_to(Settings base) const {
   if (nthreads) base.nthreads = *nthreads;
   if (host_nthreads) base.host_nthreads = *host_nthreads;
   if (bounce_buffer_size) base.bounce_buffer_size = *bounce_buffer_size;
-  // The string setters reject these already; fields set directly must not bypass the check
-  // (a zero task size divides by zero, zero threads never finish a request).
-  auto positive = [](const char* name, std::size_t value, std::size_t max) {
-    if (value == 0 || value > max) {
-      throw SettingError(name, std::to_string(value),
-                         fmt::format("invalid {}={}: must be from 1 to {}", name, value, max));
+  // Every value, set from text or directly, within its limits (settings.h says why each).
+  auto within = [](const char* name, std::size_t value, std::size_t min, std::size_t max,
+                   bool bytes) {
+    if (value < min || value > max) {
+      std::string shown = std::to_string(value);
+      if (bytes && format_size(value) != shown + " B") {
+        shown = fmt::format("{} ({} B)", format_size(value), value);
+      }
+      throw SettingError(
+          name, std::to_string(value),
+          bytes ? fmt::format("invalid {}={}: must be from {} to {}", name, shown, format_size(min),
+                              format_size(max))
+                : fmt::format("invalid {}={}: must be from {} to {}", name, value, min, max));
     }
   };
-  positive("task_size", base.task_size, SIZE_MAX);
-  positive("gds_threshold", base.gds_threshold, SIZE_MAX);
-  positive("bounce_buffer_size", base.bounce_buffer_size, SIZE_MAX);
-  positive("nthreads", base.nthreads, 4096);
-  positive("host_nthreads", base.host_nthreads, 4096);
+  within("task_size", base.task_size, kMinTaskSize, kMaxTaskSize, true);
+  within("gds_threshold", base.gds_threshold, 1, SIZE_MAX, true);
+  within("bounce_buffer_size", base.bounce_buffer_size, kMinBounceSize, kMaxBounceSize, true);
+  within("nthreads", base.nthreads, 1, kMaxThreads, false);
+  within("host_nthreads", base.host_nthreads, 1, kMaxThreads, false);
   return base;
 }
 

@@ -67,14 +67,15 @@ std::uint64_t parse_size(std::string_view text, std::string_view setting) {
 }
 
 std::size_t parse_count(std::string_view text, std::string_view setting) {
-  constexpr const char* kForms = "a whole number from 1 to 4096";
+  const std::string forms = fmt::format("a whole number from 1 to {}", kMaxThreads);
+  const char* kForms = forms.c_str();
   std::string_view s = trim(text);
   std::size_t number = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), number);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
     bad(setting, text, "not a whole number", kForms);
   }
-  if (number == 0 || number > 4096) bad(setting, text, "out of range", kForms);
+  if (number == 0 || number > kMaxThreads) bad(setting, text, "out of range", kForms);
   return number;
 }
 

@@ -9,6 +9,7 @@
 #include "cuda/cuda_driver.h"
 #include "ferry/error.h"
 #include "ferry/memory.h"
+#include "ferry/settings.h"
 
 namespace ferry {
 
@@ -77,9 +78,19 @@ Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), siz
   if (size == 0) return;
   switch (kind) {
     case MemoryKind::kHostPageable:
-      // Page-aligned so that the same buffer can serve O_DIRECT tests.
+      // Page-aligned so that the same buffer can serve O_DIRECT tests. The round-up must not wrap
+      // (a size near 2^64 once became a 0-byte allocation that claimed to hold it).
+      if (size > SIZE_MAX - 4095) {
+        throw Error(
+            fmt::format("cannot allocate {} B of host memory: larger than the address "
+                        "space",
+                        size));
+      }
       data_ = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
-      if (data_ == nullptr) throw std::bad_alloc();
+      if (data_ == nullptr) {
+        throw Error(
+            fmt::format("cannot allocate {} ({} B) of host memory", format_size(size), size));
+      }
       return;
     case MemoryKind::kHostPinned:
       cuda::use_device(device);

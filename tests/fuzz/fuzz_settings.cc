@@ -23,7 +23,7 @@ void fuzz(std::uint8_t which, std::string_view text) {
     }
     case 1: {
       std::size_t v = ferry::parse_count(text, "FUZZ_COUNT");
-      FUZZ_CHECK(v >= 1 && v <= 4096);
+      FUZZ_CHECK(v >= 1 && v <= ferry::kMaxThreads);
       break;
     }
     case 2: {
@@ -48,8 +48,12 @@ void fuzz(std::uint8_t which, std::string_view text) {
         return;
       }
       ferry::Settings s = o.apply_to(ferry::Settings{});
-      FUZZ_CHECK(s.task_size > 0 && s.gds_threshold > 0 && s.bounce_buffer_size > 0);
-      FUZZ_CHECK(s.nthreads >= 1 && s.nthreads <= 4096);
+      FUZZ_CHECK(s.task_size >= ferry::kMinTaskSize && s.task_size <= ferry::kMaxTaskSize);
+      FUZZ_CHECK(s.bounce_buffer_size >= ferry::kMinBounceSize &&
+                 s.bounce_buffer_size <= ferry::kMaxBounceSize);
+      FUZZ_CHECK(s.gds_threshold > 0);
+      FUZZ_CHECK(s.nthreads >= 1 && s.nthreads <= ferry::kMaxThreads);
+      FUZZ_CHECK(s.host_nthreads >= 1 && s.host_nthreads <= ferry::kMaxThreads);
     }
   }
 }

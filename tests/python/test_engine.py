@@ -69,3 +69,25 @@ def test_small_reads_from_many_threads_on_one_file(data_file):
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_mode_a_appends_whatever_the_offset_and_threads_lose_nothing(tmp_path):
+    path = tmp_path / "log.bin"
+    path.write_bytes(b"abc")
+    with ferry.open(str(path), "a") as f:
+        assert f.write(b"XX", None, 0) == 2  # used to overwrite the start
+    assert path.read_bytes() == b"abcXX"
+    block = 4096
+    with ferry.open(str(path), "a") as f:
+        def worker(t):
+            for i in range(200):
+                f.append(bytes([t * 8 + i % 8]) * block)
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    data = path.read_bytes()[5:]
+    assert len(data) == 2 * 200 * block
+    for off in range(0, len(data), block):
+        assert data[off:off + block] == data[off:off + 1] * block, f"torn block at {off}"

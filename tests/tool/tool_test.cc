@@ -1,10 +1,18 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
+#include <thread>
 
 #include "test_util.h"
 
@@ -138,6 +146,191 @@ TEST(Cli, EveryCommandHasHelp) {
     EXPECT_EQ(r.status, 0) << command << ": " << r.out;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << command;
   }
+}
+
+// ferry write's promise (docs/reliability.md): PATH holds the old file or the complete new one,
+// whenever the writer is killed; nothing it leaves behind survives the next run.
+TEST(CliWrite, KilledAtAnyMomentLeavesTheOldFileOrTheNewOne) {
+  TempDir dir;
+  const auto path = dir / "c.bin";
+  const auto ref = dir / "ref.bin";
+  ASSERT_EQ(run("write " + path.string() + " --host --size 4MiB --seed 1").status, 0);
+  const std::string old_sha = sha256_hex(ferry::test::read_file(path));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(run("write " + ref.string() + " --host --size 96MiB --seed 2").status, 0);
+  // Kills land anywhere from the start to a little after a whole run's time.
+  const auto whole =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+  const std::string new_sha = sha256_hex(ferry::test::read_file(ref));
+  std::mt19937 rng(5);
+  int saw_old = 0, saw_new = 0;
+  for (int i = 0; i < 20; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      execl(FERRY_CLI_PATH, FERRY_CLI_PATH, "write", path.c_str(), "--host", "--size", "96MiB",
+            "--seed", "2", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % (whole.count() * 13 / 10 + 1)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string sha = sha256_hex(ferry::test::read_file(path));
+    ASSERT_TRUE(sha == old_sha || sha == new_sha) << "round " << i << ": a partial file at PATH";
+    if (sha == new_sha) {
+      ++saw_new;
+      ASSERT_EQ(run("write " + path.string() + " --host --size 4MiB --seed 1").status, 0);
+    } else {
+      ++saw_old;
+    }
+  }
+  EXPECT_GT(saw_old, 0) << "no kill landed before the rename: the test proved nothing";
+  // The next complete run removes what the killed ones left.
+  ASSERT_EQ(run("write " + path.string() + " --host --size 1MiB").status, 0);
+  for (auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_TRUE(entry.path() == path || entry.path() == ref) << "left behind: " << entry.path();
+  }
+  std::printf("killed 20 writers: PATH held the old file %d times, the new one %d times\n", saw_old,
+              saw_new);
+}
+
+TEST(CliWrite, SigtermRemovesTheTemporaryFileAtOnce) {
+  TempDir dir;
+  const auto path = dir / "t.bin";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(FERRY_CLI_PATH, FERRY_CLI_PATH, "write", path.c_str(), "--host", "--size", "1GiB",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Until its temporary file exists.
+  bool started = false;
+  for (int i = 0; i < 400 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      started = started || entry.path().filename().string().find(".ferry-") != std::string::npos;
+    }
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(started) << "the writer never made its temporary file";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "a temporary file is left";
+}
+
+TEST(CliWrite, KeepsTheModeAndWritesThroughASymlink) {
+  TempDir dir;
+  const auto path = dir / "m.bin";
+  ASSERT_EQ(run("write " + path.string() + " --host --size 4KiB").status, 0);
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  ASSERT_EQ(run("write " + path.string() + " --host --size 8KiB").status, 0);
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_size, 8192);
+  std::filesystem::create_symlink("m.bin", dir / "link");
+  ASSERT_EQ(run("write " + (dir / "link").string() + " --host --size 12KiB").status, 0);
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link"));
+  EXPECT_EQ(std::filesystem::file_size(path), 12288u);
+}
+
+TEST(CliWrite, RefusesToReplaceAFifoOrADevice) {
+  TempDir dir;
+  const auto fifo = dir / "f";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  CliRun r = run("write " + fifo.string() + " --host --size 4KiB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("is a FIFO"), std::string::npos) << r.out;
+  struct stat st {};
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  r = run("write /dev/null --host --size 4KiB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("is a character device"), std::string::npos) << r.out;
+  ASSERT_EQ(stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+// A failed rename names its real cause (it said "Success" once, the code overwritten by the
+// cleanup) and leaves PATH and its folder as they were. An immutable file (chattr +i) refuses it.
+TEST(CliWrite, AFailedRenameNamesItsCauseAndChangesNothing) {
+  TempDir dir(std::filesystem::current_path().string());  // chattr needs ext4 or xfs, not tmpfs
+  const auto path = dir / "i.bin";
+  ASSERT_EQ(run("write " + path.string() + " --host --size 4KiB").status, 0);
+  if (std::system(("chattr +i " + path.string() + " 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "chattr +i is not available here (needs root and ext4/xfs)";
+  }
+  CliRun r = run("write " + path.string() + " --host --size 8KiB");
+  EXPECT_EQ(std::system(("chattr -i " + path.string()).c_str()), 0);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("rename"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::strerror(EPERM)), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Success"), std::string::npos) << r.out;
+  EXPECT_EQ(std::filesystem::file_size(path), 4096u);
+  for (auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path(), path) << "left behind: " << entry.path();
+  }
+}
+
+// Issue 11, bugs 3 and 4, and the CLI details: each was a hang, a crash or a misleading line.
+TEST(CliLimits, SizesThatOverflowAreClearErrorsNotHangsOrCrashes) {
+  TempDir dir;
+  const auto path = dir / "a.bin";
+  ASSERT_EQ(run("write " + path.string() + " --host --size 1MiB").status, 0);
+  // An alignment round-up wrapped to 0 and looped forever.
+  CliRun r = run(
+      "read " + path.string() + " --host --direct --offset 1 --bounce-size 18446744073709551615",
+      "timeout 20");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("bounce_buffer_size"), std::string::npos) << r.out;
+  // A page round-up wrapped: 0 bytes allocated for SIZE_MAX, then a segfault.
+  r = run("write " + (dir / "o.bin").string() + " --size 18446744073709551615 --host");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot allocate"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "o.bin"));
+  // Asking for more than the file holds allocates what it holds, and says so.
+  r = run("read " + path.string() + " --host --size 100GiB");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("read 1048576 B"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reading 1048576 B of the 107374182400 B asked for"), std::string::npos)
+      << r.out;
+  r = run("read " + path.string() + " --host --offset 1MiB");
+  EXPECT_NE(r.out.find("at or past the end of the file"), std::string::npos) << r.out;
+  // Task sizes and thread counts that would cost more than they give.
+  r = run("read " + path.string() + " --host --task-size 1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("task_size=1: must be from 4 KiB"), std::string::npos) << r.out;
+  r = run("read " + path.string() + " --host --threads 4096");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("from 1 to 256"), std::string::npos) << r.out;
+}
+
+TEST(CliLimits, ZeroOffsetInAnySpellingAndRepeatAtLeastOne) {
+  TempDir dir;
+  const auto path = dir / "a.bin";
+  ASSERT_EQ(run("write " + path.string() + " --host --size 64KiB").status, 0);
+  for (const char* zero : {"0", "00", "0B", "0KiB"}) {
+    CliRun r = run("read " + path.string() + " --host --offset " + zero);
+    EXPECT_EQ(r.status, 0) << zero << ": " << r.out;
+    EXPECT_NE(r.out.find("read 65536 B"), std::string::npos) << zero << ": " << r.out;
+  }
+  CliRun r = run("read " + path.string() + " --host --offset 0XB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("'0XB'"), std::string::npos) << r.out;
+  r = run("read " + path.string() + " --host --repeat 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("not in range 1 to"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(".000000"), std::string::npos) << r.out;
+  // A small read states its CPU time, not an extrapolation to CPU-s/GiB.
+  r = run("read " + path.string() + " --host");
+  EXPECT_NE(r.out.find("us of CPU"), std::string::npos) << r.out;
 }
 
 }  // namespace

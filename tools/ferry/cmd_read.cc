@@ -20,17 +20,29 @@ struct ReadArgs {
   bool json = false;
 };
 
-std::uint64_t offset_option(const std::string& text) {
-  return text == "0" ? 0 : size_option(text, "--offset");
-}
-
 int run(const ReadArgs& a) {
   File file(a.path, "r", file_options(a.settings));
-  const std::uint64_t offset = offset_option(a.offset);
+  const std::uint64_t offset = offset_option(a.offset, "--offset");
   const std::uint64_t file_size = file.size();
-  const std::uint64_t size = !a.size.empty()      ? size_option(a.size, "--size")
-                             : file_size > offset ? file_size - offset
-                                                  : 0;
+  const std::uint64_t available = file_size > offset ? file_size - offset : 0;
+  const std::uint64_t asked = a.size.empty() ? available : size_option(a.size, "--size");
+  // Only what the file holds is allocated and read; a shorter read is said, not silent.
+  const std::uint64_t size = std::min(asked, available);
+  std::string short_note;
+  if (offset >= file_size && offset > 0) {
+    short_note = fmt::format(
+        "--offset {} is at or past the end of the file ({} B): nothing to read", offset, file_size);
+  } else if (asked > available) {
+    short_note = offset >= file_size
+                     ? fmt::format(
+                           "--offset {} is at or past the end of the file ({} B): "
+                           "nothing to read",
+                           offset, file_size)
+                     : fmt::format(
+                           "the file ends {} B after --offset: reading {} B of the {} B "
+                           "asked for",
+                           available, available, asked);
+  }
   const Target target = resolve_target(a.memory);
   Buffer buffer(target.kind, size, std::max(target.device, 0));
   nlohmann::json runs = nlohmann::json::array();
@@ -50,10 +62,10 @@ int run(const ReadArgs& a) {
     runs.push_back(
         {{"seconds", route.seconds}, {"gbps", gbps(bytes, route.seconds)}, {"cpu_seconds", cpu}});
     if (!a.json) {
-      fmt::print("read {} B from {} into {}{} in {:.4f} s: {:.2f} GB/s, {:.3f} CPU-s/GiB\n", bytes,
-                 a.path, to_string(target.kind),
+      fmt::print("read {} B from {} into {}{} in {:.4f} s: {:.2f} GB/s, {}\n", bytes, a.path,
+                 to_string(target.kind),
                  is_gpu(target.kind) ? fmt::format(" {}", target.device) : "", route.seconds,
-                 gbps(bytes, route.seconds), cpu_per_gib);
+                 gbps(bytes, route.seconds), cpu_words(cpu, bytes));
     }
   }
   std::string digest = a.checksum ? sha256(buffer, bytes) : "";
@@ -70,11 +82,13 @@ int run(const ReadArgs& a) {
                           {"runs", runs},
                           {"route", nlohmann::json::parse(route.to_json())}};
     if (!target.note.empty()) out["note"] = target.note;
+    if (!short_note.empty()) out["end_of_file"] = short_note;
     if (a.checksum) out["sha256"] = digest;
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
   if (!target.note.empty()) fmt::print("note: {}\n", target.note);
+  if (!short_note.empty()) fmt::print("note: {}\n", short_note);
   fmt::print("{}", route.to_text());
   if (a.checksum) fmt::print("sha256: {}\n", digest);
   return 0;
@@ -91,7 +105,8 @@ void add_read_command(CLI::App& app, std::function<int()>& action) {
   add_settings_options(*cmd, args->settings);
   cmd->add_option("--offset", args->offset, "File offset to start at (bytes or units)");
   cmd->add_option("--size", args->size, "Bytes to read (default: to the end of the file)");
-  cmd->add_option("--repeat", args->repeat, "Read this many times")->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat", args->repeat, "Read this many times (1 or more)")
+      ->check(CLI::Range(1, 1000000));
   cmd->add_flag("--checksum", args->checksum, "Print the SHA-256 of the bytes that landed");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <memory>
 #include <vector>
 
@@ -143,6 +144,41 @@ double cpu_seconds() {
 
 std::uint64_t size_option(const std::string& text, const char* option) {
   return parse_size(text, option);
+}
+
+std::uint64_t offset_option(const std::string& text, const char* option) {
+  // Zero in any spelling ("0", "00", "0B", "0 KiB"); anything else as a size.
+  std::size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  const std::size_t digits = i;
+  while (i < text.size() && text[i] == '0') ++i;
+  if (i > digits) {
+    std::size_t j = i;
+    while (j < text.size() && (std::isalpha(static_cast<unsigned char>(text[j])) ||
+                               std::isspace(static_cast<unsigned char>(text[j])))) {
+      ++j;
+    }
+    if (j == text.size() &&
+        (i == text.size() || !std::isdigit(static_cast<unsigned char>(text[i])))) {
+      // "0" followed only by a unit: the unit must be one parse_size knows.
+      try {
+        parse_size("1" + text.substr(i), option);
+      } catch (const SettingError&) {
+        parse_size(text, option);  // throws, naming the text as given
+        throw;
+      }
+      return 0;
+    }
+  }
+  return parse_size(text, option);
+}
+
+std::string cpu_words(double cpu_seconds, std::uint64_t bytes) {
+  // Per GiB only where there are enough bytes for the figure to mean something.
+  if (bytes >= (std::uint64_t{64} << 20)) {
+    return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds / (static_cast<double>(bytes) / (1 << 30)));
+  }
+  return fmt::format("{:.0f} us of CPU", cpu_seconds * 1e6);
 }
 
 double gbps(std::uint64_t bytes, double seconds) {

@@ -53,6 +53,10 @@ void wait_with_progress(const IoFuture& future, std::uint64_t total, const char*
 double cpu_seconds();
 
 std::uint64_t size_option(const std::string& text, const char* option);
+// "0.160 CPU-s/GiB" for 64 MiB and more, else "420 us of CPU".
+std::string cpu_words(double cpu_seconds, std::uint64_t bytes);
+// A file offset: a size, or zero in any spelling ("0", "00", "0B").
+std::uint64_t offset_option(const std::string& text, const char* option);
 
 // "1.07 GB/s" style helpers.
 double gbps(std::uint64_t bytes, double seconds);
