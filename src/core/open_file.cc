@@ -9,9 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <unordered_set>
 #include <utility>
 
+#include "core/fork_registry.h"
 #include "core/request.h"
 #include "core/runtime_state.h"
 #include "ferry/error.h"
@@ -57,25 +57,7 @@ const char* file_type(mode_t mode) {
 // Every OpenFile of the process, so that a child made by fork() can forget the requests its
 // parent's threads had in flight: those threads do not exist in the child, and their requests
 // would keep close() waiting forever.
-struct Registry {
-  std::mutex mu;
-  std::unordered_set<OpenFile*> files;
-};
-
-Registry* registry_instance = nullptr;
-
-Registry& registry() {
-  // Leaked on purpose: Files may be destroyed by static destructors at exit.
-  static Registry* r = [] {
-    registry_instance = new Registry;
-    pthread_atfork(nullptr, nullptr, [] {
-      new (&registry_instance->mu) std::mutex;
-      for (OpenFile* f : registry_instance->files) f->forget_parent_requests();
-    });
-    return registry_instance;
-  }();
-  return *r;
-}
+using OpenFiles = ForkRegistry<OpenFile, &OpenFile::forget_parent_requests>;
 
 }  // namespace
 
@@ -126,9 +108,7 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
   }
   runtime_->attach();
   attached_ = true;
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);
-  r.files.insert(this);
+  OpenFiles::add(this);
 }
 
 OpenFile::~OpenFile() {
@@ -137,9 +117,7 @@ OpenFile::~OpenFile() {
   } catch (const IoError&) {
     // A destructor cannot report it; callers who care call File::close() or sync() first.
   }
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);
-  r.files.erase(this);
+  OpenFiles::remove(this);
 }
 
 void OpenFile::forget_parent_requests() {

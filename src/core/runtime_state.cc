@@ -1,42 +1,18 @@
 #include "core/runtime_state.h"
 
-#include <pthread.h>
-
 #include <new>
-#include <unordered_set>
 
+#include "core/fork_registry.h"
 #include "ferry/runtime.h"
 
 namespace ferry::core {
 namespace {
-
 // Every runtime of the process, for the fork() child handler.
-struct Registry {
-  std::mutex mu;
-  std::unordered_set<RuntimeState*> all;
-};
-
-Registry* registry_instance = nullptr;
-
-Registry& registry() {
-  // Leaked on purpose, like the default runtime.
-  static Registry* r = [] {
-    registry_instance = new Registry;
-    pthread_atfork(nullptr, nullptr, [] {
-      new (&registry_instance->mu) std::mutex;
-      for (RuntimeState* rt : registry_instance->all) rt->restart_in_child();
-    });
-    return registry_instance;
-  }();
-  return *r;
-}
-
+using Runtimes = ForkRegistry<RuntimeState, &RuntimeState::restart_in_child>;
 }  // namespace
 
 RuntimeState::RuntimeState() : pool_(new ThreadPool(0)), staging_(new posix::BouncePool) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);
-  r.all.insert(this);
+  Runtimes::add(this);
 }
 
 RuntimeState::~RuntimeState() {
@@ -44,11 +20,7 @@ RuntimeState::~RuntimeState() {
     std::unique_lock lock(mu_);
     idle_.wait(lock, [this] { return files_ == 0; });
   }
-  {
-    Registry& r = registry();
-    std::lock_guard lock(r.mu);
-    r.all.erase(this);
-  }
+  Runtimes::remove(this);
   // Workers first: a job finishing its last steps may still give a stager back.
   delete pool_.load();
   delete staging_.load();
