@@ -128,8 +128,9 @@ std::string size_words(std::uint64_t bytes) {
     ++unit;
   }
   if (bytes % scale == 0) return fmt::format("{} {}", bytes / scale, kUnits[unit]);
-  return fmt::format("{:.2f} {}", static_cast<double>(bytes) / static_cast<double>(scale),
-                     kUnits[unit]);
+  // Not a whole number of units: the exact count too ("4.00 MiB" alone hid 4194303 bytes).
+  return fmt::format("{:.2f} {} ({} bytes)",
+                     static_cast<double>(bytes) / static_cast<double>(scale), kUnits[unit], bytes);
 }
 
 }  // namespace ferry::platform

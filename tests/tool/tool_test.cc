@@ -206,12 +206,12 @@ TEST(CliWrite, SigtermRemovesTheTemporaryFileAtOnce) {
     dup2(null, 1);
     dup2(null, 2);
     execl(FERRY_CLI_PATH, FERRY_CLI_PATH, "write", path.c_str(), "--host", "--size", "1GiB",
-          static_cast<char*>(nullptr));
+          "--pattern", "zero", static_cast<char*>(nullptr));
     _exit(127);
   }
   // Until its temporary file exists.
   bool started = false;
-  for (int i = 0; i < 400 && !started; ++i) {
+  for (int i = 0; i < 4000 && !started; ++i) {  // up to 20 s on a loaded machine
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     for (auto& entry : std::filesystem::directory_iterator(dir.path())) {
       started = started || entry.path().filename().string().find(".ferry-") != std::string::npos;
@@ -333,6 +333,24 @@ TEST(CliLimits, ZeroOffsetInAnySpellingAndRepeatAtLeastOne) {
   // A small read states its CPU time, not an extrapolation to CPU-s/GiB.
   r = run("read " + path.string() + " --host");
   EXPECT_NE(r.out.find("us of CPU"), std::string::npos) << r.out;
+}
+
+// Issue 11's CLI details: a plan of a read that cannot run, a rounded size that hid bytes, and a
+// check of a path that does not exist (it described / instead).
+TEST(CliLimits, PlanAndCheckSayWhenTheirInputCannotBe) {
+  CliRun r = run("plan --size 18446744073709551615");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("EOVERFLOW"), std::string::npos) << r.out;
+  r = run("plan --size 16MiB --task-size 4194303");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("4194303 bytes"), std::string::npos) << r.out;
+  r = run("plan --size 16MiB --task-size 1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("task_size"), std::string::npos) << r.out;
+  r = run("check --path /nonexistent/ferry-check");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/ferry-check"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no such file"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cerrno>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -94,6 +96,11 @@ int run(const CheckArgs& a) {
   const CufileStatus cufile = cufile_status(true);
   const Settings s = settings();
   merge_gpus(p, cuda);
+  std::error_code ec;
+  if (!std::filesystem::exists(a.path, ec)) {
+    // read_storage would describe the nearest existing parent (once: / for any missing path).
+    throw IoError(ENOENT, "check", a.path, 0, 0, 0, "--path: no such file or directory");
+  }
   const PlatformStorage storage = read_storage(a.path, p.gpus, a.root);
   const bool own_root = a.root != "/";
   const std::string process_note =

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <stdlib.h>
 
+#include <climits>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -75,8 +76,20 @@ int run(const PlanArgs& a) {
   const Settings base = settings();
   PlanRequest r;
   r.size = size_option(a.size, "--size");
-  r.offset = a.offset == "0" ? 0 : size_option(a.offset, "--offset");
+  r.offset = offset_option(a.offset, "--offset");
   r.task_size = a.task_size.empty() ? base.task_size : size_option(a.task_size, "--task-size");
+  // The limits a read would meet: the engine refuses ranges past off_t (EOVERFLOW) and task
+  // sizes out of range (SettingError), so a plan of them would describe a read that cannot run.
+  if (r.offset > static_cast<std::uint64_t>(LLONG_MAX) ||
+      r.size > static_cast<std::uint64_t>(LLONG_MAX) - r.offset) {
+    throw Error(
+        fmt::format("--offset {} + --size {} goes past the largest file offset (2^63 - 1 "
+                    "bytes): such a read fails with EOVERFLOW",
+                    r.offset, r.size));
+  }
+  SettingsOverride limits;
+  limits.task_size = r.task_size;
+  limits.apply_to(base);  // throws SettingError naming task_size
   r.gds_threshold =
       a.threshold.empty() ? base.gds_threshold : size_option(a.threshold, "--threshold");
   r.compat_mode = a.compat.empty() ? base.compat_mode : parse_compat_mode(a.compat, "--compat");
