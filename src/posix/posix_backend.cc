@@ -1,6 +1,7 @@
 #include "posix/posix_backend.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -65,8 +66,10 @@ class PosixWorker final : public core::Worker {
     return c_.buffer + task.buffer_offset + (file_offset - task.file_offset);
   }
 
-  // Reads until `len` bytes or end of file; returns the count. O_DIRECT reads stop at the first
-  // short read, which only end of file produces.
+  // Reads until `len` bytes or end of file; returns the count. A short O_DIRECT read is the end
+  // of the file only where the file's size says so: NFS and FUSE may return short counts before
+  // it. Then the read goes on where the count is block-aligned, and fails where it is not (an
+  // O_DIRECT read cannot start mid-block): never a silent truncation.
   std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off, bool direct) {
     std::size_t done = 0;
     while (done < len) {
@@ -76,9 +79,19 @@ class PosixWorker final : public core::Worker {
         throw IoError(errno, direct ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
                       len - done, moved_);
       }
-      if (n == 0) break;
       done += static_cast<std::size_t>(n);
-      if (direct && done < len) break;
+      if (n == 0 || (direct && done < len)) {
+        struct stat st {};
+        if (io_.fstat(fd, &st) != 0) throw IoError(errno, "fstat", c_.file.path(), off + done, 0);
+        const auto file_size = static_cast<std::uint64_t>(st.st_size);
+        if (off + done >= file_size) break;  // the end of the file
+        if (n > 0 && (!direct || (off + done) % kAlignment == 0)) continue;
+        throw IoError(EIO, direct ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
+                      len - done, moved_,
+                      fmt::format("short read of {} B before the end of the file ({} B): not an "
+                                  "end of file, and O_DIRECT cannot resume mid-block",
+                                  n, file_size));
+      }
     }
     return done;
   }

@@ -40,6 +40,8 @@ class ScriptedIo final : public posix::IoSeam {
   int fstat_errno = 0;                   // fstat fails with it
   int fsync_errno = 0;                   // fsync fails with it
   int close_errno = 0;                   // close (which still closes) reports it
+  std::size_t direct_read_cap = 0;  // preads of an O_DIRECT descriptor move at most this (0: all),
+                                    // as NFS or FUSE may return short counts before end of file
 
   std::atomic<int> calls{0};
   std::atomic<int> in_flight{0};
@@ -62,7 +64,12 @@ class ScriptedIo final : public posix::IoSeam {
       if (::truncate(truncate_path.c_str(), static_cast<off_t>(truncate_to)) != 0) return -1;
     }
     if (ssize_t r = fault(size, offset); r != 0) return r;
-    return posix::system_io().pread(fd, buf, size, offset);
+    ssize_t n = posix::system_io().pread(fd, buf, size, offset);
+    if (direct_read_cap > 0 && n > static_cast<ssize_t>(direct_read_cap) &&
+        (fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
+      n = static_cast<ssize_t>(direct_read_cap);  // the rest arrived, but is not reported
+    }
+    return n;
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
     Scope scope(*this);
