@@ -93,6 +93,8 @@ class ScopedSettings {
 // "4MiB", "16KiB", "1GiB", "4M", "4096" -> bytes. `setting` names the variable in the error.
 // Zero, negative, fractional and unknown units are errors.
 std::uint64_t parse_size(std::string_view text, std::string_view setting);
+// The same forms, zero included ("0", "00", "0B"): file offsets.
+std::uint64_t parse_offset(std::string_view text, std::string_view setting);
 std::size_t parse_count(std::string_view text, std::string_view setting);
 CompatMode parse_compat_mode(std::string_view text, std::string_view setting);
 Require parse_require(std::string_view text, std::string_view setting);

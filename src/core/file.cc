@@ -51,11 +51,21 @@ core::OpenFile& open_or_throw(const std::shared_ptr<core::OpenFile>& f, const ch
   return *f;
 }
 
+// Holds a File's descriptors open for one call: close() waits for it (a descriptor number freed
+// under fstat or fsync could belong to another file by then).
+struct InUse {
+  core::OpenFile& f;
+  InUse(core::OpenFile& file, const char* op) : f(file) { f.begin_request(op); }
+  ~InUse() { f.end_request(); }
+};
+
 // Mode "a": a write goes to the end of the file, whatever offset it names (as with O_APPEND,
 // which ferry cannot use: Linux appends every pwrite of such a descriptor, so the tasks of one
 // request would land in the order they finish).
 std::uint64_t write_offset(core::OpenFile& f, std::size_t size, std::uint64_t file_offset) {
-  return f.appends() && f.writable() ? f.reserve_append(size) : file_offset;
+  if (!f.appends() || !f.writable()) return file_offset;
+  InUse in_use(f, "pwrite");  // the reservation reads the size: not under a concurrent close
+  return f.reserve_append(size);
 }
 }  // namespace
 
@@ -67,7 +77,12 @@ IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
 }
 
 IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offset) {
-  file_offset = write_offset(open_or_throw(file_, "pwrite"), size, file_offset);
+  core::OpenFile& f = open_or_throw(file_, "pwrite");
+  try {
+    file_offset = write_offset(f, size, file_offset);
+  } catch (const IoError&) {
+    // Closed, or its size unreadable: submit() puts the error in the future, as for any request.
+  }
   // The engine never writes through a write request's buffer.
   void* data = const_cast<void*>(buf);
   IoFuture small =
@@ -103,22 +118,16 @@ std::size_t File::append(const void* buf, std::size_t size) {
   if (!f.writable()) {
     throw IoError(EBADF, "pwrite", f.path(), 0, size, 0, "file not opened for writing");
   }
-  const std::uint64_t at = f.reserve_append(size);
+  std::uint64_t at = 0;
+  {
+    InUse in_use(f, "append");
+    at = f.reserve_append(size);
+  }
   void* data = const_cast<void*>(buf);
   std::size_t n = 0;
   if (core::run_small(f, Op::kWrite, data, size, at, SIZE_MAX, &n)) return n;
   return core::submit(file_, Op::kWrite, data, size, at).get();
 }
-
-namespace {
-// Holds a File's descriptors open for one call: close() waits for it (a descriptor number freed
-// under fstat or fsync could belong to another file by then).
-struct InUse {
-  core::OpenFile& f;
-  InUse(core::OpenFile& file, const char* op) : f(file) { f.begin_request(op); }
-  ~InUse() { f.end_request(); }
-};
-}  // namespace
 
 std::uint64_t File::size() const {
   core::OpenFile& f = open_or_throw(file_, "fstat");

@@ -36,7 +36,9 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
-std::uint64_t parse_size(std::string_view text, std::string_view setting) {
+namespace {
+
+std::uint64_t parse_bytes(std::string_view text, std::string_view setting, bool allow_zero) {
   std::string_view s = trim(text);
   if (s.empty()) bad(setting, text, "empty value", kSizeForms);
   if (s.front() == '-') bad(setting, text, "negative size", kSizeForms);
@@ -59,11 +61,21 @@ std::uint64_t parse_size(std::string_view text, std::string_view setting) {
   } else {
     bad(setting, text, fmt::format("unknown unit '{}'", unit), kSizeForms);
   }
-  if (number == 0) bad(setting, text, "must be greater than zero", kSizeForms);
+  if (number == 0 && !allow_zero) bad(setting, text, "must be greater than zero", kSizeForms);
   if (number > (std::numeric_limits<std::uint64_t>::max() >> shift)) {
     bad(setting, text, "size too large", kSizeForms);
   }
   return number << shift;
+}
+
+}  // namespace
+
+std::uint64_t parse_size(std::string_view text, std::string_view setting) {
+  return parse_bytes(text, setting, false);
+}
+
+std::uint64_t parse_offset(std::string_view text, std::string_view setting) {
+  return parse_bytes(text, setting, true);
 }
 
 std::size_t parse_count(std::string_view text, std::string_view setting) {

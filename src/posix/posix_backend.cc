@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/runtime_state.h"
 #include "cuda/cuda_driver.h"
@@ -19,6 +21,22 @@ namespace {
 std::uint64_t align_down(std::uint64_t x) { return x / kAlignment * kAlignment; }
 std::uint64_t align_up(std::uint64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
 std::size_t bounce_size(const Settings& s) { return align_up(s.bounce_buffer_size); }
+
+// EAGAIN from a regular file means a file system (NFS, FUSE) that cannot serve the call now:
+// retry, waiting longer each time (up to 1 ms), and give up after about 2 s with the error.
+class Backoff {
+ public:
+  bool wait() {
+    if (++tries_ > kTries) return false;
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::min(1000, 1 << std::min(tries_, 10))));
+    return true;
+  }
+
+ private:
+  static constexpr int kTries = 2000;
+  int tries_ = 0;
+};
 
 class PosixWorker final : public core::Worker {
  public:
@@ -72,10 +90,11 @@ class PosixWorker final : public core::Worker {
   // O_DIRECT read cannot start mid-block): never a silent truncation.
   std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off, bool direct) {
     std::size_t done = 0;
+    Backoff again;
     while (done < len) {
       ssize_t n = io_.pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
       if (n < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
+        if (errno == EINTR || (errno == EAGAIN && again.wait())) continue;
         throw IoError(errno, direct ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
                       len - done, moved_);
       }
@@ -98,10 +117,11 @@ class PosixWorker final : public core::Worker {
 
   void write_full(int fd, const char* buf, std::size_t len, std::uint64_t off) {
     std::size_t done = 0;
+    Backoff again;
     while (done < len) {
       ssize_t n = io_.pwrite(fd, buf + done, len - done, static_cast<off_t>(off + done));
       if (n < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
+        if (errno == EINTR || (errno == EAGAIN && again.wait())) continue;
         throw IoError(errno, dfd_ >= 0 && fd == dfd_ ? "pwrite(O_DIRECT)" : "pwrite",
                       c_.file.path(), off + done, len - done, moved_ + done);
       }

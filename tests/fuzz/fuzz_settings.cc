@@ -14,7 +14,7 @@
 namespace {
 
 void fuzz(std::uint8_t which, std::string_view text) {
-  switch (which % 5) {
+  switch (which % 6) {
     case 0: {
       std::uint64_t v = ferry::parse_size(text, "FUZZ_SIZE");
       FUZZ_CHECK(v > 0);
@@ -34,6 +34,13 @@ void fuzz(std::uint8_t which, std::string_view text) {
     case 3: {
       ferry::Require r = ferry::parse_require(text, "FUZZ_REQUIRE");
       FUZZ_CHECK(ferry::parse_require(ferry::to_string(r), "FUZZ_REQUIRE") == r);
+      break;
+    }
+    case 5: {
+      // The CLI's --offset: a size, or zero in any spelling.
+      std::uint64_t v = ferry::parse_offset(text, "FUZZ_OFFSET");
+      FUZZ_CHECK(v == 0 || ferry::parse_offset(ferry::format_size(v), "FUZZ_OFFSET") == v);
+      if (v > 0) FUZZ_CHECK(ferry::parse_size(text, "FUZZ_OFFSET") == v);
       break;
     }
     default: {

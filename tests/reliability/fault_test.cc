@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "ferry/ferry.h"
@@ -32,6 +33,23 @@ TEST(Faults, EagainIsRetriedOnReadsAndWrites) {
   io.transient_left = 50;
   EXPECT_EQ(f.write(data.data(), data.size(), 1000), data.size());
   EXPECT_EQ(io.bytes_written.load(), data.size());
+}
+
+// Issue 11: EAGAIN was retried without bound, so a file system that always answers it spun a
+// worker forever. Now it is retried with backoff for about 2 s, then reported.
+TEST(Faults, EagainForeverIsAnErrorAfterBoundedRetries) {
+  TempDir dir;
+  auto data = test::random_bytes(100000, 2);
+  test::write_file(dir / "a.bin", data);
+  ScriptedIo io;
+  io.transient_left = 1 << 30;
+  File f = test::open_scripted(io, dir / "a.bin", "r+", "64KiB", "1");
+  std::vector<unsigned char> buf(data.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  test::expect_io_error([&] { f.read(buf.data(), buf.size(), 0); }, (dir / "a.bin").string(),
+                        EAGAIN);
+  test::expect_io_error([&] { f.write(data.data(), 4096, 0); }, (dir / "a.bin").string(), EAGAIN);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
 TEST(Faults, EdquotOnWriteCountsExactlyTheBytesThatReachedTheFile) {

@@ -147,30 +147,7 @@ std::uint64_t size_option(const std::string& text, const char* option) {
 }
 
 std::uint64_t offset_option(const std::string& text, const char* option) {
-  // Zero in any spelling ("0", "00", "0B", "0 KiB"); anything else as a size.
-  std::size_t i = 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  const std::size_t digits = i;
-  while (i < text.size() && text[i] == '0') ++i;
-  if (i > digits) {
-    std::size_t j = i;
-    while (j < text.size() && (std::isalpha(static_cast<unsigned char>(text[j])) ||
-                               std::isspace(static_cast<unsigned char>(text[j])))) {
-      ++j;
-    }
-    if (j == text.size() &&
-        (i == text.size() || !std::isdigit(static_cast<unsigned char>(text[i])))) {
-      // "0" followed only by a unit: the unit must be one parse_size knows.
-      try {
-        parse_size("1" + text.substr(i), option);
-      } catch (const SettingError&) {
-        parse_size(text, option);  // throws, naming the text as given
-        throw;
-      }
-      return 0;
-    }
-  }
-  return parse_size(text, option);
+  return parse_offset(text, option);
 }
 
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes) {
