@@ -62,10 +62,22 @@ struct InUse {
 // Mode "a": a write goes to the end of the file, whatever offset it names (as with O_APPEND,
 // which ferry cannot use: Linux appends every pwrite of such a descriptor, so the tasks of one
 // request would land in the order they finish).
-std::uint64_t write_offset(core::OpenFile& f, std::size_t size, std::uint64_t file_offset) {
-  if (!f.appends() || !f.writable()) return file_offset;
+std::uint64_t reserve_end(core::OpenFile& f, std::size_t size) {
   InUse in_use(f, "pwrite");  // the reservation reads the size: not under a concurrent close
   return f.reserve_append(size);
+}
+
+std::uint64_t write_offset(core::OpenFile& f, std::size_t size, std::uint64_t file_offset) {
+  return f.appends() && f.writable() ? reserve_end(f, size) : file_offset;
+}
+
+// A synchronous request: in the calling thread when it is one task (the caller waits for it
+// anyway, whatever its size), else on the workers.
+std::size_t run_sync(const std::shared_ptr<core::OpenFile>& file, Op op, void* buf,
+                     std::size_t size, std::uint64_t offset) {
+  std::size_t n = 0;
+  if (core::run_small(*file, op, buf, size, offset, SIZE_MAX, &n)) return n;
+  return core::submit(file, op, buf, size, offset).get();
 }
 }  // namespace
 
@@ -91,42 +103,19 @@ IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offs
   return core::submit(file_, Op::kWrite, data, size, file_offset);
 }
 
-// A synchronous request that is one task runs in the calling thread, whatever its size: the
-// caller waits for it anyway.
 std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {
-  std::size_t n = 0;
-  if (core::run_small(open_or_throw(file_, "pread"), Op::kRead, buf, size, file_offset, SIZE_MAX,
-                      &n)) {
-    return n;
-  }
-  return core::submit(file_, Op::kRead, buf, size, file_offset).get();
+  open_or_throw(file_, "pread");
+  return run_sync(file_, Op::kRead, buf, size, file_offset);
 }
 
 std::size_t File::write(const void* buf, std::size_t size, std::uint64_t file_offset) {
   file_offset = write_offset(open_or_throw(file_, "pwrite"), size, file_offset);
-  void* data = const_cast<void*>(buf);
-  std::size_t n = 0;
-  if (core::run_small(open_or_throw(file_, "pwrite"), Op::kWrite, data, size, file_offset, SIZE_MAX,
-                      &n)) {
-    return n;
-  }
-  return core::submit(file_, Op::kWrite, data, size, file_offset).get();
+  return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, file_offset);
 }
 
 std::size_t File::append(const void* buf, std::size_t size) {
-  core::OpenFile& f = open_or_throw(file_, "append");
-  if (!f.writable()) {
-    throw IoError(EBADF, "pwrite", f.path(), 0, size, 0, "file not opened for writing");
-  }
-  std::uint64_t at = 0;
-  {
-    InUse in_use(f, "append");
-    at = f.reserve_append(size);
-  }
-  void* data = const_cast<void*>(buf);
-  std::size_t n = 0;
-  if (core::run_small(f, Op::kWrite, data, size, at, SIZE_MAX, &n)) return n;
-  return core::submit(file_, Op::kWrite, data, size, at).get();
+  const std::uint64_t at = reserve_end(open_or_throw(file_, "append"), size);
+  return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, at);
 }
 
 std::uint64_t File::size() const {
