@@ -86,6 +86,29 @@ BufferView::~BufferView() {
   if (has_view_) PyBuffer_Release(&view_);
 }
 
+namespace {
+
+// A struct-module format with object pointers ('O'), outside field names (":name:").
+bool holds_objects(const char* format) {
+  if (format == nullptr) return false;
+  bool in_name = false;
+  for (const char* c = format; *c != 0; ++c) {
+    if (*c == ':') in_name = !in_name;
+    if (!in_name && *c == 'O') return true;
+  }
+  return false;
+}
+
+// Items that are Python object pointers: reading bytes into them corrupts the interpreter, and
+// writing them out stores addresses, so they are refused before any I/O.
+[[noreturn]] void not_plain_bytes(const py::handle& obj, const std::string& format) {
+  throw py::type_error("ferry: a " + type_name(obj) + " of Python objects (format '" + format +
+                       "') holds pointers, not data: ferry reads and writes arrays of plain "
+                       "fixed-size items only");
+}
+
+}  // namespace
+
 std::shared_ptr<BufferView> BufferView::of(const py::handle& obj, bool writable) {
   auto view = std::make_shared<BufferView>();
   view->owner_ = py::reinterpret_borrow<py::object>(obj);
@@ -116,6 +139,7 @@ std::shared_ptr<BufferView> BufferView::exported_otherwise(std::shared_ptr<Buffe
       throw py::value_error("ferry: masked CUDA arrays are not supported");
     }
     std::string typestr = d["typestr"].cast<std::string>();
+    if (typestr.size() > 1 && typestr[1] == 'O') not_plain_bytes(obj, typestr);
     std::size_t itemsize = std::stoul(typestr.substr(2));
     std::vector<std::int64_t> shape, strides;
     for (py::handle e : d["shape"]) shape.push_back(e.cast<std::int64_t>());
@@ -137,7 +161,7 @@ std::shared_ptr<BufferView> BufferView::exported_otherwise(std::shared_ptr<Buffe
 std::shared_ptr<BufferView> BufferView::through_buffer(std::shared_ptr<BufferView> view,
                                                        const py::handle& obj, bool writable) {
   if (PyObject_CheckBuffer(obj.ptr())) {
-    int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &view->view_, flags) != 0) {
       PyErr_Clear();
       if (writable && PyObject_GetBuffer(obj.ptr(), &view->view_, PyBUF_SIMPLE) == 0) {
@@ -149,6 +173,7 @@ std::shared_ptr<BufferView> BufferView::through_buffer(std::shared_ptr<BufferVie
                             ") through the buffer protocol");
     }
     view->has_view_ = true;
+    if (holds_objects(view->view_.format)) not_plain_bytes(obj, view->view_.format);
     if (!PyBuffer_IsContiguous(&view->view_, 'C')) {
       std::vector<std::int64_t> shape(view->view_.shape, view->view_.shape + view->view_.ndim);
       std::vector<std::int64_t> strides(view->view_.strides,

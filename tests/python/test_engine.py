@@ -6,6 +6,7 @@ import multiprocessing
 import threading
 
 import numpy as np
+import pytest
 
 import ferry
 
@@ -91,3 +92,25 @@ def test_mode_a_appends_whatever_the_offset_and_threads_lose_nothing(tmp_path):
     assert len(data) == 2 * 200 * block
     for off in range(0, len(data), block):
         assert data[off:off + block] == data[off:off + 1] * block, f"torn block at {off}"
+
+
+def test_arrays_of_python_objects_are_refused_before_any_io(tmp_path, data_file):
+    """Issue 19, bug 1: reading into an object array returned 32 and crashed the interpreter
+    at the next print; writing one stored raw pointers."""
+    path, data = data_file
+    with ferry.open(path) as f:
+        a = np.empty(4, dtype=object)
+        with pytest.raises(TypeError, match="Python objects"):
+            f.read(a)
+        assert list(a) == [None, None, None, None]  # untouched, printable
+        print(a)
+        rec = np.empty(2, dtype=[("x", "<i4"), ("Obj", object)])
+        with pytest.raises(TypeError, match="Python objects"):
+            f.read(rec)
+        plain = np.empty(2, dtype=[("Other", "<i4"), ("y", "<f8")])  # an 'O' in a name only
+        assert f.read(plain) == plain.nbytes
+    out = tmp_path / "o.bin"
+    with ferry.open(str(out), "w") as w:
+        with pytest.raises(TypeError, match="Python objects"):
+            w.write(np.array([object(), object()], dtype=object))
+    assert out.stat().st_size == 0
