@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -43,12 +44,24 @@ class IoFuture {
   std::size_t get() const;
   // The report, complete once ready(); waits.
   RouteReport route() const;
+  // Asks the request to stop: tasks not yet started do not start, tasks in flight finish. The
+  // request then completes with IoError(ECANCELED) whose bytes_done() is the prefix in place
+  // (or normally, if every byte had moved by then). False when it had already completed.
+  // Waiting stays the caller's business: the buffer may be written until ready().
+  bool cancel();
 
  private:
   std::shared_ptr<core::RequestState> state_;
 };
 
 class Runtime;
+
+// One piece of a gathered read (File::pread_gather): `size` bytes at `file_offset` into `buffer`.
+struct ReadRange {
+  std::uint64_t file_offset = 0;
+  std::size_t size = 0;
+  void* buffer = nullptr;
+};
 
 struct FileOptions {
   bool direct = false;        // O_DIRECT, falling back to buffered I/O with a reason.
@@ -80,6 +93,12 @@ class File {
   IoFuture pread(void* buf, std::size_t size, std::uint64_t file_offset = 0);
   // Writes all `size` bytes or fails with IoError carrying the bytes that reached the file.
   IoFuture pwrite(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
+  // Reads every range in one request (the tensors of a checkpoint, rows of a table): the ranges
+  // are cut into tasks of at most task_size and run on the workers like one large read, with one
+  // route report for all. Every range must lie inside the file, and every buffer must be memory
+  // of one kind on one GPU; else IoError (ENXIO, EINVAL) naming the range, before any I/O. The
+  // span is copied before this returns. get() returns the total bytes.
+  IoFuture pread_gather(std::span<const ReadRange> ranges);
   std::size_t read(void* buf, std::size_t size, std::uint64_t file_offset = 0);
   std::size_t write(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
   // Writes at the end of the file, in any writable mode. Appends from several threads on one File

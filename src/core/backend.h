@@ -26,6 +26,9 @@ struct RequestContext {
   PageCacheResidency residency;            // of the whole range, before the request (reads)
   std::atomic<std::size_t>& direct_tasks;  // tasks a backend read with O_DIRECT because cold
   std::atomic<bool>& cold_refused;         // a cold task stayed buffered: the file refused O_DIRECT
+  // A gathered read: tasks name ranges of the file that need not touch, into buffers that need
+  // not be one allocation (buffer + task.buffer_offset is each task's address).
+  bool gathered = false;
 };
 
 class Worker {

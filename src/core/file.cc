@@ -36,6 +36,10 @@ bool IoFuture::wait_for(double seconds) const { return checked(state_).wait_for(
 std::uint64_t IoFuture::progress() const { return checked(state_).progress(); }
 std::size_t IoFuture::get() const { return checked(state_).get(); }
 RouteReport IoFuture::route() const { return checked(state_).route(); }
+bool IoFuture::cancel() {
+  checked(state_);
+  return state_->cancel();
+}
 
 File::File() = default;
 File::File(const std::filesystem::path& path, std::string_view mode, FileOptions options)
@@ -101,6 +105,11 @@ IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offs
       core::submit_small(file_, Op::kWrite, data, size, file_offset, core::kSmallAsync);
   if (small.valid()) return small;
   return core::submit(file_, Op::kWrite, data, size, file_offset);
+}
+
+IoFuture File::pread_gather(std::span<const ReadRange> ranges) {
+  open_or_throw(file_, "pread_gather");
+  return core::submit_gather(file_, ranges);
 }
 
 std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/backend.h"
@@ -71,6 +73,14 @@ void RequestState::complete(std::size_t bytes, std::shared_ptr<OpenFile> file,
   cv_.notify_all();
 }
 
+bool RequestState::cancel() {
+  std::lock_guard lock(mu_);
+  if (done_) return false;
+  cancel_requested_.store(true, std::memory_order_relaxed);
+  stop_.store(true, std::memory_order_relaxed);
+  return true;
+}
+
 RouteReport RequestState::route() const {
   wait();
   std::lock_guard lock(mu_);
@@ -91,21 +101,44 @@ RouteReason cold_direct_reason(const RouteReport& report) {
                       report.direct_tasks, report.tasks)};
 }
 
+// The tasks of a request: one range cut by the task splitter, or the pieces of a gathered read
+// (each range cut the same way), whose buffer offsets count from the lowest buffer address.
+class RequestTasks {
+ public:
+  RequestTasks(std::uint64_t offset, std::size_t size, std::size_t task_size)
+      : splitter_(offset, size, task_size), bytes_(size) {}
+  RequestTasks(std::vector<Task> list, std::uint64_t bytes)
+      : splitter_(0, 0, 1), list_(std::move(list)), gathered_(true), bytes_(bytes) {}
+  std::size_t count() const { return gathered_ ? list_.size() : splitter_.count(); }
+  Task operator[](std::size_t i) const { return gathered_ ? list_[i] : splitter_[i]; }
+  bool gathered() const { return gathered_; }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  TaskSplitter splitter_;
+  std::vector<Task> list_;
+  bool gathered_ = false;
+  std::uint64_t bytes_;
+};
+
 // Everything the pool jobs of one request share.
 struct Job : std::enable_shared_from_this<Job> {
   std::shared_ptr<OpenFile> file;
   std::shared_ptr<RequestState> state;
   Backend* backend;
-  RequestContext context;
-  TaskSplitter tasks;
-  std::vector<std::size_t> done;  // bytes moved per task; each slot written by one job
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> cancelled{false};
+  std::atomic<bool>& cancelled;  // the state's stop flag: a task failed, or cancel() was called
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};
+  RequestContext context;
+  RequestTasks tasks;
+  const bool gathered;
+  const std::uint64_t expected;   // the bytes of all tasks
+  std::vector<std::size_t> done;  // bytes moved per task; each slot written by one job
+  std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> jobs_left{0};
   std::mutex error_mu;
-  std::exception_ptr error;   // the first failure
+  std::exception_ptr error;  // the first failure
+  std::size_t failed_task = SIZE_MAX;
   std::uint64_t partial = 0;  // bytes the failing task moved before it failed
   RouteReport report;
   Clock::time_point start;
@@ -115,22 +148,45 @@ struct Job : std::enable_shared_from_this<Job> {
   bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
-      MemoryInfo memory, Settings settings, std::uint64_t offset, std::size_t size)
+      MemoryInfo memory, Settings settings, RequestTasks t)
       : file(std::move(f)),
         state(std::move(s)),
         backend(b),
+        cancelled(state->stop_flag()),
         context{*file,     op, buffer, std::move(memory), settings,
                 cancelled, 1,  {},     direct_tasks,      cold_refused},
-        tasks(offset, size, settings.task_size),
-        done(tasks.count(), 0) {}
+        tasks(std::move(t)),
+        gathered(tasks.gathered()),
+        expected(tasks.bytes()),
+        done(tasks.count(), 0) {
+    context.gathered = gathered;
+  }
 
-  void fail(std::exception_ptr e, std::uint64_t moved) {
+  // `task` is the index of the failing task (SIZE_MAX when the failure was not a task's) and
+  // `moved` the bytes it had moved, a prefix of it.
+  void fail(std::exception_ptr e, std::size_t task, std::uint64_t moved) {
     std::lock_guard lock(error_mu);
     if (!error) {
       error = std::move(e);
+      failed_task = task;
       partial = moved;
     }
     cancelled.store(true, std::memory_order_relaxed);
+  }
+
+  // The bytes known to be in place from the request's start: whole tasks up to the first that is
+  // short or did not run, plus what the failing task moved when it is that one. A resumable
+  // prefix, unlike the sum (tasks after a gap may have completed too).
+  std::uint64_t prefix_done() const {
+    std::uint64_t bytes = 0;
+    for (std::size_t i = 0; i < tasks.count(); ++i) {
+      if (done[i] == tasks[i].size) {
+        bytes += done[i];
+        continue;
+      }
+      return bytes + (i == failed_task ? partial : done[i]);
+    }
+    return bytes;
   }
 
   // One job: takes tasks until none is left. Between tasks it yields to jobs that wait in the
@@ -147,7 +203,7 @@ struct Job : std::enable_shared_from_this<Job> {
           done[i] = worker->run(tasks[i]);
           state->add_progress(done[i]);
         } catch (const IoError& e) {
-          fail(std::current_exception(), e.bytes_done());
+          fail(std::current_exception(), i, e.bytes_done());
           break;
         }
         ThreadPool& pool = context.file.runtime().pool();
@@ -160,7 +216,7 @@ struct Job : std::enable_shared_from_this<Job> {
       }
       worker->finish();
     } catch (...) {
-      fail(std::current_exception(), 0);
+      fail(std::current_exception(), SIZE_MAX, 0);
     }
     if (jobs_left.fetch_sub(1, std::memory_order_acq_rel) == 1) complete();
   }
@@ -168,7 +224,14 @@ struct Job : std::enable_shared_from_this<Job> {
   // Runs once, after every job is done.
   void complete() {
     std::size_t bytes = 0;
-    if (context.op == Op::kRead) {
+    std::exception_ptr e = error;
+    if (!e && state->cancel_requested() && prefix_done() < expected) {
+      // Stopped early without a failure: the caller cancelled the request.
+      e = std::make_exception_ptr(IoError(ECANCELED, to_string(context.op), file->path(),
+                                          report.offset, report.requested, 0,
+                                          "cancelled; bytes_done counts the bytes in place"));
+    }
+    if (context.op == Op::kRead && !gathered) {
       // A read is the contiguous prefix up to the first task cut short by end of file.
       for (std::size_t i = 0; i < tasks.count(); ++i) {
         bytes += done[i];
@@ -176,6 +239,13 @@ struct Job : std::enable_shared_from_this<Job> {
       }
     } else {
       for (std::size_t d : done) bytes += d;
+      if (!e && context.op == Op::kRead && bytes < report.requested) {
+        // Every range was inside the file when the request began: it shrank since.
+        e = std::make_exception_ptr(IoError(EIO, "pread_gather", file->path(), report.offset,
+                                            report.requested, prefix_done(),
+                                            "the file ended inside a gathered range (it shrank "
+                                            "while the request ran)"));
+      }
     }
     report.bytes = bytes;
     report.direct_tasks = direct_tasks.load();
@@ -184,7 +254,6 @@ struct Job : std::enable_shared_from_this<Job> {
       report.reasons.push_back({ReasonCode::kDirectIoRefused, file->cold_direct_refused()});
     }
     report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::exception_ptr e = error;
     if (observation) {
       observation->end(report.cufile);
       observation.reset();
@@ -193,9 +262,7 @@ struct Job : std::enable_shared_from_this<Job> {
       }
     }
     if (e) {
-      std::uint64_t moved = 0;
-      for (std::size_t d : done) moved += d;
-      moved += partial;
+      const std::uint64_t moved = prefix_done();
       try {
         std::rethrow_exception(e);
       } catch (const IoError& io) {
@@ -225,16 +292,96 @@ posix::PosixBackend& posix_backend() {
 
 }  // namespace
 
-IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
-                std::uint64_t offset) {
+namespace {
+
+// A request as the engine receives it: one range into one buffer, or a gathered read.
+struct RequestSpec {
+  Op op = Op::kRead;
+  void* buffer = nullptr;
+  std::uint64_t offset = 0;
+  std::size_t size = 0;
+  std::span<const ReadRange> ranges;  // a gathered read: buffer, offset and size are derived
+  bool gathered = false;
+};
+
+void check_range(const OpenFile& file, Op op, const void* buffer, std::uint64_t offset,
+                 std::size_t size) {
+  if (buffer == nullptr && size > 0) {
+    throw IoError(EFAULT, to_string(op), file.path(), offset, size, 0, "null buffer");
+  }
+  if (offset > static_cast<std::uint64_t>(LLONG_MAX) ||
+      size > static_cast<std::uint64_t>(LLONG_MAX) - offset) {
+    throw IoError(EOVERFLOW, to_string(op), file.path(), offset, size, 0,
+                  "offset + size overflows off_t");
+  }
+}
+
+// The tasks of a gathered read, after checking every range against the file; sets the spec's
+// envelope (lowest offset, lowest buffer address, total bytes). Ranges of zero bytes are skipped.
+RequestTasks gather_tasks(OpenFile& file, RequestSpec& spec, std::size_t task_size) {
+  const std::uint64_t file_size = file.size();
+  std::uintptr_t base = UINTPTR_MAX;
+  std::uint64_t low = UINT64_MAX;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < spec.ranges.size(); ++i) {
+    const ReadRange& r = spec.ranges[i];
+    if (r.size == 0) continue;
+    check_range(file, Op::kRead, r.buffer, r.file_offset, r.size);
+    if (r.file_offset + r.size > file_size) {
+      throw IoError(ENXIO, "pread_gather", file.path(), r.file_offset, r.size, 0,
+                    fmt::format("range {} ends at {}, past the end of the file ({} B)", i,
+                                r.file_offset + r.size, file_size));
+    }
+    base = std::min(base, reinterpret_cast<std::uintptr_t>(r.buffer));
+    low = std::min(low, r.file_offset);
+    total += r.size;
+  }
+  std::vector<Task> list;
+  for (const ReadRange& r : spec.ranges) {
+    const std::size_t at = reinterpret_cast<std::uintptr_t>(r.buffer) - base;
+    for (std::size_t done = 0; done < r.size; done += task_size) {
+      list.push_back(Task{r.file_offset + done, at + done, std::min(task_size, r.size - done)});
+    }
+  }
+  spec.buffer = list.empty() ? nullptr : reinterpret_cast<void*>(base);
+  spec.offset = list.empty() ? 0 : low;
+  spec.size = total;
+  return RequestTasks(std::move(list), total);
+}
+
+// Every buffer of a gathered read must be memory of one kind on one device: the workers stage
+// and copy for one. Returns that kind.
+MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
+  MemoryInfo first;
+  const void* last = nullptr;
+  for (std::size_t i = 0; i < spec.ranges.size(); ++i) {
+    const ReadRange& r = spec.ranges[i];
+    if (r.size == 0 || r.buffer == last) continue;
+    MemoryInfo m = classify_memory(r.buffer);
+    if (last == nullptr) {
+      first = std::move(m);
+    } else if (m.kind != first.kind || m.device != first.device) {
+      throw IoError(
+          EINVAL, "pread_gather", file.path(), r.file_offset, r.size, 0,
+          fmt::format("range {} reads into {} memory (device {}) but range 0 into {} "
+                      "(device {}): one request moves bytes into one kind of memory",
+                      i, to_string(m.kind), m.device, to_string(first.kind), first.device));
+    }
+    last = r.buffer;
+  }
+  return first;
+}
+
+IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
   auto state = std::make_shared<RequestState>();
   IoFuture future(state);
   Clock::time_point start = Clock::now();
+  const Op op = spec.op;
   RouteReport report;
   report.op = op;
   report.file = file->path();
-  report.offset = offset;
-  report.requested = size;
+  report.offset = spec.offset;
+  report.requested = spec.size;
   bool registered = false;  // begin_request() succeeded: end_request() is owed
   auto fail_now = [&](std::exception_ptr e) {
     if (registered) file->end_request();
@@ -245,34 +392,48 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
   try {
     file->begin_request(op == Op::kRead ? "pread" : "pwrite");
     registered = true;
-    if (buffer == nullptr && size > 0) {
-      throw IoError(EFAULT, to_string(op), file->path(), offset, size, 0, "null buffer");
-    }
-    if (offset > static_cast<std::uint64_t>(LLONG_MAX) ||
-        size > static_cast<std::uint64_t>(LLONG_MAX) - offset) {
-      throw IoError(EOVERFLOW, to_string(op), file->path(), offset, size, 0,
-                    "offset + size overflows off_t");
-    }
+    if (!spec.gathered) check_range(*file, op, spec.buffer, spec.offset, spec.size);
     if (op == Op::kRead && !file->readable()) {
-      throw IoError(EBADF, "pread", file->path(), offset, size, 0, "file not opened for reading");
+      throw IoError(EBADF, "pread", file->path(), spec.offset, spec.size, 0,
+                    "file not opened for reading");
     }
     if (op == Op::kWrite && !file->writable()) {
-      throw IoError(EBADF, "pwrite", file->path(), offset, size, 0, "file not opened for writing");
+      throw IoError(EBADF, "pwrite", file->path(), spec.offset, spec.size, 0,
+                    "file not opened for writing");
     }
     Settings settings = file->settings();
-    MemoryInfo memory = classify_memory(buffer);
+    std::optional<RequestTasks> tasks;
+    if (spec.gathered) {
+      tasks.emplace(gather_tasks(*file, spec, settings.task_size));
+      report.offset = spec.offset;
+      report.requested = spec.size;
+    }
+    MemoryInfo memory =
+        spec.gathered ? classify_gathered(*file, spec) : classify_memory(spec.buffer);
     // Layer 1 decides on route_memory, which differs from memory only under a test hook.
     MemoryInfo route_memory = cufile::testing::route_view(memory);
     report.memory = memory.kind;
     report.device = memory.device;
     report.direct = file->direct_fd() >= 0;
-    std::size_t effective = size;
-    if (op == Op::kRead) {
+    std::size_t effective = spec.size;
+    if (op == Op::kRead && !spec.gathered) {
       std::uint64_t file_size = file->size();
-      effective = offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
+      effective = spec.offset >= file_size
+                      ? 0
+                      : std::min<std::uint64_t>(spec.size, file_size - spec.offset);
     }
+    if (!tasks) tasks.emplace(spec.offset, effective, settings.task_size);
     if (op == Op::kRead) {
-      report.page_cache = posix::measure_residency(file->fd(), offset, effective);
+      // A gathered read measures the span from its first byte to its last.
+      std::uint64_t span = effective;
+      if (spec.gathered) {
+        span = 0;
+        for (const ReadRange& r : spec.ranges) {
+          if (r.size > 0)
+            span = std::max<std::uint64_t>(span, r.file_offset + r.size - spec.offset);
+        }
+      }
+      report.page_cache = posix::measure_residency(file->fd(), spec.offset, span);
     } else {
       report.page_cache.why_not = "not measured for writes";
     }
@@ -290,8 +451,8 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
       cufile_backend = std::make_shared<cufile::CufileBackend>(cufile_probe.state);
       backend = cufile_backend.get();
     }
-    auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(buffer), memory,
-                                     settings, offset, effective);
+    auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(spec.buffer),
+                                     memory, settings, std::move(*tasks));
     job->start = start;
     job->owned_backend = std::move(cufile_backend);
     job->compat_refused = cufile_probe.compat_refused;
@@ -325,6 +486,27 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
     return fail_now(std::current_exception());
   }
   return future;
+}
+
+}  // namespace
+
+IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
+                std::uint64_t offset) {
+  RequestSpec spec;
+  spec.op = op;
+  spec.buffer = buffer;
+  spec.offset = offset;
+  spec.size = size;
+  return submit_spec(std::move(file), spec);
+}
+
+IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges) {
+  RequestSpec spec;
+  spec.ranges = ranges;
+  spec.gathered = true;
+  for (const ReadRange& r : ranges)
+    spec.size += r.size;  // for errors before the ranges are checked
+  return submit_spec(std::move(file), spec);
 }
 
 namespace {

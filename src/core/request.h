@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 
 #include "core/open_file.h"
 #include "ferry/file.h"
@@ -27,9 +28,16 @@ class RequestState {
   std::uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
   std::size_t get() const;  // waits; rethrows the error
   RouteReport route() const;
+  // Asks the request to stop: false when it had already completed. The flag is the one its
+  // tasks watch (a failed task sets it too), so no task starts after it is set.
+  bool cancel();
+  std::atomic<bool>& stop_flag() { return stop_; }
+  bool cancel_requested() const { return cancel_requested_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<std::uint64_t> progress_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cancel_requested_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -44,6 +52,11 @@ class RequestState {
 // with that error at once.
 IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
                 std::uint64_t offset);
+
+// Starts a gathered read: every range in one request, its tasks cut from each range. The ranges
+// are checked (inside the file, one kind of memory) before any I/O and copied: the caller's span
+// may go once this returns.
+IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges);
 
 // Small requests run in the caller's thread, without a hand-off to the workers, a future, a
 // heap allocation or the text of a report: a request qualifies when it is one task of at most

@@ -26,7 +26,15 @@ class CufileWorker final : public core::Worker {
   std::size_t run(const core::Task& task) override {
     const Library& lib = file_.library();
     const bool read = c_.op == Op::kRead;
-    const off_t start = static_cast<off_t>(c_.buffer - base_ + task.buffer_offset);
+    char* base = base_;
+    if (c_.gathered) {
+      // The ranges of a gathered read may lie in different allocations: name each by its own
+      // registered base, or by its own address.
+      char* dst = c_.buffer + task.buffer_offset;
+      auto reg = find_registered(dst);
+      base = reg ? static_cast<char*>(reg->base) : dst;
+    }
+    const off_t start = static_cast<off_t>(c_.buffer + task.buffer_offset - base);
     std::size_t done = 0;
     while (done < task.size) {
       if (c_.cancelled.load(std::memory_order_relaxed)) break;
@@ -34,8 +42,8 @@ class CufileWorker final : public core::Worker {
       off_t file_offset = static_cast<off_t>(task.file_offset + done);
       off_t buffer_offset = start + static_cast<off_t>(done);
       calls_in_flight().fetch_add(1, std::memory_order_relaxed);
-      ssize_t n = read ? lib.Read(file_.handle(), base_, len, file_offset, buffer_offset)
-                       : lib.Write(file_.handle(), base_, len, file_offset, buffer_offset);
+      ssize_t n = read ? lib.Read(file_.handle(), base, len, file_offset, buffer_offset)
+                       : lib.Write(file_.handle(), base, len, file_offset, buffer_offset);
       int saved = errno;
       calls_in_flight().fetch_sub(1, std::memory_order_relaxed);
       if (n < 0) {
