@@ -1,0 +1,147 @@
+// ferry::Checkpoint: a safetensors checkpoint (one file, a directory of shards, or a
+// model.safetensors.index.json), its headers validated before any tensor byte is read, and loads
+// of all or some of its tensors into one GPU or host memory, one gathered request per shard.
+// A Checkpoint is immutable once opened; loads from several threads at once are safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/error.h"
+#include "ferry/file.h"
+#include "ferry/memory.h"
+#include "ferry/route.h"
+
+namespace ferry {
+
+// Every dtype of the safetensors format. Names are the format's own ("BF16", "F8_E4M3"...).
+enum class Dtype {
+  kBool,
+  kU8,
+  kI8,
+  kU16,
+  kI16,
+  kF16,
+  kBF16,
+  kU32,
+  kI32,
+  kF32,
+  kU64,
+  kI64,
+  kF64,
+  kC64,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
+  kF6E2M3,
+  kF6E3M2,
+  kF4,
+};
+std::string_view to_string(Dtype dtype);
+// The dtype named `name` exactly as the format spells it, or nullopt.
+std::optional<Dtype> parse_dtype(std::string_view name);
+// Bits per element: 4 and 6 for the packed MX kinds, else 8 times the byte size.
+unsigned dtype_bits(Dtype dtype);
+
+// A checkpoint that does not describe its bytes (bad header, unknown dtype, overlapping ranges,
+// an index naming a missing shard...). The message names the file and, where one is at fault,
+// the tensor.
+class CheckpointError : public Error {
+ public:
+  CheckpointError(std::string file, std::string tensor, const std::string& message);
+  const std::string& file() const { return file_; }
+  const std::string& tensor() const { return tensor_; }
+
+ private:
+  std::string file_;
+  std::string tensor_;
+};
+
+struct TensorInfo {
+  std::string name;
+  Dtype dtype = Dtype::kU8;
+  std::vector<std::uint64_t> shape;  // empty: a scalar
+  std::uint64_t file_offset = 0;     // where its bytes start in its shard
+  std::uint64_t nbytes = 0;
+  std::size_t shard = 0;  // index into Checkpoint::shards()
+};
+
+// Where one tensor's bytes go: `nbytes` of writable host or GPU memory.
+struct TensorTarget {
+  std::size_t tensor = 0;  // index into Checkpoint::tensors()
+  void* buffer = nullptr;
+};
+
+// How a load went: the whole of it, and one route report per shard request.
+struct LoadReport {
+  std::uint64_t bytes = 0;
+  std::size_t tensors = 0;
+  double seconds = 0;  // from the call until every byte had landed
+  std::vector<RouteReport> routes;
+  // One line: tensors, bytes, seconds, GB/s and the shards' routes.
+  std::string summary() const;
+  std::string to_json() const;
+};
+
+struct LoadedTensor {
+  std::string name;
+  Dtype dtype = Dtype::kU8;
+  std::vector<std::uint64_t> shape;
+  void* data = nullptr;  // host or device pointer, owned by the LoadResult
+  std::uint64_t nbytes = 0;
+};
+
+struct LoadOptions {
+  MemoryKind memory = MemoryKind::kDevice;
+  int device = 0;
+  std::vector<std::string> names;  // empty: every tensor
+  // One allocation behind every tensor instead of one each (fewer allocator calls; the tensors
+  // can then only be freed together).
+  bool one_allocation = false;
+};
+
+struct LoadResult {
+  std::vector<LoadedTensor> tensors;
+  std::vector<Buffer> memory;
+  LoadReport report;
+};
+
+class Checkpoint {
+ public:
+  // `path`: a .safetensors file, a *.index.json (weight_map), or a directory holding an index
+  // or .safetensors files. Reads and validates every header; throws CheckpointError (or IoError).
+  explicit Checkpoint(const std::filesystem::path& path, FileOptions options = {});
+  ~Checkpoint();
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+
+  const std::vector<std::string>& shards() const;
+  const std::vector<TensorInfo>& tensors() const;
+  // Index of the tensor named `name`; throws CheckpointError naming it when absent.
+  std::size_t find(std::string_view name) const;
+  // `__metadata__` of one shard (empty when it has none), and the index's "metadata" object as
+  // JSON text ("{}" without an index).
+  const std::map<std::string, std::string>& metadata(std::size_t shard = 0) const;
+  const std::string& index_metadata_json() const;
+  std::uint64_t total_bytes() const;
+
+  // Reads every target's tensor into its buffer: one gathered request per shard, the shards at
+  // once. Buffers must all be host memory or all on one GPU.
+  LoadReport read_into(std::span<const TensorTarget> targets) const;
+  // Allocates and reads: the tensors named in `options` (all when none), in file order.
+  LoadResult load(const LoadOptions& options = {}) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ferry

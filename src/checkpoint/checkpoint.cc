@@ -1,0 +1,215 @@
+// The loader: opens every shard, validates its header, and reads tensors with one gathered
+// request per shard (File::pread_gather), the shards' requests in flight together.
+#include "ferry/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "checkpoint/safetensors_header.h"
+#include "checkpoint/shard_index.h"
+
+namespace ferry {
+
+namespace fs = std::filesystem;
+
+struct Checkpoint::State {
+  std::vector<std::string> shard_names;
+  std::vector<std::unique_ptr<File>> files;  // File is not copyable; loads share them
+  std::vector<std::map<std::string, std::string>> metadata;
+  std::vector<TensorInfo> tensors;  // shard by shard, each in file order
+  std::unordered_map<std::string, std::size_t> by_name;
+  std::string index_metadata = "{}";
+  std::uint64_t total = 0;
+};
+
+namespace {
+
+checkpoint::SafetensorsHeader read_header(File& file) {
+  const std::uint64_t size = file.size();
+  std::string first8(checkpoint::kLengthFieldSize, '\0');
+  std::size_t got = size >= first8.size() ? file.read(first8.data(), first8.size(), 0) : 0;
+  const std::uint64_t n = checkpoint::header_length(first8.substr(0, got), size, file.path());
+  std::string json(n, '\0');
+  if (n > 0 && file.read(json.data(), n, checkpoint::kLengthFieldSize) != n) {
+    throw CheckpointError(file.path(), "", "the file ended inside its header");
+  }
+  return checkpoint::parse_header(json, size, file.path());
+}
+
+// An index and its shards must agree both ways: a tensor the index names but its shard lacks
+// would be missing from the model, one a shard holds but the index does not would be loaded
+// without anyone asking.
+void check_against_index(const checkpoint::ShardIndex& index,
+                         const std::vector<TensorInfo>& tensors,
+                         const std::unordered_map<std::string, std::size_t>& by_name,
+                         const std::vector<std::string>& shard_names) {
+  if (!index.weight_map) return;
+  const std::string file = index.index_file.string();
+  for (const auto& [name, shard] : *index.weight_map) {
+    auto it = by_name.find(name);
+    if (it == by_name.end() || tensors[it->second].shard != shard) {
+      throw CheckpointError(
+          file, name,
+          fmt::format("the index puts it in {}, which does not hold it", shard_names[shard]));
+    }
+  }
+  for (const TensorInfo& t : tensors) {
+    if (!index.weight_map->contains(t.name)) {
+      throw CheckpointError(shard_names[t.shard], t.name, fmt::format("not in the index {}", file));
+    }
+  }
+}
+
+std::string join_verdicts(const std::vector<RouteReport>& routes) {
+  std::string out;
+  for (const RouteReport& r : routes) {
+    out += fmt::format("{}  {}: {}", out.empty() ? "" : "\n", fs::path(r.file).filename().string(),
+                       r.verdict());
+  }
+  return out;
+}
+
+constexpr std::size_t kAlignment = 256;  // what cuMemAlloc gives: enough for every dtype
+
+}  // namespace
+
+Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
+    : state_(std::make_unique<State>()) {
+  const checkpoint::ShardIndex index = checkpoint::discover_shards(path);
+  State& s = *state_;
+  s.index_metadata = index.metadata_json;
+  for (std::size_t shard = 0; shard < index.shards.size(); ++shard) {
+    auto file = std::make_unique<File>(index.shards[shard], "r", options);
+    checkpoint::SafetensorsHeader header = read_header(*file);
+    s.shard_names.push_back(file->path());
+    s.metadata.push_back(std::move(header.metadata));
+    for (checkpoint::HeaderTensor& h : header.tensors) {
+      TensorInfo t{std::move(h.name),           h.dtype,         std::move(h.shape),
+                   header.data_start + h.begin, h.end - h.begin, shard};
+      auto [it, fresh] = s.by_name.emplace(t.name, s.tensors.size());
+      if (!fresh) {
+        throw CheckpointError(
+            file->path(), t.name,
+            fmt::format("also in {}", s.shard_names[s.tensors[it->second].shard]));
+      }
+      s.total += t.nbytes;
+      s.tensors.push_back(std::move(t));
+    }
+    s.files.push_back(std::move(file));
+  }
+  check_against_index(index, s.tensors, s.by_name, s.shard_names);
+}
+
+Checkpoint::~Checkpoint() = default;
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+
+const std::vector<std::string>& Checkpoint::shards() const { return state_->shard_names; }
+const std::vector<TensorInfo>& Checkpoint::tensors() const { return state_->tensors; }
+const std::string& Checkpoint::index_metadata_json() const { return state_->index_metadata; }
+std::uint64_t Checkpoint::total_bytes() const { return state_->total; }
+
+const std::map<std::string, std::string>& Checkpoint::metadata(std::size_t shard) const {
+  if (shard >= state_->metadata.size()) {
+    throw Error(fmt::format("checkpoint metadata: shard {} of {}", shard, state_->metadata.size()));
+  }
+  return state_->metadata[shard];
+}
+
+std::size_t Checkpoint::find(std::string_view name) const {
+  auto it = state_->by_name.find(std::string(name));
+  if (it == state_->by_name.end()) {
+    throw CheckpointError(state_->shard_names.empty() ? "" : state_->shard_names.front(),
+                          std::string(name), "no such tensor in the checkpoint");
+  }
+  return it->second;
+}
+
+LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
+  const State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<ReadRange>> ranges(s.files.size());
+  LoadReport report;
+  for (const TensorTarget& target : targets) {
+    if (target.tensor >= s.tensors.size()) {
+      throw Error(
+          fmt::format("checkpoint read: tensor index {} of {}", target.tensor, s.tensors.size()));
+    }
+    const TensorInfo& t = s.tensors[target.tensor];
+    ++report.tensors;
+    if (t.nbytes == 0) continue;  // nothing to read; the buffer may be null
+    if (target.buffer == nullptr) {
+      throw CheckpointError(s.shard_names[t.shard], t.name, "no buffer to read into");
+    }
+    ranges[t.shard].push_back({t.file_offset, static_cast<std::size_t>(t.nbytes), target.buffer});
+  }
+  // Every shard's request is submitted before any is waited for, so they run together.
+  std::vector<IoFuture> futures;
+  for (std::size_t shard = 0; shard < ranges.size(); ++shard) {
+    if (!ranges[shard].empty()) futures.push_back(s.files[shard]->pread_gather(ranges[shard]));
+  }
+  for (IoFuture& f : futures) report.bytes += f.get();
+  for (IoFuture& f : futures) report.routes.push_back(f.route());
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+LoadResult Checkpoint::load(const LoadOptions& options) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::size_t> chosen;
+  if (options.names.empty()) {
+    for (std::size_t i = 0; i < state_->tensors.size(); ++i) chosen.push_back(i);
+  } else {
+    for (const std::string& name : options.names) chosen.push_back(find(name));
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+  }
+  LoadResult result;
+  std::vector<TensorTarget> targets;
+  std::vector<std::uint64_t> offsets;  // in the one allocation
+  std::uint64_t packed = 0;
+  for (std::size_t i : chosen) {
+    offsets.push_back(packed);
+    packed += (state_->tensors[i].nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  if (options.one_allocation) result.memory.emplace_back(options.memory, packed, options.device);
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
+    const TensorInfo& t = state_->tensors[chosen[k]];
+    void* data;
+    if (options.one_allocation) {
+      data = static_cast<char*>(result.memory.front().data()) + offsets[k];
+    } else {
+      data = result.memory.emplace_back(options.memory, t.nbytes, options.device).data();
+    }
+    targets.push_back({chosen[k], data});
+    result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
+  }
+  result.report = read_into(targets);
+  // The allocations are part of what a user waits for.
+  result.report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::string LoadReport::summary() const {
+  return fmt::format("{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s)\n{}", tensors, bytes,
+                     seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0, routes.size(),
+                     join_verdicts(routes));
+}
+
+std::string LoadReport::to_json() const {
+  nlohmann::json routes_json = nlohmann::json::array();
+  for (const RouteReport& r : routes) routes_json.push_back(nlohmann::json::parse(r.to_json()));
+  nlohmann::json out = {{"tensors", tensors},
+                        {"bytes", bytes},
+                        {"seconds", seconds},
+                        {"gbps", seconds > 0 ? bytes / seconds / 1e9 : 0.0},
+                        {"routes", routes_json}};
+  return out.dump();
+}
+
+}  // namespace ferry

@@ -1,0 +1,235 @@
+// Checkpoint: shard discovery (file, index, directory), the index checked against the shards,
+// and loads into host memory compared byte for byte with what the tests' writer put there.
+#include "ferry/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "checkpoint/safetensors_writer.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::safetensors_bytes;
+using test::TempDir;
+using test::write_file;
+using test::WrittenTensor;
+
+LoadOptions host(std::vector<std::string> names = {}, bool one = false) {
+  LoadOptions o;
+  o.memory = MemoryKind::kHostPageable;
+  o.names = std::move(names);
+  o.one_allocation = one;
+  return o;
+}
+
+std::vector<WrittenTensor> mixed(unsigned seed) {
+  return {{"embed.weight", "BF16", {16, 8}, test::pattern(256, seed)},
+          {"layer.0.scale", "F32", {}, test::pattern(4, seed + 1)},
+          {"layer.0.empty", "F16", {0, 3}, ""},
+          {"layer.0.q", "F8_E4M3", {7, 3}, test::pattern(21, seed + 2)},
+          {"layer.0.ids", "I64", {5}, test::pattern(40, seed + 3)},
+          {"layer.0.mask", "BOOL", {3}, std::string("\1\0\1", 3)},
+          {"layer.0.packed", "F4", {6}, test::pattern(3, seed + 4)}};
+}
+
+void expect_loaded(const LoadResult& r, const std::vector<WrittenTensor>& written) {
+  for (const WrittenTensor& w : written) {
+    auto it = std::find_if(r.tensors.begin(), r.tensors.end(),
+                           [&](const LoadedTensor& t) { return t.name == w.name; });
+    ASSERT_NE(it, r.tensors.end()) << w.name;
+    EXPECT_EQ(to_string(it->dtype), w.dtype);
+    EXPECT_EQ(it->shape, w.shape);
+    ASSERT_EQ(it->nbytes, w.bytes.size()) << w.name;
+    if (!w.bytes.empty()) {
+      EXPECT_EQ(std::memcmp(it->data, w.bytes.data(), w.bytes.size()), 0) << w.name;
+    }
+  }
+}
+
+TEST(Checkpoint, OneFileLoadsEveryTensorByteForByte) {
+  TempDir dir;
+  auto written = mixed(1);
+  write_file(dir / "model.safetensors", safetensors_bytes(written, {{"format", "pt"}}));
+  Checkpoint ckpt(dir / "model.safetensors");
+  ASSERT_EQ(ckpt.shards().size(), 1u);
+  EXPECT_EQ(ckpt.tensors().size(), written.size());
+  EXPECT_EQ(ckpt.metadata(0).at("format"), "pt");
+  EXPECT_EQ(ckpt.index_metadata_json(), "{}");
+  LoadResult r = ckpt.load(host());
+  EXPECT_EQ(r.tensors.size(), written.size());
+  expect_loaded(r, written);
+  EXPECT_EQ(r.report.bytes, ckpt.total_bytes());
+  EXPECT_EQ(r.report.tensors, written.size());
+  ASSERT_EQ(r.report.routes.size(), 1u);  // one gathered request for the whole shard
+  EXPECT_EQ(r.report.routes[0].bytes, ckpt.total_bytes());
+  EXPECT_NE(r.report.summary().find("7 tensors"), std::string::npos) << r.report.summary();
+  auto json = nlohmann::json::parse(r.report.to_json());
+  EXPECT_EQ(json["bytes"], ckpt.total_bytes());
+  EXPECT_EQ(json["routes"].size(), 1u);
+}
+
+TEST(Checkpoint, OneAllocationHoldsAlignedTensors) {
+  TempDir dir;
+  auto written = mixed(2);
+  write_file(dir / "m.safetensors", safetensors_bytes(written));
+  LoadResult r = Checkpoint(dir / "m.safetensors").load(host({}, true));
+  ASSERT_EQ(r.memory.size(), 1u);
+  for (const LoadedTensor& t : r.tensors) {
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data) % 256, 0u) << t.name;
+  }
+  expect_loaded(r, written);
+}
+
+TEST(Checkpoint, ASubsetLoadsOnlyTheNamedTensors) {
+  TempDir dir;
+  auto written = mixed(3);
+  write_file(dir / "m.safetensors", safetensors_bytes(written));
+  Checkpoint ckpt(dir / "m.safetensors");
+  LoadResult r = ckpt.load(host({"layer.0.ids", "embed.weight", "layer.0.ids"}));
+  ASSERT_EQ(r.tensors.size(), 2u);
+  EXPECT_EQ(r.tensors[0].name, "embed.weight");  // file order
+  EXPECT_EQ(r.report.bytes, 256u + 40u);
+  expect_loaded(r, {written[0], written[4]});
+  try {
+    ckpt.load(host({"nope"}));
+    ADD_FAILURE() << "loaded a tensor that is not there";
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.tensor(), "nope");
+  }
+}
+
+// Writes `shards` as model-0000i-of-0000n.safetensors with transformers' index beside them.
+void write_sharded(const TempDir& dir, const std::vector<std::vector<WrittenTensor>>& shards,
+                   const std::string& index_name = "model.safetensors.index.json") {
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                          {"weight_map", nlohmann::json::object()}};
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    write_file(dir / name, safetensors_bytes(shards[i]));
+    for (const WrittenTensor& t : shards[i]) index["weight_map"][t.name] = name;
+  }
+  write_file(dir / index_name, index.dump());
+}
+
+std::vector<std::vector<WrittenTensor>> three_shards() {
+  std::vector<std::vector<WrittenTensor>> shards(3);
+  for (unsigned i = 0; i < 12; ++i) {
+    shards[i % 3].push_back({"layers." + std::to_string(i) + ".w",
+                             i % 2 ? "F16" : "U32",
+                             {4, i + 1},
+                             test::pattern((i % 2 ? 2 : 4) * 4 * (i + 1), i)});
+  }
+  return shards;
+}
+
+TEST(Checkpoint, AnIndexLoadsEveryShardOneRequestEach) {
+  TempDir dir;
+  auto shards = three_shards();
+  write_sharded(dir, shards);
+  for (const auto& path : {dir / "model.safetensors.index.json", dir.path()}) {
+    Checkpoint ckpt(path);
+    EXPECT_EQ(ckpt.shards().size(), 3u);
+    EXPECT_EQ(ckpt.tensors().size(), 12u);
+    EXPECT_NE(ckpt.index_metadata_json().find("total_size"), std::string::npos);
+    LoadResult r = ckpt.load(host());
+    EXPECT_EQ(r.report.routes.size(), 3u);
+    for (const auto& s : shards) expect_loaded(r, s);
+  }
+}
+
+TEST(Checkpoint, ADirectoryWithoutIndexLoadsEveryShard) {
+  TempDir dir;
+  auto shards = three_shards();
+  write_file(dir / "a.safetensors", safetensors_bytes(shards[0]));
+  write_file(dir / "b.safetensors", safetensors_bytes(shards[1]));
+  write_file(dir / "notes.txt", "not a shard");
+  Checkpoint ckpt(dir.path());
+  EXPECT_EQ(ckpt.shards().size(), 2u);
+  LoadResult r = ckpt.load(host());
+  expect_loaded(r, shards[0]);
+  expect_loaded(r, shards[1]);
+}
+
+void expect_checkpoint_error(const std::filesystem::path& path, const std::string& tensor,
+                             const std::string& words) {
+  try {
+    Checkpoint ckpt(path);
+    ADD_FAILURE() << "opened " << path;
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.tensor(), tensor) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, AnIndexMustAgreeWithItsShards) {
+  {
+    TempDir dir;
+    auto shards = three_shards();
+    write_sharded(dir, shards);
+    // The index names a tensor its shard does not hold.
+    std::ifstream in(dir / "model.safetensors.index.json");
+    auto index = nlohmann::json::parse(in);
+    index["weight_map"]["ghost"] = "model-00001-of-00003.safetensors";
+    write_file(dir / "model.safetensors.index.json", index.dump());
+    expect_checkpoint_error(dir.path(), "ghost", "does not hold it");
+  }
+  {
+    TempDir dir;
+    auto shards = three_shards();
+    write_sharded(dir, shards);
+    nlohmann::json index = {{"weight_map", nlohmann::json::object()}};
+    index["weight_map"]["layers.0.w"] = "model-00001-of-00003.safetensors";
+    write_file(dir / "model.safetensors.index.json", index.dump());
+    // Shard 1 holds tensors the index does not list.
+    expect_checkpoint_error(dir.path(), "layers.3.w", "not in the index");
+  }
+  {
+    TempDir dir;
+    write_file(dir / "model.safetensors.index.json",
+               R"({"weight_map":{"w":"missing.safetensors"}})");
+    expect_checkpoint_error(dir.path(), "w", "does not exist");
+  }
+  {
+    TempDir dir;
+    write_file(dir / "model.safetensors.index.json", R"({"metadata":{}})");
+    expect_checkpoint_error(dir.path(), "", "no \"weight_map\"");
+  }
+}
+
+TEST(Checkpoint, ATensorInTwoShardsIsRefused) {
+  TempDir dir;
+  write_file(dir / "a.safetensors", safetensors_bytes({{"w", "U8", {1}, "a"}}));
+  write_file(dir / "b.safetensors", safetensors_bytes({{"w", "U8", {1}, "b"}}));
+  expect_checkpoint_error(dir.path(), "w", "also in");
+}
+
+TEST(Checkpoint, NothingToLoadIsAClearError) {
+  TempDir dir;
+  expect_checkpoint_error(dir.path(), "", "no .safetensors file");
+  expect_checkpoint_error(dir / "absent", "", "no such file or directory");
+  write_file(dir / "short.safetensors", "abc");
+  expect_checkpoint_error(dir / "short.safetensors", "", "too short");
+}
+
+TEST(Checkpoint, ReadIntoRefusesAMissingBuffer) {
+  TempDir dir;
+  write_file(dir / "m.safetensors",
+             safetensors_bytes({{"w", "U8", {4}, "abcd"}, {"e", "U8", {0}, ""}}));
+  Checkpoint ckpt(dir / "m.safetensors");
+  TensorTarget empty{ckpt.find("e"), nullptr};
+  EXPECT_EQ(ckpt.read_into({&empty, 1}).bytes, 0u);  // an empty tensor needs no buffer
+  TensorTarget bad{ckpt.find("w"), nullptr};
+  EXPECT_THROW(ckpt.read_into({&bad, 1}), CheckpointError);
+  TensorTarget out_of_range{99, nullptr};
+  EXPECT_THROW(ckpt.read_into({&out_of_range, 1}), Error);
+}
+
+}  // namespace
+}  // namespace ferry
