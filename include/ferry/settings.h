@@ -1,6 +1,7 @@
 // ferry's settings: process-wide values, read from the environment once at first use, that code
-// may change globally, per File (SettingsOverride) or for a scope (ScopedSettings). All functions
-// here are thread-safe; a request takes a snapshot of the settings when it starts.
+// may change globally (set_settings), per File (SettingsOverride) or for one thread's scope
+// (ScopedSettings). All functions here are thread-safe; a request takes a snapshot of its
+// thread's settings when it starts.
 #pragma once
 
 #include <cstddef>
@@ -62,12 +63,16 @@ struct SettingsOverride {
   void set(std::string_view name, std::string_view value);
 };
 
-// The current process-wide settings. The first call reads FERRY_* from the environment and
-// throws SettingError for a malformed value.
+// The calling thread's settings: the process-wide ones with this thread's scopes applied. The
+// first call reads FERRY_* from the environment; a malformed variable makes every call throw its
+// SettingError until code sets that setting with set_settings().
 Settings settings();
+// Changes the process-wide settings (every thread's, under their scopes). Setting a value whose
+// FERRY_* variable was malformed repairs it.
 void set_settings(const SettingsOverride& changes);
 
-// One row per setting: name, environment variable, value as text, and where it came from.
+// One row per setting: name, environment variable, value as text (the calling thread's, as
+// settings() returns it), and where it came from (kCode for values set by a scope).
 struct SettingInfo {
   std::string name;
   std::string env;
@@ -76,8 +81,10 @@ struct SettingInfo {
 };
 std::vector<SettingInfo> describe_settings();
 
-// Applies `changes` to the process-wide settings and restores the previous ones on destruction.
-// Scopes nest; destroy them in reverse order of creation.
+// Applies `changes` to the settings of the thread that creates it, and to no other thread's,
+// until it is destroyed. Scopes of one thread nest: each is layered over the ones made before it,
+// and destroying one (in any order, from any thread) removes exactly its own changes. Requests
+// of other threads, and set_settings() changes, are not affected by a scope.
 class ScopedSettings {
  public:
   explicit ScopedSettings(const SettingsOverride& changes);

@@ -5,12 +5,15 @@
     with ferry.settings(compat="on", task_size="1MiB"):
         ...                                  # restored on exit
 
-Scopes are process-wide (not per thread) and must end innermost first.
+A scope changes the settings of the thread that enters it (not other threads'); scopes of one
+thread nest, and leaving one removes exactly its own changes. ``ferry.settings`` is also a
+mapping: ``ferry.settings["task_size"]``, ``dict(ferry.settings)``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 from . import _ferry
 
@@ -33,7 +36,8 @@ def as_text(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 class Scope:
-    """Context manager returned by ``ferry.settings(**values)``; values are checked at once."""
+    """Context manager returned by ``ferry.settings(**values)``; values are checked at once.
+    Entering it changes this thread's settings; leaving it removes those changes."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self._scope = _ferry.SettingsScope(as_text(values))
@@ -46,8 +50,10 @@ class Scope:
         self._scope.exit()
 
 
-class Settings:
-    """The process-wide settings; each one is an attribute (see ``names()``)."""
+class Settings(Mapping[str, Any]):
+    """ferry's settings as this thread sees them: each one is an attribute and a key (see
+    ``names()``). Assigning one changes it process-wide; ``ferry.settings(**values)`` is a scope
+    for this thread only."""
 
     def __call__(self, **values: Any) -> Scope:
         return Scope(values)
@@ -62,14 +68,29 @@ class Settings:
     def __setattr__(self, name: str, value: Any) -> None:
         _ferry.set_settings(as_text({name: value}))
 
+    def __getitem__(self, name: str) -> Any:
+        current = _ferry.get_settings()
+        try:
+            return current[ALIASES.get(name, name)]
+        except KeyError:
+            raise KeyError(f"ferry has no setting {name!r}; known: {', '.join(current)}") from None
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _ferry.set_settings(as_text({name: value}))
+
+    def __len__(self) -> int:
+        return len(_ferry.get_settings())
+
     def update(self, **values: Any) -> None:
         """Changes several settings at once (all or none: they are parsed first)."""
         _ferry.set_settings(as_text(values))
 
     def names(self) -> list[str]:
+        """The settings' names, as in C++."""
         return list(_ferry.get_settings())
 
     def as_dict(self) -> dict[str, Any]:
+        """All settings as {name: value} (the same as ``dict(ferry.settings)``)."""
         return dict(_ferry.get_settings())
 
     def describe(self) -> list[dict[str, str]]:

@@ -1,11 +1,10 @@
 // Settings: typed reads, changes by name with C++'s own parsing (so errors read the same), and
-// scopes. ScopedSettings must end in reverse order of creation, so scopes live on one stack
-// (guarded by the GIL) and ending any but the innermost is refused.
+// scopes. A scope is a ScopedSettings: it changes the settings of the thread that entered it, and
+// exiting it (in any order) removes exactly its own changes.
 #include <pybind11/stl.h>
 
 #include <map>
 #include <memory>
-#include <vector>
 
 #include "bindings.h"
 #include "ferry/settings.h"
@@ -24,23 +23,18 @@ SettingsOverride parse(const std::map<std::string, std::string>& values) {
 class Scope {
  public:
   explicit Scope(const std::map<std::string, std::string>& values) : changes_(parse(values)) {}
-  void enter() { stack().push_back({this, std::make_unique<ScopedSettings>(changes_)}); }
+  void enter() {
+    if (active_) throw std::logic_error("ferry.settings: this scope is already entered");
+    active_ = std::make_unique<ScopedSettings>(changes_);
+  }
   void exit() {
-    if (stack().empty() || stack().back().first != this) {
-      throw std::logic_error(
-          "ferry.settings scopes are process-wide and must end in reverse order of their start; "
-          "this one is not the innermost (was another thread's scope opened inside it?)");
-    }
-    stack().pop_back();
+    if (!active_) throw std::logic_error("ferry.settings: this scope was not entered");
+    active_.reset();
   }
 
  private:
-  using Entry = std::pair<const Scope*, std::unique_ptr<ScopedSettings>>;
-  static std::vector<Entry>& stack() {
-    static auto* entries = new std::vector<Entry>();  // outlives interpreter teardown
-    return *entries;
-  }
   SettingsOverride changes_;
+  std::unique_ptr<ScopedSettings> active_;
 };
 
 }  // namespace
@@ -49,7 +43,7 @@ void bind_settings(py::module_& m) {
   using py::arg;
   m.def(
       "get_settings", [] { return settings_dict(settings()); },
-      "The process-wide settings as {name: value}.");
+      "This thread's settings (process-wide ones under its scopes) as {name: value}.");
   m.def(
       "set_settings",
       [](const std::map<std::string, std::string>& values) { set_settings(parse(values)); },

@@ -1,6 +1,6 @@
-// Process-wide settings. One table lists every setting once: its name, its environment variable,
-// and how to read, parse and print it; the environment, the string setter and the report all go
-// through that table.
+// Process-wide settings, and the scopes each thread layers on them. One table lists every setting
+// once: its name, its environment variable, and how to read, parse and print it; the environment,
+// the string setter and the report all go through that table.
 #include "ferry/settings.h"
 
 #include <fmt/format.h>
@@ -10,7 +10,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "ferry/error.h"
 
@@ -76,6 +80,9 @@ struct Global {
   bool loaded = false;
   Settings current;
   std::array<SettingSource, kTable.size()> sources{};
+  // A malformed FERRY_* variable, per setting, until code sets that setting (set_settings), which
+  // repairs it: settings() throws the first one left.
+  std::array<std::optional<SettingError>, kTable.size()> env_errors;
 };
 
 Global* instance = nullptr;
@@ -91,23 +98,50 @@ Global& global() {
   return *g;
 }
 
-// Reads the environment on first use. A malformed variable throws and leaves the settings
-// unloaded, so every later call reports the same error until the environment is fixed.
+// Reads the environment on first use. Each variable is parsed and checked on its own: a
+// malformed one is kept as that setting's error (and its default used meanwhile), so code can
+// repair it by setting that one setting.
 Global& loaded_global() {
   Global& g = global();
   if (g.loaded) return g;
   SettingsOverride env;
-  std::array<SettingSource, kTable.size()> sources{};
   for (size_t i = 0; i < kTable.size(); ++i) {
     const char* value = std::getenv(kTable[i].env);
     if (value == nullptr) continue;
-    kTable[i].parse(env, value, kTable[i].env);
-    sources[i] = SettingSource::kEnvironment;
+    try {
+      SettingsOverride one;
+      kTable[i].parse(one, value, kTable[i].env);
+      one.apply_to(Settings{});  // within its limits
+      kTable[i].parse(env, value, kTable[i].env);
+      g.sources[i] = SettingSource::kEnvironment;
+    } catch (const SettingError& e) {
+      g.env_errors[i] = e;
+    }
   }
   g.current = env.apply_to(Settings{});
-  g.sources = sources;
   g.loaded = true;
   return g;
+}
+
+// Throws the first malformed variable that code has not replaced yet.
+void throw_env_error(const Global& g) {
+  for (const auto& error : g.env_errors) {
+    if (error) throw *error;
+  }
+}
+
+// The scopes of one thread, innermost last. A scope may end in any thread (a Python context
+// manager can be exited from another one), so the list has its own lock; the owning thread
+// reads it under that lock only when `generation` (bumped under it) has moved.
+struct ThreadScopes {
+  std::mutex mu;
+  std::vector<std::pair<const void*, SettingsOverride>> layers;
+  std::atomic<std::uint64_t> generation{1};
+};
+
+std::shared_ptr<ThreadScopes>& this_thread_scopes() {
+  thread_local auto scopes = std::make_shared<ThreadScopes>();
+  return scopes;
 }
 
 void mark_code(Global& g, const SettingsOverride& changes) {
@@ -167,16 +201,31 @@ void SettingsOverride::set(std::string_view name, std::string_view value) {
 }
 
 Settings settings() {
-  // Every request reads the settings: a thread keeps its last copy and takes the lock only after
-  // a change (each change bumps the version under the lock).
+  // Every request reads the settings: a thread keeps its last copy and takes a lock only after a
+  // change (process-wide changes bump the global version, its scopes their own generation).
   thread_local std::uint64_t seen = 0;
-  thread_local Settings copy;
+  thread_local std::uint64_t seen_layers = 0;
+  thread_local Settings base;
+  thread_local Settings effective;
   Global& g = global();
-  if (seen == g.version.load(std::memory_order_acquire)) return copy;
-  std::lock_guard lock(g.mu);
-  copy = loaded_global().current;
-  seen = g.version.load(std::memory_order_relaxed);
-  return copy;
+  ThreadScopes& mine = *this_thread_scopes();
+  bool base_changed = seen != g.version.load(std::memory_order_acquire);
+  if (!base_changed && seen_layers == mine.generation.load(std::memory_order_acquire)) {
+    return effective;
+  }
+  if (base_changed) {
+    std::lock_guard lock(g.mu);
+    loaded_global();
+    throw_env_error(g);
+    base = g.current;
+    seen = g.version.load(std::memory_order_relaxed);
+  }
+  std::lock_guard lock(mine.mu);
+  Settings layered = base;
+  for (const auto& [id, changes] : mine.layers) layered = changes.apply_to(layered);
+  effective = layered;
+  seen_layers = mine.generation.load(std::memory_order_relaxed);
+  return effective;
 }
 
 void set_settings(const SettingsOverride& changes) {
@@ -185,41 +234,55 @@ void set_settings(const SettingsOverride& changes) {
   loaded_global();
   g.current = changes.apply_to(g.current);
   mark_code(g, changes);
+  for (size_t i = 0; i < kTable.size(); ++i) {
+    if (kTable[i].is_set(changes)) g.env_errors[i].reset();
+  }
   g.version.fetch_add(1, std::memory_order_release);
 }
 
 std::vector<SettingInfo> describe_settings() {
+  Settings current = settings();  // this thread's view: its scopes included
   Global& g = global();
-  std::lock_guard lock(g.mu);
-  loaded_global();
+  std::array<SettingSource, kTable.size()> sources;
+  {
+    std::lock_guard lock(g.mu);
+    sources = g.sources;
+  }
+  {
+    ThreadScopes& mine = *this_thread_scopes();
+    std::lock_guard lock(mine.mu);
+    for (const auto& [id, changes] : mine.layers) {
+      for (size_t i = 0; i < kTable.size(); ++i) {
+        if (kTable[i].is_set(changes)) sources[i] = SettingSource::kCode;
+      }
+    }
+  }
   std::vector<SettingInfo> rows;
   for (size_t i = 0; i < kTable.size(); ++i) {
-    rows.push_back({kTable[i].name, kTable[i].env, kTable[i].print(g.current), g.sources[i]});
+    rows.push_back({kTable[i].name, kTable[i].env, kTable[i].print(current), sources[i]});
   }
   return rows;
 }
 
 struct ScopedSettings::Saved {
-  Settings settings;
-  std::array<SettingSource, kTable.size()> sources;
+  std::shared_ptr<ThreadScopes> owner;
 };
 
 ScopedSettings::ScopedSettings(const SettingsOverride& changes) {
-  Global& g = global();
-  std::lock_guard lock(g.mu);
-  loaded_global();
-  saved_ = new Saved{g.current, g.sources};
-  g.current = changes.apply_to(g.current);
-  mark_code(g, changes);
-  g.version.fetch_add(1, std::memory_order_release);
+  changes.apply_to(settings());  // a bad value throws here, before the scope exists
+  saved_ = new Saved{this_thread_scopes()};
+  std::lock_guard lock(saved_->owner->mu);
+  saved_->owner->layers.emplace_back(saved_, changes);
+  saved_->owner->generation.fetch_add(1, std::memory_order_release);
 }
 
 ScopedSettings::~ScopedSettings() {
-  Global& g = global();
-  std::lock_guard lock(g.mu);
-  g.current = saved_->settings;
-  g.sources = saved_->sources;
-  g.version.fetch_add(1, std::memory_order_release);
+  {
+    ThreadScopes& owner = *saved_->owner;
+    std::lock_guard lock(owner.mu);
+    std::erase_if(owner.layers, [this](const auto& layer) { return layer.first == saved_; });
+    owner.generation.fetch_add(1, std::memory_order_release);
+  }
   delete saved_;
 }
 

@@ -204,13 +204,16 @@ TEST(Settings, AChangeReachesRequestsOfOtherThreadsAtOnce) {
     after = f.last_route().tasks;
   });
   while (phase.load() != 1) std::this_thread::yield();
-  {
-    SettingsOverride o;
-    o.set("task_size", "4KiB");
-    ScopedSettings scope(o);
-    phase = 2;
-    t.join();
-  }
+  // A process-wide change (a ScopedSettings would change this thread's settings only).
+  Settings saved = settings();
+  SettingsOverride o;
+  o.set("task_size", "4KiB");
+  set_settings(o);
+  phase = 2;
+  t.join();
+  SettingsOverride restore;
+  restore.task_size = saved.task_size;
+  set_settings(restore);
   EXPECT_EQ(before, 1u);
   EXPECT_EQ(after, 16u);
 }

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <memory>
+#include <thread>
+
 #include "ferry/error.h"
 
 namespace ferry {
@@ -74,6 +78,67 @@ TEST(Settings, ScopedOverrideRestoresOnExitAndRecordsSource) {
   }
   EXPECT_EQ(settings().task_size, before.task_size);
   EXPECT_EQ(settings().compat_mode, before.compat_mode);
+}
+
+// Regression (reliability issue): a scope in one thread changed another thread's requests.
+TEST(Settings, ScopeChangesOnlyTheThreadThatMadeIt) {
+  const std::size_t before = settings().task_size;
+  SettingsOverride o;
+  o.set("task_size", "64KiB");
+  std::atomic<int> phase{0};
+  std::size_t other_during = 0, other_scoped = 0;
+  std::thread other([&] {
+    while (phase.load() != 1) std::this_thread::yield();
+    other_during = settings().task_size;
+    SettingsOverride mine;
+    mine.set("task_size", "128KiB");
+    ScopedSettings scope(mine);
+    other_scoped = settings().task_size;
+    phase = 2;
+    while (phase.load() != 3) std::this_thread::yield();
+  });
+  {
+    ScopedSettings scope(o);
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    EXPECT_EQ(settings().task_size, 64u << 10);  // the other thread's scope is not ours
+  }
+  EXPECT_EQ(settings().task_size, before);
+  phase = 3;
+  other.join();
+  EXPECT_EQ(other_during, before);
+  EXPECT_EQ(other_scoped, 128u << 10);
+  EXPECT_EQ(settings().task_size, before);
+}
+
+// Regression (issue 19, bug 4): a scope ended out of order left its change in place.
+TEST(Settings, ScopesEndedOutOfOrderRemoveExactlyTheirOwnChanges) {
+  const Settings before = settings();
+  SettingsOverride first, second;
+  first.set("task_size", "1MiB");
+  second.set("nthreads", "3");
+  auto outer = std::make_unique<ScopedSettings>(first);
+  auto inner = std::make_unique<ScopedSettings>(second);
+  outer.reset();
+  EXPECT_EQ(settings().task_size, before.task_size);
+  EXPECT_EQ(settings().nthreads, 3u);
+  inner.reset();
+  EXPECT_EQ(settings().nthreads, before.nthreads);
+}
+
+TEST(Settings, ProcessWideChangeShowsUnderAScopeThatDoesNotSetIt) {
+  const Settings before = settings();
+  SettingsOverride scoped;
+  scoped.set("task_size", "1MiB");
+  ScopedSettings scope(scoped);
+  SettingsOverride global;
+  global.set("nthreads", "5");
+  set_settings(global);
+  EXPECT_EQ(settings().nthreads, 5u);
+  EXPECT_EQ(settings().task_size, 1u << 20);
+  SettingsOverride restore;
+  restore.nthreads = before.nthreads;
+  set_settings(restore);
 }
 
 TEST(Settings, UnknownSettingNameIsAnError) {

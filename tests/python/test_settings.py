@@ -45,14 +45,103 @@ def test_scope_overrides_then_restores_even_on_error():
     assert ferry.settings.as_dict() == before
 
 
-def test_scopes_ending_out_of_order_are_refused():
-    outer, inner = ferry.settings(task_size="1MiB"), ferry.settings(task_size="2MiB")
+def test_scopes_ending_out_of_order_remove_exactly_their_own_changes():
+    """Regression (issue 19, bug 4): an out-of-order exit was refused and its change stayed."""
+    before = ferry.settings.as_dict()
+    outer, inner = ferry.settings(task_size="1MiB"), ferry.settings(nthreads=3)
     outer.__enter__()
     inner.__enter__()
-    with pytest.raises(RuntimeError, match="reverse order"):
-        outer.__exit__(None, None, None)
-    inner.__exit__(None, None, None)
     outer.__exit__(None, None, None)
+    assert ferry.settings.task_size == before["task_size"]
+    assert ferry.settings.nthreads == 3
+    inner.__exit__(None, None, None)
+    assert ferry.settings.as_dict() == before
+    with pytest.raises(RuntimeError, match="not entered"):
+        inner.__exit__(None, None, None)
+
+
+def test_a_scope_opened_inside_another_threads_scope_leaves_nothing_behind():
+    """Regression (issue 19, bug 4): the first exit raised RuntimeError and task_size stayed."""
+    import threading
+
+    before = ferry.settings.task_size
+    entered, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with ferry.settings(task_size="2MiB"):
+            seen["inside"] = ferry.settings.task_size
+            entered.set()
+            release.wait(10)
+
+    with ferry.settings(task_size="1MiB"):
+        t = threading.Thread(target=other)
+        t.start()
+        assert entered.wait(10)
+        assert ferry.settings.task_size == 1 << 20  # the other thread's scope is not ours
+    assert ferry.settings.task_size == before
+    release.set()
+    t.join()
+    assert seen["inside"] == 2 << 20
+    assert ferry.settings.task_size == before
+
+
+def test_a_scope_changes_only_its_own_threads_requests(data_file):
+    """Reliability issue: a scope in one thread changed another thread's request (64 tasks
+    instead of 16)."""
+    import threading
+
+    path, _ = data_file
+    entered, release = threading.Event(), threading.Event()
+
+    def other():
+        with ferry.settings(task_size="16KiB"):
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert entered.wait(10)
+    try:
+        with ferry.open(path, compat="on") as f:
+            f.read(np.empty(1 << 20, np.uint8))
+            assert f.last_route.tasks == 1  # 4 MiB tasks: the other thread's 16 KiB are not ours
+    finally:
+        release.set()
+        t.join()
+
+
+def test_settings_is_a_mapping():
+    assert dict(ferry.settings) == ferry.settings.as_dict()
+    assert ferry.settings["task_size"] == ferry.settings.task_size
+    assert "task_size" in ferry.settings and len(ferry.settings) == len(ferry.settings.names())
+    ferry.settings["task_size"] = "2MiB"
+    assert ferry.settings["task_size"] == 2 << 20
+    with pytest.raises(KeyError, match="no setting 'speed'"):
+        ferry.settings["speed"]
+
+
+def test_a_malformed_environment_variable_can_be_repaired_from_python(tmp_path):
+    """Regression (issue 19, bug 6): with FERRY_TASK_SIZE=bogus even setting task_size raised."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import ferry\n"
+        "try:\n"
+        "    ferry.settings.task_size\n"
+        "    raise SystemExit('the bad variable was accepted')\n"
+        "except ferry.SettingError as e:\n"
+        "    assert 'FERRY_TASK_SIZE' in str(e) and 'bogus' in str(e), str(e)\n"
+        "ferry.settings.task_size = '1MiB'\n"
+        "assert ferry.settings.task_size == 1 << 20\n"
+        "assert ferry.settings.nthreads == 3  # the good variables still count\n"
+        "print('repaired')\n")
+    env = {**os.environ, "FERRY_TASK_SIZE": "bogus", "FERRY_NTHREADS": "3"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "repaired\n", done.stderr
 
 
 @pytest.mark.parametrize("name, value, words", [
