@@ -8,7 +8,31 @@ from typing import Any
 
 
 class Error(Exception):
-    """Base of every error ferry raises."""
+    """Base of every error ferry raises. ferry's exceptions pickle (they cross process
+    boundaries, e.g. from a ``ProcessPoolExecutor`` worker) and compare equal when their class,
+    arguments and attributes are equal."""
+
+    def _attrs(self) -> dict[str, Any]:
+        attrs = dict(vars(self))
+        if isinstance(self, OSError) and self.filename is not None:
+            attrs["filename"] = self.filename
+        return attrs
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The per-errno classes are made at run time: name the errno, not the class.
+        key: Any = type(self)
+        if isinstance(self, IoError) and type(self) in _io_classes.values():
+            key = self.errno
+        return (_rebuild, (key, self.args, self._attrs()))
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return NotImplemented
+        assert isinstance(other, Error)
+        return self.args == other.args and self._attrs() == other._attrs()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.args))
 
 
 class IoError(Error, OSError):
@@ -59,6 +83,15 @@ def _io_class(code: int) -> type:
     if builtin not in _io_classes:
         _io_classes[builtin] = type(builtin.__name__, (IoError, builtin), {"__module__": "ferry"})
     return _io_classes[builtin]
+
+
+def _rebuild(key: Any, args: tuple[Any, ...], attrs: dict[str, Any]) -> Exception:
+    """Unpickles an exception made by ``Error.__reduce__``."""
+    cls = _io_class(key) if isinstance(key, int) else key
+    exc = cls(*args)
+    for name, value in attrs.items():
+        setattr(exc, name, value)
+    return exc
 
 
 def from_cpp(kind: str, message: str, **attrs: Any) -> Exception:

@@ -1,7 +1,12 @@
-// Route reports, process counters and the CUDA status, bound field by field: a field added to
-// the C++ struct is one more line here (and appears in to_dict() at once, through to_json()).
-// Enums are exposed by their stable to_string() names.
+// Route reports, process counters and the CUDA status, bound field by field through Record: a
+// field added to the C++ struct is one more line here, and is then an attribute, a key of
+// to_dict(), part of the pickled state and of ==. Enums are exposed by their stable to_string()
+// names (and pickled as numbers).
 #include <pybind11/stl.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "bindings.h"
 #include "ferry/memory.h"
@@ -12,99 +17,206 @@ namespace ferry::python {
 
 namespace {
 
-py::object json_loads(const std::string& text) {
-  return py::module_::import("json").attr("loads")(text);
-}
+// A plain struct bound as a read-only Python record: attributes, to_dict(), pickling, ==.
+template <typename T>
+class Record {
+ public:
+  Record(py::module_& m, const char* name, const char* doc) : cls_(m, name, doc) {}
+
+  template <typename M>
+  Record& field(const char* name, M T::*member, const char* doc = nullptr) {
+    if (doc != nullptr) {
+      cls_.def_readonly(name, member, doc);
+    } else {
+      cls_.def_readonly(name, member);
+    }
+    fields_->push_back({name, [member](const T& t) { return py::cast(t.*member); },
+                        [member](T& t, const py::handle& h) { t.*member = h.cast<M>(); }, nullptr});
+    return *this;
+  }
+  // An enum member: its to_string() name as the attribute, its number in the pickled state.
+  template <typename E>
+  Record& name_of(const char* name, E T::*member, const char* doc = nullptr) {
+    auto get = [member](const T& t) { return to_string(t.*member); };
+    if (doc != nullptr) {
+      cls_.def_property_readonly(name, get, doc);
+    } else {
+      cls_.def_property_readonly(name, get);
+    }
+    fields_->push_back(
+        {name, [member](const T& t) { return py::cast(to_string(t.*member)); },
+         [member](T& t, const py::handle& h) { t.*member = static_cast<E>(h.cast<int>()); },
+         [member](const T& t) { return py::cast(static_cast<int>(t.*member)); }});
+    return *this;
+  }
+  py::class_<T>& cls() { return cls_; }
+
+  // Adds to_dict(), pickling and ==; call after the last field.
+  py::class_<T>& done() {
+    auto fields = fields_;
+    cls_.def(
+        "to_dict",
+        [fields](const T& t) {
+          py::dict d;
+          for (const Field& f : *fields) d[f.name] = plain(f.get(t));
+          return d;
+        },
+        "The attributes as a dict of plain values (nested records as dicts), keyed by "
+        "attribute name.");
+    cls_.def(py::pickle([fields](const T& t) { return state(*fields, t); },
+                        [fields](const py::tuple& s) {
+                          if (s.size() != fields->size()) {
+                            throw py::value_error("ferry: a pickled record of another version");
+                          }
+                          T t;
+                          for (std::size_t i = 0; i < fields->size(); ++i) {
+                            (*fields)[i].set(t, s[i]);
+                          }
+                          return t;
+                        }));
+    cls_.def("__eq__", [fields](const T& a, const py::object& b) -> py::object {
+      if (!py::isinstance<T>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      return py::bool_(state(*fields, a).equal(state(*fields, b.cast<const T&>())));
+    });
+    cls_.attr("__hash__") = py::none();  // mutable-looking records are not keys
+    return cls_;
+  }
+
+ private:
+  struct Field {
+    const char* name;
+    std::function<py::object(const T&)> get;
+    std::function<void(T&, const py::handle&)> set;
+    std::function<py::object(const T&)> pickled;  // when it differs from get
+  };
+
+  static py::tuple state(const std::vector<Field>& fields, const T& t) {
+    py::tuple s(fields.size());
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      s[i] = fields[i].pickled ? fields[i].pickled(t) : fields[i].get(t);
+    }
+    return s;
+  }
+  // Records inside a record (and lists of them) as dicts.
+  static py::object plain(const py::object& value) {
+    if (py::isinstance<py::list>(value)) {
+      py::list out;
+      for (const py::handle& item : value)
+        out.append(plain(py::reinterpret_borrow<py::object>(item)));
+      return out;
+    }
+    if (py::hasattr(value, "to_dict") && !py::isinstance<py::dict>(value)) {
+      return value.attr("to_dict")();
+    }
+    return value;
+  }
+
+  py::class_<T> cls_;
+  std::shared_ptr<std::vector<Field>> fields_ = std::make_shared<std::vector<Field>>();
+};
 
 }  // namespace
 
 void bind_report(py::module_& m) {
-  py::class_<RouteReason>(m, "RouteReason")
-      .def_property_readonly("code", [](const RouteReason& r) { return to_string(r.code); })
-      .def_readonly("text", &RouteReason::text)
+  Record<RouteReason>(m, "RouteReason", "One reason of a route decision: a stable code and a text.")
+      .name_of("code", &RouteReason::code, "Stable name, e.g. \"host_buffer\", \"engine\".")
+      .field("text", &RouteReason::text)
+      .done()
       .def("__repr__", [](const RouteReason& r) {
         return "RouteReason(" + to_string(r.code) + ": " + r.text + ")";
       });
 
-  py::class_<CufileCounts>(m, "CufileCounts")
-      .def_readonly("observable", &CufileCounts::observable)
-      .def_readonly("why_not", &CufileCounts::why_not)
-      .def_readonly("shared_window", &CufileCounts::shared_window)
-      .def_readonly("nvfs", &CufileCounts::nvfs)
-      .def_readonly("posix", &CufileCounts::posix)
-      .def_readonly("p2p", &CufileCounts::p2p)
-      .def_readonly("version", &CufileCounts::version)
-      .def_readonly("compat_why", &CufileCounts::compat_why)
-      .def_readonly("module_observable", &CufileCounts::module_observable)
-      .def_readonly("module_why_not", &CufileCounts::module_why_not)
-      .def_readonly("module_ops", &CufileCounts::module_ops);
+  Record<CufileCounts>(m, "CufileCounts", "Layer 2: what cuFile did with the request's pieces.")
+      .field("observable", &CufileCounts::observable)
+      .field("why_not", &CufileCounts::why_not)
+      .field("shared_window", &CufileCounts::shared_window)
+      .field("nvfs", &CufileCounts::nvfs)
+      .field("posix", &CufileCounts::posix)
+      .field("p2p", &CufileCounts::p2p)
+      .field("version", &CufileCounts::version)
+      .field("compat_why", &CufileCounts::compat_why)
+      .field("module_observable", &CufileCounts::module_observable)
+      .field("module_why_not", &CufileCounts::module_why_not)
+      .field("module_ops", &CufileCounts::module_ops)
+      .done()
+      .def("__repr__", [](const CufileCounts& c) {
+        return "<CufileCounts: nvfs=" + std::to_string(c.nvfs) +
+               " posix=" + std::to_string(c.posix) + " p2p=" + std::to_string(c.p2p) + ">";
+      });
 
-  py::class_<PageCacheResidency>(m, "PageCacheResidency")
-      .def_readonly("known", &PageCacheResidency::known)
-      .def_readonly("why_not", &PageCacheResidency::why_not)
-      .def_readonly("resident", &PageCacheResidency::resident)
-      .def_readonly("bytes", &PageCacheResidency::bytes)
-      .def_readonly("estimated", &PageCacheResidency::estimated)
-      .def_readonly("method", &PageCacheResidency::method)
+  Record<PageCacheResidency>(m, "PageCacheResidency",
+                             "How much of a read's range was in the page cache before it.")
+      .field("known", &PageCacheResidency::known)
+      .field("why_not", &PageCacheResidency::why_not)
+      .field("resident", &PageCacheResidency::resident)
+      .field("bytes", &PageCacheResidency::bytes)
+      .field("estimated", &PageCacheResidency::estimated)
+      .field("method", &PageCacheResidency::method)
+      .done()
       .def_property_readonly("fraction", &PageCacheResidency::fraction)
       .def("__repr__",
            [](const PageCacheResidency& p) { return "<PageCacheResidency: " + describe(p) + ">"; });
 
-  py::class_<RouteReport>(m, "RouteReport")
-      .def_property_readonly("op", [](const RouteReport& r) { return to_string(r.op); })
-      .def_readonly("file", &RouteReport::file)
-      .def_property_readonly("memory", [](const RouteReport& r) { return to_string(r.memory); })
-      .def_readonly("device", &RouteReport::device)
-      .def_readonly("offset", &RouteReport::offset)
-      .def_readonly("requested", &RouteReport::requested)
-      .def_readonly("bytes", &RouteReport::bytes)
-      .def_readonly("tasks", &RouteReport::tasks)
-      .def_readonly("seconds", &RouteReport::seconds)
-      .def_readonly("direct", &RouteReport::direct)
-      .def_readonly("workers", &RouteReport::workers)
-      .def_readonly("page_cache", &RouteReport::page_cache)
-      .def_readonly("direct_tasks", &RouteReport::direct_tasks)
-      .def_readonly("posix_tasks", &RouteReport::posix_tasks)
-      .def_readonly("cufile_tasks", &RouteReport::cufile_tasks)
-      .def_readonly("reasons", &RouteReport::reasons)
-      .def_readonly("cufile", &RouteReport::cufile)
-      .def_property_readonly("verdict", &RouteReport::verdict)
+  Record<RouteReport>(m, "RouteReport",
+                      "Which path a request's bytes took, and why (docs/data-paths.md).")
+      .name_of("op", &RouteReport::op, "\"read\" or \"write\".")
+      .field("file", &RouteReport::file)
+      .name_of("memory", &RouteReport::memory, "\"host_pageable\", \"device\"...")
+      .field("device", &RouteReport::device, "The GPU ordinal, -1 for host memory.")
+      .field("offset", &RouteReport::offset)
+      .field("requested", &RouteReport::requested, "Bytes asked for.")
+      .field("bytes", &RouteReport::bytes, "Bytes moved.")
+      .field("tasks", &RouteReport::tasks)
+      .field("seconds", &RouteReport::seconds)
+      .field("direct", &RouteReport::direct, "Whether O_DIRECT was used.")
+      .field("workers", &RouteReport::workers, "Threads that ran the request's tasks.")
+      .field("page_cache", &RouteReport::page_cache)
+      .field("direct_tasks", &RouteReport::direct_tasks)
+      .field("posix_tasks", &RouteReport::posix_tasks)
+      .field("cufile_tasks", &RouteReport::cufile_tasks)
+      .field("reasons", &RouteReport::reasons)
+      .field("cufile", &RouteReport::cufile)
+      .done()
+      .def_property_readonly("verdict", &RouteReport::verdict,
+                             "One sentence: what happened and why.")
       .def("to_text", &RouteReport::to_text)
-      .def("to_json", &RouteReport::to_json)
-      .def("to_dict", [](const RouteReport& r) { return json_loads(r.to_json()); })
+      .def("to_json", &RouteReport::to_json,
+           "The stable JSON form (layer1/layer2 nesting, docs/data-paths.md).")
       .def("__str__", &RouteReport::to_text)
       .def("__repr__", [](const RouteReport& r) { return "<RouteReport: " + r.verdict() + ">"; });
 
-  py::class_<Stats>(m, "Stats")
-      .def_readonly("requests", &Stats::requests)
-      .def_readonly("failed_requests", &Stats::failed_requests)
-      .def_readonly("bytes_read", &Stats::bytes_read)
-      .def_readonly("bytes_written", &Stats::bytes_written)
-      .def_readonly("posix_tasks", &Stats::posix_tasks)
-      .def_readonly("cufile_tasks", &Stats::cufile_tasks)
-      .def_readonly("nvfs_pieces", &Stats::nvfs_pieces)
-      .def_readonly("compat_pieces", &Stats::compat_pieces)
-      .def_readonly("p2p_pieces", &Stats::p2p_pieces)
-      .def_readonly("shared_windows", &Stats::shared_windows)
-      .def_readonly("seconds", &Stats::seconds)
-      .def_readonly("reasons", &Stats::reasons)
+  Record<Stats>(m, "Stats", "Process-wide counters since the start or the last reset.")
+      .field("requests", &Stats::requests)
+      .field("failed_requests", &Stats::failed_requests)
+      .field("bytes_read", &Stats::bytes_read)
+      .field("bytes_written", &Stats::bytes_written)
+      .field("posix_tasks", &Stats::posix_tasks)
+      .field("cufile_tasks", &Stats::cufile_tasks)
+      .field("nvfs_pieces", &Stats::nvfs_pieces)
+      .field("compat_pieces", &Stats::compat_pieces)
+      .field("p2p_pieces", &Stats::p2p_pieces)
+      .field("shared_windows", &Stats::shared_windows)
+      .field("seconds", &Stats::seconds)
+      .field("reasons", &Stats::reasons, "Requests per reason code.")
+      .done()
       .def("to_json", &Stats::to_json)
-      .def("to_dict", [](const Stats& s) { return json_loads(s.to_json()); })
       .def("__repr__", [](const Stats& s) { return "Stats(" + s.to_json() + ")"; });
   m.def(
       "stats", [] { return stats(); }, "The process-wide counters.");
-  m.def("reset_stats", &reset_stats);
+  m.def("reset_stats", &reset_stats, "Sets every counter to zero.");
 
-  py::class_<GpuInfo>(m, "GpuInfo")
-      .def_readonly("ordinal", &GpuInfo::ordinal)
-      .def_readonly("name", &GpuInfo::name)
-      .def_readonly("pci_bus_id", &GpuInfo::pci_bus_id)
-      .def_readonly("total_memory", &GpuInfo::total_memory);
-  py::class_<CudaStatus>(m, "CudaStatus")
-      .def_readonly("available", &CudaStatus::available)
-      .def_readonly("why_not", &CudaStatus::why_not)
-      .def_readonly("driver_version", &CudaStatus::driver_version)
-      .def_readonly("gpus", &CudaStatus::gpus);
+  Record<GpuInfo>(m, "GpuInfo", "One GPU the CUDA driver sees.")
+      .field("ordinal", &GpuInfo::ordinal)
+      .field("name", &GpuInfo::name)
+      .field("pci_bus_id", &GpuInfo::pci_bus_id)
+      .field("total_memory", &GpuInfo::total_memory)
+      .done();
+  Record<CudaStatus>(m, "CudaStatus", "Whether the CUDA driver loaded (why_not when not).")
+      .field("available", &CudaStatus::available)
+      .field("why_not", &CudaStatus::why_not)
+      .field("driver_version", &CudaStatus::driver_version)
+      .field("gpus", &CudaStatus::gpus)
+      .done();
   m.def(
       "cuda_status",
       [] {

@@ -71,3 +71,36 @@ def test_asking_for_a_gpu_without_one_is_a_cuda_error(data_file):
         pytest.skip("a GPU framework sees a GPU here")
     with pytest.raises(ferry.CudaError, match="device='cpu'"):
         ferry.load(data_file[0], np.uint8, device="cuda:0")
+
+
+def _open_missing(path):
+    ferry.open(path)
+
+
+def test_every_error_pickles_to_an_equal_object(tmp_path, data_file):
+    """Issue 19, bug 3: the per-errno classes are made at run time and did not pickle."""
+    import pickle
+
+    errors = []
+    for bad in (lambda: ferry.open(tmp_path / "nope.bin"),
+                lambda: ferry.settings.update(task_size="bogus"),
+                lambda: ferry.open(data_file[0], require="cufile").read(np.empty(10, np.uint8))):
+        with pytest.raises(ferry.Error) as info:
+            bad()
+        errors.append(info.value)
+    errors += [ferry.CudaError("no driver"), ferry.Error("plain"), ferry.IoError(5, "eio")]
+    for e in errors:
+        copy = pickle.loads(pickle.dumps(e))
+        assert type(copy) is type(e) and copy == e and str(copy) == str(e)
+    assert isinstance(pickle.loads(pickle.dumps(errors[0])), FileNotFoundError)
+    assert pickle.loads(pickle.dumps(errors[2])).report == errors[2].report
+
+
+def test_errors_cross_a_process_pool(tmp_path):
+    from concurrent.futures import ProcessPoolExecutor
+
+    missing = tmp_path / "nope.bin"
+    with ProcessPoolExecutor(1) as pool:
+        with pytest.raises(FileNotFoundError) as info:
+            pool.submit(_open_missing, str(missing)).result(timeout=60)
+    assert isinstance(info.value, ferry.IoError) and info.value.filename == str(missing)
