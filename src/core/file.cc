@@ -1,6 +1,7 @@
 #include "ferry/file.h"
 
 #include <cerrno>
+#include <optional>
 
 #include "core/open_file.h"
 #include "core/request.h"
@@ -65,15 +66,9 @@ struct InUse {
 
 // Mode "a": a write goes to the end of the file, whatever offset it names (as with O_APPEND,
 // which ferry cannot use: Linux appends every pwrite of such a descriptor, so the tasks of one
-// request would land in the order they finish).
-std::uint64_t reserve_end(core::OpenFile& f, std::size_t size) {
-  InUse in_use(f, "pwrite");  // the reservation reads the size: not under a concurrent close
-  return f.reserve_append(size);
-}
-
-std::uint64_t write_offset(core::OpenFile& f, std::size_t size, std::uint64_t file_offset) {
-  return f.appends() && f.writable() ? reserve_end(f, size) : file_offset;
-}
+// request would land in the order they finish). The reservation and the request that writes it
+// are one registration, so a concurrent close() cannot refuse the write after the reservation.
+bool appends(const core::OpenFile& f) { return f.appends() && f.writable(); }
 
 // A synchronous request: in the calling thread when it is one task (the caller waits for it
 // anyway, whatever its size), else on the workers.
@@ -94,8 +89,12 @@ IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
 
 IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offset) {
   core::OpenFile& f = open_or_throw(file_, "pwrite");
+  std::optional<core::RequestHold> hold;
   try {
-    file_offset = write_offset(f, size, file_offset);
+    if (appends(f)) {
+      hold.emplace(f, "pwrite");
+      file_offset = f.reserve_append(size);
+    }
   } catch (const IoError&) {
     // Closed, or its size unreadable: submit() puts the error in the future, as for any request.
   }
@@ -118,13 +117,16 @@ std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {
 }
 
 std::size_t File::write(const void* buf, std::size_t size, std::uint64_t file_offset) {
-  file_offset = write_offset(open_or_throw(file_, "pwrite"), size, file_offset);
-  return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, file_offset);
+  core::OpenFile& f = open_or_throw(file_, "pwrite");
+  if (!appends(f)) return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, file_offset);
+  core::RequestHold hold(f, "pwrite");
+  return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, f.reserve_append(size));
 }
 
 std::size_t File::append(const void* buf, std::size_t size) {
-  const std::uint64_t at = reserve_end(open_or_throw(file_, "append"), size);
-  return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, at);
+  core::OpenFile& f = open_or_throw(file_, "append");
+  core::RequestHold hold(f, "pwrite");
+  return run_sync(file_, Op::kWrite, const_cast<void*>(buf), size, f.reserve_append(size));
 }
 
 std::uint64_t File::size() const {

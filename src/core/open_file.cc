@@ -130,10 +130,27 @@ void OpenFile::forget_parent_requests() {
   new (&close_mu_) std::mutex;
 }
 
+namespace {
+thread_local const OpenFile* tl_held = nullptr;
+}  // namespace
+
+RequestHold::RequestHold(OpenFile& file, const char* op) : file_(file), previous_(tl_held) {
+  file_.begin_request(op);
+  tl_held = &file_;
+}
+
+RequestHold::~RequestHold() {
+  tl_held = previous_;
+  file_.end_request();
+}
+
+const OpenFile* RequestHold::held() { return tl_held; }
+
 void OpenFile::begin_request(const char* op) {
   // close() sets kClosing before it waits for the count to drain, and touches the descriptors
-  // only after: a request counted without kClosing runs on open descriptors.
-  if (requests_.fetch_add(1, std::memory_order_acq_rel) & kClosing) {
+  // only after: a request counted without kClosing runs on open descriptors. Under a hold the
+  // count is already above zero, so close() is still waiting.
+  if ((requests_.fetch_add(1, std::memory_order_acq_rel) & kClosing) != 0 && tl_held != this) {
     end_request();
     throw IoError(EBADF, op, path_, 0, 0, 0, "file is closed");
   }

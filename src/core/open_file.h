@@ -64,7 +64,8 @@ class OpenFile {
   const std::string& direct_refused() const { return direct_refused_; }
   // Requests register while they run, so close() can wait for them: closing a descriptor under
   // a running request would let a reused descriptor number send its I/O to another file.
-  // begin_request() throws IoError (EBADF) once the file is closed or closing.
+  // begin_request() throws IoError (EBADF) once the file is closed or closing, except in a thread
+  // that holds a RequestHold on this file (the request is part of the held one).
   void begin_request(const char* op);
   void end_request();
   // In a child made by fork(): the parent's requests in flight will never end here; forget them
@@ -127,6 +128,24 @@ class OpenFile {
   std::optional<SmallRoute> last_small_;  // set when the last request was a small one
   mutable std::mutex attachment_mu_;
   std::shared_ptr<void> attachment_;
+};
+
+// A registration that spans several steps of one call (an append reserves its range, then
+// writes it): requests this thread begins on the same file while the hold lives are admitted even
+// once close() has begun, since close() waits for the hold anyway. Without it, a close between
+// the reservation and the write refused the write and left a hole of zeros under a later append.
+class RequestHold {
+ public:
+  RequestHold(OpenFile& file, const char* op);
+  ~RequestHold();
+  RequestHold(const RequestHold&) = delete;
+  RequestHold& operator=(const RequestHold&) = delete;
+  // The file this thread holds, or null.
+  static const OpenFile* held();
+
+ private:
+  OpenFile& file_;
+  const OpenFile* previous_;
 };
 
 }  // namespace ferry::core

@@ -38,6 +38,7 @@ class ScriptedIo final : public posix::IoSeam {
   int open_errno = 0;                    // open fails with it
   bool refuse_direct = false;            // open with O_DIRECT fails with EINVAL
   int fstat_errno = 0;                   // fstat fails with it
+  std::atomic<int> slow_fstats{0};       // the next N fstat calls first sleep `slow`
   int fsync_errno = 0;                   // fsync fails with it
   int close_errno = 0;                   // close (which still closes) reports it
   std::size_t direct_read_cap = 0;  // preads of an O_DIRECT descriptor move at most this (0: all),
@@ -80,6 +81,7 @@ class ScriptedIo final : public posix::IoSeam {
     return n;
   }
   int fstat(int fd, struct stat* st) override {
+    if (slow_fstats.fetch_sub(1) > 0) std::this_thread::sleep_for(slow);
     if (fstat_errno != 0) {
       errno = fstat_errno;
       return -1;
