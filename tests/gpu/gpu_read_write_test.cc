@@ -47,6 +47,54 @@ TEST_F(Gpu, ClassifiesEveryKindOfMemory) {
   }
 }
 
+// Many ranges into many device allocations as one request (how checkpoints load), buffered
+// and O_DIRECT, with small and large tasks; nothing outside the ranges is written.
+TEST_F(Gpu, GatherIntoManyDeviceAllocationsMatchesTheFile) {
+  TempDir dir;
+  const std::size_t file_size = (48 << 20) + 333;
+  auto data = test::pattern_bytes(file_size, 51);
+  test::write_file(dir / "g.bin", data);
+  std::mt19937_64 rng(52);
+  for (bool direct : {false, true}) {
+    for (const char* task : {"256KiB", "4MiB"}) {
+      FileOptions options;
+      options.direct = direct;
+      options.settings.set("task_size", task);
+      File f(dir / "g.bin", "r", options);
+      std::vector<Buffer> buffers;
+      std::vector<ReadRange> ranges;
+      std::uint64_t total = 0;
+      for (int i = 0; i < 60; ++i) {
+        const std::size_t size = i % 7 == 0 ? rng() % 64 + 1 : rng() % (3 << 20) + 1;
+        const std::uint64_t offset = rng() % (file_size - size + 1);
+        buffers.emplace_back(MemoryKind::kDevice, size + 512, 0);
+        buffers.back().fill(0xEE);
+        ranges.push_back({offset, size, static_cast<char*>(buffers.back().data()) + 256});
+        total += size;
+      }
+      IoFuture fut = f.pread_gather(ranges);
+      ASSERT_EQ(fut.get(), total);
+      EXPECT_EQ(fut.route().memory, MemoryKind::kDevice);
+      for (std::size_t i = 0; i < ranges.size(); ++i) {
+        auto back = copy_back(buffers[i], 0, ranges[i].size + 512);
+        ASSERT_EQ(
+            0, std::memcmp(back.data() + 256, data.data() + ranges[i].file_offset, ranges[i].size))
+            << "range " << i << " task " << task << (direct ? " direct" : "");
+        for (std::size_t k = 0; k < 256; ++k) ASSERT_EQ(back[k], 0xEE) << "before range " << i;
+        for (std::size_t k = 256 + ranges[i].size; k < back.size(); ++k) {
+          ASSERT_EQ(back[k], 0xEE) << "after range " << i;
+        }
+      }
+    }
+  }
+  // Host and device buffers in one request are refused before any I/O.
+  File f(dir / "g.bin");
+  Buffer gpu(MemoryKind::kDevice, 4096, 0);
+  std::vector<unsigned char> host(4096);
+  std::vector<ReadRange> mixed = {{0, 4096, gpu.data()}, {4096, 4096, host.data()}};
+  test::expect_io_error([&] { f.pread_gather(mixed).get(); }, (dir / "g.bin").string(), EINVAL);
+}
+
 TEST_F(Gpu, ReadsUnalignedSizesAtBufferOffsetsIntoEveryKind) {
   TempDir dir;
   const std::size_t file_size = (64 << 20) + 4099;
