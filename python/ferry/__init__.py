@@ -7,6 +7,9 @@ which path every request took.
         f.read(a)
         print(f.last_route)
 
+The route of a request has one name everywhere: ``File.last_route``, ``Future.last_route`` and
+``ferry.last_route()`` (None before the first request).
+
 Buffers: CuPy arrays and PyTorch CUDA tensors (CUDA Array Interface), NumPy arrays, bytearray,
 memoryview and anything with the buffer protocol, PyTorch CPU tensors and JAX arrays (DLPack).
 I/O runs with the GIL released.
@@ -18,12 +21,14 @@ import os
 from typing import Any, Union
 
 from . import _ferry
-from ._arrays import last_route, load, read_into
+from ._arrays import fromfile, last_route, load, read_into
 from ._errors import CudaError, Error, IoError, RouteError, SettingError
+from ._file import File
+from ._future import Future
 from ._settings import as_text as _as_text
 from ._settings import settings
-from ._ferry import (CudaStatus, File, Future, PageCacheResidency, RouteReason, RouteReport, Stats,
-                     cuda_status, warm_up)
+from ._ferry import (CudaStatus, PageCacheResidency, RouteReason, RouteReport, Stats, cuda_status,
+                     warm_up)
 
 __version__: str = _ferry.__version__
 
@@ -35,17 +40,18 @@ __all__ = [
     "CudaError", "CudaStatus", "Error", "File", "Future", "IoError", "PageCacheResidency",
     "RegisteredBuffer",
     "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
-    "cufile_status", "last_route", "load", "open", "read_into", "register_buffer", "settings",
-    "stats", "warm_up",
+    "cufile_status", "fromfile", "last_route", "load", "open", "read_into", "register_buffer",
+    "settings", "stats", "warm_up",
 ]
 
 
 def open(path: Union[str, "os.PathLike[str]"], mode: str = "r", direct: bool = False,
          **settings: Any) -> File:
-    """Opens `path` ("r", "r+", "w", "w+" or "a"); `direct` asks for O_DIRECT (falling back to
+    """Opens `path` (a str or ``os.PathLike``) in `mode` "r", "r+", "w", "w+" or "a" (always
+    binary; any other mode is a ValueError); `direct` asks for O_DIRECT (falling back to
     buffered I/O with a reason in the route report). Keyword arguments override settings for
     this file only: ``ferry.open(p, task_size="1MiB", compat="on")``."""
-    return File(os.fspath(path), mode, direct, _as_text(settings))
+    return File(path, mode, direct, _as_text(settings))
 
 
 class _StatsAccessor:

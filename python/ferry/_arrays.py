@@ -1,10 +1,13 @@
-"""Whole-file helpers: ``read_into`` fills an existing array, ``load`` makes a new one in the
-caller's framework (CuPy, PyTorch, NumPy; JAX through DLPack)."""
+"""Whole-file helpers: ``read_into`` fills an existing array; ``fromfile`` makes a new one from
+a file's raw bytes, ``load`` from a ``.npy`` file (by its header) or raw bytes, in the caller's
+framework (CuPy, PyTorch, NumPy; JAX through DLPack)."""
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import math
+import operator
 import os
 import threading
 from typing import Any, Optional, Sequence, Union
@@ -22,19 +25,36 @@ def last_route() -> Optional[_ferry.RouteReport]:
     return getattr(_local, "route", None)
 
 
-def read_into(path: PathLike, array: Any, file_offset: int = 0, **settings: Any) -> Any:
-    """Fills `array` (any buffer ferry accepts) with the file's bytes from `file_offset` and
-    returns it. Raises EOFError when the file is shorter than the array."""
-    from . import open as _open
+def _nonnegative(value: Any, name: str, who: str) -> int:
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{who}: {name} must be an int, not {type(value).__name__}") from None
+    if n < 0:
+        raise ValueError(f"{who}: {name} must be >= 0, not {n}")
+    return n
 
+
+def _fill(f: Any, array: Any, file_offset: int, path: PathLike) -> Any:
+    """Reads the whole of `array` from the open File `f`; EOFError when the file is shorter."""
     _, nbytes, _ = _ferry.buffer_info(array, True)
-    with _open(path, "r", **settings) as f:
-        done = f.read(array, nbytes, file_offset)
-        _local.route = f.last_route
+    done = f.read(array, nbytes, file_offset)
+    _local.route = f.last_route
     if done < nbytes:
         raise EOFError(f"{os.fspath(path)}: {done} bytes from offset {file_offset}, "
                        f"the array needs {nbytes}")
     return array
+
+
+def read_into(path: PathLike, array: Any, file_offset: int = 0, **settings: Any) -> Any:
+    """Fills `array` (any buffer ferry accepts) with the file's raw bytes from `file_offset` and
+    returns it. Raises EOFError when the file is shorter than the array."""
+    from . import open as _open
+
+    file_offset = _nonnegative(file_offset, "file_offset", "ferry.read_into")
+    _ferry.buffer_info(array, True)  # a bad buffer is refused before the file is opened
+    with _open(path, "r", **settings) as f:
+        return _fill(f, array, file_offset, path)
 
 
 def _framework_of(like: Any) -> str:
@@ -70,15 +90,56 @@ def _gpu_framework() -> Optional[str]:
     return None
 
 
-def _parse_device(device: str) -> Optional[int]:
-    """None for "cpu", the ordinal for "cuda" / "cuda:N"."""
+def _parse_device(device: Any) -> Optional[int]:
+    """None for "cpu", the ordinal for "cuda", "cuda:N" or N."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        if device < 0:
+            raise ValueError(f"ferry.load: device must be >= 0, not {device}")
+        return device
+    if not isinstance(device, str):
+        raise TypeError("ferry.load: device must be 'cpu', 'cuda', 'cuda:N' or an int, not "
+                        f"{type(device).__name__}")
     if device == "cpu":
         return None
     if device == "cuda":
         return 0
     if device.startswith("cuda:") and device[5:].isdigit():
         return int(device[5:])
-    raise ValueError(f"ferry.load: device must be 'cpu', 'cuda' or 'cuda:N', not {device!r}")
+    raise ValueError(f"ferry.load: device must be 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
+
+
+def _shape_of(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, int) or hasattr(shape, "__index__"):
+        shape = (shape,)
+    try:
+        dims = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"ferry.load: shape must be an int or a sequence of ints, not {shape!r}") \
+            from None
+    if any(n < 0 for n in dims):
+        raise ValueError(f"ferry.load: shape {dims} has a negative dimension")
+    return dims
+
+
+def _npy_header(path: PathLike) -> Optional[tuple[tuple[int, ...], Any, int]]:
+    """(shape, dtype, data offset) of a .npy file, None for any other file."""
+    import numpy
+    from numpy.lib import format as npy
+
+    with builtins.open(path, "rb") as fh:
+        if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+            return None
+        fh.seek(0)
+        version = npy.read_magic(fh)
+        read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, fortran_order, dtype = read_header(fh)
+        if fortran_order:
+            raise ValueError(f"ferry.load: {os.fspath(path)} is a Fortran-order .npy file; ferry "
+                             "reads C-order ones only (numpy.load reads it)")
+        return tuple(shape), numpy.dtype(dtype), fh.tell()
+
+
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def _empty(framework: str, shape: tuple, dtype: Any, ordinal: Optional[int]) -> Any:
@@ -106,44 +167,91 @@ def _empty(framework: str, shape: tuple, dtype: Any, ordinal: Optional[int]) -> 
                      "'numpy' or 'jax'")
 
 
-def load(path: PathLike, dtype: Any, shape: Optional[Sequence[int]] = None,
-         device: Optional[str] = None, like: Any = None, file_offset: int = 0,
-         **settings: Any) -> Any:
-    """Reads a file into a new array.
+def fromfile(path: PathLike, dtype: Any, shape: Any = None, device: Any = None,
+             like: Any = None, file_offset: int = 0, **settings: Any) -> Any:
+    """Reads a file's raw bytes into a new array, like ``numpy.fromfile``: no header is parsed.
 
-    `like` picks the framework: a name ("cupy", "torch", "numpy", "jax"), a module or an array.
-    Without it: CuPy or PyTorch when one sees a GPU, else NumPy on the host. `device` is "cpu" or
-    "cuda:N"; by default the GPU 0 for GPU frameworks and "cpu" for NumPy. `shape` defaults to
-    the whole file (from `file_offset`) as one dimension. JAX arrays are allocated by CuPy or
-    PyTorch (NumPy on "cpu") and handed over through DLPack, without a copy.
+    `dtype` is the type of the items. `shape` (an int or a sequence of ints) defaults to the
+    whole file from `file_offset` as one dimension. `like` picks the framework: a name ("cupy",
+    "torch", "numpy", "jax"), a module or an array. Without it: CuPy or PyTorch when one sees a
+    GPU, else NumPy on the host. `device` is "cpu", "cuda", "cuda:N" or N; by default the GPU 0
+    for GPU frameworks and "cpu" for NumPy (and for JAX when no GPU framework sees a GPU). JAX
+    arrays are allocated by CuPy or PyTorch (NumPy on "cpu") and handed over through DLPack,
+    without a copy.
     """
+    return _load("ferry.fromfile", path, dtype, shape, device, like, file_offset, settings)
+
+
+def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = None,
+         like: Any = None, file_offset: int = 0, **settings: Any) -> Any:
+    """Reads a file into a new array: a ``.npy`` file by its header (its dtype and shape; a
+    `dtype` or `shape` given must match), any other file as raw bytes, exactly as
+    :func:`fromfile` (then `dtype` is required). The other arguments are those of
+    :func:`fromfile`."""
+    header = _npy_header(path) if os.path.exists(path) else None
+    if header is None:
+        if dtype is None:
+            raise TypeError(f"ferry.load: {os.fspath(path)} has no .npy header: pass dtype= to "
+                            "read its raw bytes (or use ferry.fromfile)")
+        return _load("ferry.load", path, dtype, shape, device, like, file_offset, settings)
     import numpy
 
-    dtype = numpy.dtype(dtype)
-    if device is not None:
-        _parse_device(device)
-    framework = _framework_of(like) if like is not None else None
-    if framework is None:
-        framework = ("numpy" if device == "cpu" else _gpu_framework()) or (
-            "numpy" if device is None else None)
-        if framework is None:
-            raise CudaError(f"ferry.load: device={device!r} but neither CuPy nor PyTorch sees a "
-                            "GPU; pass device='cpu' for a NumPy array")
-    if device is None:
-        device = "cpu" if framework == "numpy" else "cuda:0"
-    ordinal = _parse_device(device)
-    if shape is None:
-        size = os.stat(path).st_size - file_offset
-        if size < 0 or size % dtype.itemsize:
-            raise ValueError(f"ferry.load: {os.fspath(path)} has {size} bytes from offset "
-                             f"{file_offset}, not a whole number of {dtype} items")
-        shape = (size // dtype.itemsize,)
-    shape = tuple(int(n) for n in shape)
+    npy_shape, npy_dtype, data_offset = header
+    where = f"ferry.load: {os.fspath(path)} is a .npy file of {npy_dtype} {npy_shape}"
+    if dtype is not None and numpy.dtype(dtype) != npy_dtype:
+        raise ValueError(f"{where}, not {numpy.dtype(dtype)}")
+    if shape is not None and _shape_of(shape) != npy_shape:
+        raise ValueError(f"{where}, not shape {_shape_of(shape)}")
+    if file_offset:
+        raise ValueError(f"{where}: file_offset is for raw files (use ferry.fromfile)")
+    return _load("ferry.load", path, npy_dtype, npy_shape, device, like, data_offset, settings)
 
+
+def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: Any,
+          file_offset: int, settings: dict[str, Any]) -> Any:
+    import numpy
+
+    from . import open as _open
+
+    dtype = numpy.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError(f"{who}: dtype {dtype} holds Python objects, which files cannot")
+    file_offset = _nonnegative(file_offset, "file_offset", who)
+    on_cpu = device is not None and _parse_device(device) is None
+    framework = _framework_of(like) if like is not None else None
+    if framework == "jax" and _import("jax") is None:
+        raise ImportError(f"{who}: like='jax' but JAX is not installed")
+    gpu = _gpu_framework() if not on_cpu and framework in (None, "jax") else None
+    if framework is None:
+        framework = "numpy" if on_cpu else gpu or ("numpy" if device is None else None)
+        if framework is None:
+            raise CudaError(f"{who}: device={device!r} but neither CuPy nor PyTorch sees a GPU; "
+                            "pass device='cpu' for a NumPy array")
+    if device is None:  # the framework's own default
+        on_cpu = framework == "numpy" or (framework == "jax" and gpu is None)
+        device = "cpu" if on_cpu else 0
+    ordinal = _parse_device(device)
     allocator = framework
     if framework == "jax":
-        allocator = "numpy" if ordinal is None else (_gpu_framework() or "cupy")
-    array = read_into(path, _empty(allocator, shape, dtype, ordinal), file_offset, **settings)
+        allocator = "numpy" if ordinal is None else gpu
+        if allocator is None:
+            raise CudaError(f"{who}: like='jax' on device={device!r} needs CuPy or PyTorch to "
+                            "see a GPU (JAX arrays are allocated by them); pass device='cpu'")
+
+    with _open(path, "r", **settings) as f:  # a missing file is ferry's FileNotFoundError
+        size = f.size
+        if file_offset > size:
+            raise ValueError(f"{who}: file_offset {file_offset} is past the end of "
+                             f"{os.fspath(path)} ({size} bytes)")
+        if shape is None:
+            available = size - file_offset
+            if available % dtype.itemsize:
+                raise ValueError(f"{who}: {os.fspath(path)} has {available} bytes from offset "
+                                 f"{file_offset}, not a whole number of {dtype} items")
+            dims: tuple[int, ...] = (available // dtype.itemsize,)
+        else:
+            dims = _shape_of(shape)
+        array = _fill(f, _empty(allocator, dims, dtype, ordinal), file_offset, path)
     if framework == "jax":
         import jax.numpy as jnp
 

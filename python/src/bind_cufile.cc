@@ -37,11 +37,12 @@ void bind_cufile(py::module_& m) {
       },
       arg("open_driver") = true, "What libcufile loaded and why not, as a dict.");
 
-  py::class_<PyRegistered>(m, "RegisteredBuffer")
+  py::class_<PyRegistered>(m, "RegisteredBuffer",
+                           "A GPU buffer registered with cuFile (cuFileBufRegister) until close().")
       .def_property_readonly("registered",
                              [](const PyRegistered& r) { return r.registration.registered(); })
       .def_property_readonly("size", [](const PyRegistered& r) { return r.registration.size(); })
-      .def("close", &PyRegistered::close)
+      .def("close", &PyRegistered::close, "Deregisters the buffer.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyRegistered& r, const py::args&) {
         r.close();

@@ -1,8 +1,12 @@
-// ferry.File and ferry.Future. I/O runs with the GIL released. Every request, synchronous or
-// not, is a Pending entry that owns the Python buffer until the request is over; the File keeps
-// its pending requests so that close() (and garbage collection) waits for them first.
+// ferry.File's core and the request behind a ferry.Future (python/ferry/_file.py and _future.py
+// wrap them). I/O runs with the GIL released. Every request is a Pending entry that owns the
+// Python buffer until the request is over, and lets go of it as soon as someone sees it over;
+// the File keeps its pending requests so that close() (and garbage collection) waits for them.
+// Waits run in short slices and check for signals between them, so Ctrl-C cancels a request.
 #include <pybind11/stl.h>
 
+#include <cerrno>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <vector>
@@ -16,10 +20,33 @@ namespace ferry::python {
 
 namespace {
 
+// How long a wait runs with the GIL released before it looks for signals: Ctrl-C raises
+// KeyboardInterrupt within about this much (plus the tasks in flight).
+constexpr double kSignalSlice = 0.05;
+
+// "ferry: file_offset must be an int, not float" rather than pybind11's overload listing.
+std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name,
+                                       bool none_ok = false) {
+  if (value.is_none() && none_ok) return std::nullopt;
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string("ferry: ") + name + " must be an int, not " +
+                         Py_TYPE(value.ptr())->tp_name);
+  }
+  py::int_ n = py::reinterpret_steal<py::int_>(index);
+  if (n < py::int_(0)) {
+    throw py::value_error(std::string("ferry: ") + name + " must be >= 0, not " +
+                          py::str(n).cast<std::string>());
+  }
+  return n.cast<std::uint64_t>();
+}
+
 struct Pending {
-  // `buffer` is declared first so that it outlives `future`, whose destructor waits.
-  std::shared_ptr<BufferView> buffer;
+  std::shared_ptr<BufferView> buffer;  // null once the request is seen over
   IoFuture future;
+  std::size_t nbytes = 0;
+  Op op = Op::kRead;
 
   ~Pending() {
     if (future.valid() && !future.ready()) {
@@ -27,9 +54,66 @@ struct Pending {
       future.wait();
     }
   }
-  // Waits with the GIL released; a strict-mode refusal carries its route report.
-  std::size_t get() const {
-    py::gil_scoped_release release;
+  // Lets go of the buffer once the request is over (GIL held). A bytearray is resizable again
+  // and an array dropped by the caller is freed now, not at the File's next request.
+  void release_if_over() {
+    if (buffer && (!future.valid() || future.ready())) buffer.reset();
+  }
+
+  // Waits up to `timeout` seconds (forever when none), in slices with the GIL released,
+  // checking for signals between them. On a signal whose handler raises (KeyboardInterrupt),
+  // cancels the request, waits for its tasks in flight (the buffer is not written after this
+  // returns) and raises the handler's exception with `bytes_done` set to the bytes in place.
+  // Returns false on timeout.
+  bool wait(std::optional<double> timeout) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    while (true) {
+      double slice = kSignalSlice;
+      if (timeout) {
+        double left = *timeout - std::chrono::duration<double>(Clock::now() - start).count();
+        if (left <= 0) return future.ready();
+        slice = std::min(slice, left);
+      }
+      bool ready;
+      {
+        py::gil_scoped_release release;
+        ready = future.wait_for(slice);
+      }
+      if (ready) {
+        release_if_over();
+        return true;
+      }
+      if (PyErr_CheckSignals() != 0) interrupted();
+    }
+  }
+
+  [[noreturn]] void interrupted() {
+    py::error_already_set signal;  // takes the handler's exception
+    future.cancel();
+    {
+      py::gil_scoped_release release;
+      future.wait();
+    }
+    std::uint64_t done = future.progress();
+    try {
+      done = future.get();  // every byte had moved by then
+    } catch (const IoError& e) {
+      done = e.bytes_done();
+    } catch (const std::exception&) {
+    }
+    release_if_over();
+    signal.value().attr("bytes_done") = done;
+    std::string note = "ferry: the " + std::string(op == Op::kRead ? "read" : "write") +
+                       " was cancelled with " + std::to_string(done) + " of " +
+                       std::to_string(nbytes) + " bytes in place";
+    if (py::hasattr(signal.value(), "add_note")) signal.value().attr("add_note")(note);
+    throw signal;
+  }
+
+  // The result of a finished request; a strict-mode refusal carries its route report.
+  std::size_t get() {
+    wait(std::nullopt);
     try {
       return future.get();
     } catch (const RouteError& e) {
@@ -38,28 +122,25 @@ struct Pending {
   }
 };
 
-class PyFuture {
+// The request behind a ferry.Future.
+class PyRequest {
  public:
-  explicit PyFuture(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
+  explicit PyRequest(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
 
-  std::size_t result(std::optional<double> timeout) const {
-    if (timeout) {
-      bool ready;
-      {
-        py::gil_scoped_release release;
-        ready = p_->future.wait_for(*timeout);
-      }
-      if (!ready) {
-        PyErr_SetString(PyExc_TimeoutError, "ferry: the request is still running");
-        throw py::error_already_set();
-      }
-    }
-    return p_->get();
+  std::size_t result() const { return p_->get(); }
+  bool wait(std::optional<double> timeout) const { return p_->wait(timeout); }
+  bool wait_quietly(double seconds) const {
+    py::gil_scoped_release release;
+    return p_->future.wait_for(seconds);
   }
   bool done() const { return p_->future.ready(); }
+  bool cancel() const { return p_->future.cancel(); }
+  void release() const { p_->release_if_over(); }
   std::uint64_t progress() const { return p_->future.progress(); }
+  std::size_t nbytes() const { return p_->nbytes; }
+  std::string op() const { return to_string(p_->op); }
   RouteReport route() const {
-    py::gil_scoped_release release;
+    p_->wait(std::nullopt);
     return p_->future.route();
   }
 
@@ -67,8 +148,8 @@ class PyFuture {
   std::shared_ptr<Pending> p_;
 };
 
-std::size_t checked_size(const BufferView& view, std::optional<std::size_t> size) {
-  std::size_t n = size.value_or(view.nbytes());
+std::size_t checked_size(const BufferView& view, const py::handle& size_arg) {
+  std::size_t n = index_arg(size_arg, "size", true).value_or(view.nbytes());
   if (n > view.nbytes()) {
     throw py::value_error("ferry: size " + std::to_string(n) + " is larger than the buffer (" +
                           std::to_string(view.nbytes()) + " bytes)");
@@ -76,52 +157,55 @@ std::size_t checked_size(const BufferView& view, std::optional<std::size_t> size
   return n;
 }
 
+const char* const kModes[] = {"r", "r+", "w", "w+", "a"};
+
 class PyFile {
  public:
-  PyFile(const std::string& path, const std::string& mode, bool direct,
+  PyFile(const py::object& path, const std::string& mode, bool direct,
          const std::map<std::string, std::string>& settings) {
+    if (std::find(std::begin(kModes), std::end(kModes), mode) == std::end(kModes)) {
+      throw py::value_error("ferry.open: mode must be 'r', 'r+', 'w', 'w+' or 'a', not '" + mode +
+                            "' (files are always binary: no 'b' or 't')");
+    }
+    std::string name = py::module_::import("os").attr("fspath")(path).cast<std::string>();
+    mode_ = mode;
     FileOptions options;
     options.direct = direct;
-    for (const auto& [name, value] : settings) options.settings.set(name, value);
+    for (const auto& [key, value] : settings) options.settings.set(key, value);
     py::gil_scoped_release release;
-    file_ = File(path, mode, std::move(options));
+    file_ = File(name, mode, std::move(options));
   }
   ~PyFile() { wait_all(); }
 
-  std::shared_ptr<Pending> submit(Op op, const py::object& buf, std::optional<std::size_t> size,
-                                  std::uint64_t offset) {
+  std::shared_ptr<Pending> submit(Op op, const py::object& buf, const py::handle& size,
+                                  const py::handle& offset_arg) {
+    check_open();
+    std::uint64_t offset = *index_arg(offset_arg, "file_offset");
     auto pending = std::make_shared<Pending>();
+    pending->op = op;
     pending->buffer = BufferView::of(buf, op == Op::kRead);
-    std::size_t n = checked_size(*pending->buffer, size);
+    pending->nbytes = checked_size(*pending->buffer, size);
     {
       py::gil_scoped_release release;
-      pending->future = op == Op::kRead ? file_.pread(pending->buffer->data(), n, offset)
-                                        : file_.pwrite(pending->buffer->data(), n, offset);
+      void* data = pending->buffer->data();
+      pending->future = op == Op::kRead ? file_.pread(data, pending->nbytes, offset)
+                                        : file_.pwrite(data, pending->nbytes, offset);
     }
     forget_finished();
     pending_.push_back(pending);
     return pending;
   }
 
-  // A synchronous request: waits, then lets go of the buffer at once (a bytearray stays
-  // resizable). Not a Pending entry: the call holds the buffer itself, and close() from another
-  // thread waits for the request in the engine.
-  std::size_t run(Op op, const py::object& buf, std::optional<std::size_t> size,
-                  std::uint64_t offset) {
-    std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
-    std::size_t n = checked_size(*view, size);
-    py::gil_scoped_release release;  // reacquired before `view` lets go of the buffer
-    IoFuture future = op == Op::kRead ? file_.pread(view->data(), n, offset)
-                                      : file_.pwrite(view->data(), n, offset);
-    try {
-      return future.get();
-    } catch (const RouteError& e) {
-      throw RouteErrorWithReport(e, future.route());
-    }
+  // A synchronous request: an interruptible wait, then the buffer is let go at once.
+  std::size_t run(Op op, const py::object& buf, const py::handle& size, const py::handle& offset) {
+    std::size_t n = submit(op, buf, size, offset)->get();
+    any_done_ = true;
+    return n;
   }
 
   // Appends from several threads get disjoint ranges (File::append reserves each one).
-  std::size_t append(const py::object& buf, std::optional<std::size_t> size) {
+  std::size_t append(const py::object& buf, const py::handle& size) {
+    check_open();
     std::shared_ptr<BufferView> view = BufferView::of(buf, false);
     std::size_t n = checked_size(*view, size);
     py::gil_scoped_release release;  // reacquired before `view` lets go of the buffer
@@ -132,7 +216,25 @@ class PyFile {
     wait_all();
     file_.close();
   }
+  void check_open() const {
+    if (!file_.is_open()) {
+      throw py::value_error("I/O operation on closed file (" + file_.path() + ")");
+    }
+  }
+  // None before any request of this File has ended.
+  std::optional<RouteReport> last_route() {
+    if (!any_done_) {
+      for (const auto& p : pending_) any_done_ = any_done_ || p->future.ready();
+    }
+    if (!any_done_) return std::nullopt;
+    return file_.last_route();
+  }
   File& file() { return file_; }
+  const std::string& mode() const { return mode_; }
+  std::size_t in_flight() const {
+    return std::count_if(pending_.begin(), pending_.end(),
+                         [](const auto& p) { return p->future.valid() && !p->future.ready(); });
+  }
 
  private:
   void wait_all() {
@@ -145,12 +247,23 @@ class PyFile {
         if (p->future.valid()) p->future.wait();
       }
     }
-  }  // the buffers are let go here, with the GIL held
+    if (!waiting.empty()) any_done_ = true;
+    for (const auto& p : waiting) p->release_if_over();
+  }
   void forget_finished() {
-    std::erase_if(pending_, [](const auto& p) { return !p->future.valid() || p->future.ready(); });
+    std::erase_if(pending_, [this](const auto& p) {
+      bool over = !p->future.valid() || p->future.ready();
+      if (over) {
+        any_done_ = true;
+        p->release_if_over();
+      }
+      return over;
+    });
   }
 
   File file_;
+  std::string mode_;
+  bool any_done_ = false;
   std::vector<std::shared_ptr<Pending>> pending_;  // guarded by the GIL
 };
 
@@ -158,67 +271,104 @@ class PyFile {
 
 void bind_file(py::module_& m) {
   using py::arg;
-  py::class_<PyFuture>(m, "Future",
-                       "An asynchronous request; the buffer is kept alive until it ends.")
-      .def("result", &PyFuture::result, arg("timeout") = py::none(),
-           "Waits and returns the bytes moved, or raises the request's error.")
-      .def("done", &PyFuture::done)
-      .def("progress", &PyFuture::progress, "Bytes moved so far by finished tasks.")
-      .def("route", &PyFuture::route, "The request's route report (waits).");
+  py::class_<PyRequest>(m, "Request",
+                        "The request behind a ferry.Future: it owns the buffer until it ends.")
+      .def("result", &PyRequest::result,
+           "Waits (Ctrl-C cancels the request) and returns the bytes moved, or raises the "
+           "request's error.")
+      .def("wait", &PyRequest::wait, arg("timeout") = py::none(),
+           "Waits up to `timeout` s (forever when None); Ctrl-C cancels the request. True when "
+           "it has ended.")
+      .def("wait_quietly", &PyRequest::wait_quietly, arg("seconds"),
+           "Waits up to `seconds` with the GIL released, without looking at signals.")
+      .def("done", &PyRequest::done)
+      .def("cancel", &PyRequest::cancel,
+           "Stops tasks not yet started; False when the request had already ended.")
+      .def("release", &PyRequest::release, "Lets go of the buffer if the request has ended.")
+      .def("progress", &PyRequest::progress, "Bytes moved so far by finished tasks.")
+      .def_property_readonly("nbytes", &PyRequest::nbytes, "Bytes asked for.")
+      .def_property_readonly("op", &PyRequest::op, "\"read\" or \"write\".")
+      .def_property_readonly("last_route", &PyRequest::route, "The route report (waits).");
 
+  const char* offset_doc = "`size` is in bytes (default: the whole buffer); `file_offset` too.";
   auto none = py::none();
-  py::class_<PyFile>(m, "File")
-      .def(py::init<const std::string&, const std::string&, bool,
+  py::class_<PyFile>(m, "File", "The C++ core of ferry.File.")
+      .def(py::init<const py::object&, const std::string&, bool,
                     const std::map<std::string, std::string>&>(),
            arg("path"), arg("mode") = "r", arg("direct") = false,
            arg("settings") = std::map<std::string, std::string>{})
       .def(
           "read",
-          [](PyFile& f, const py::object& buf, std::optional<std::size_t> size,
-             std::uint64_t file_offset) { return f.run(Op::kRead, buf, size, file_offset); },
-          arg("buf"), arg("size") = none, arg("file_offset") = 0)
+          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
+            return f.run(Op::kRead, buf, size, off);
+          },
+          arg("buf"), arg("size") = none, arg("file_offset") = 0,
+          (std::string("Reads into `buf` and returns the bytes read (fewer only at the end of "
+                       "the file). ") +
+           offset_doc)
+              .c_str())
       .def(
           "pread",
-          [](PyFile& f, const py::object& buf, std::optional<std::size_t> size,
-             std::uint64_t file_offset) {
-            return PyFuture(f.submit(Op::kRead, buf, size, file_offset));
+          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
+            return PyRequest(f.submit(Op::kRead, buf, size, off));
           },
           arg("buf"), arg("size") = none, arg("file_offset") = 0)
       .def(
           "write",
-          [](PyFile& f, const py::object& buf, std::optional<std::size_t> size,
-             std::uint64_t file_offset) { return f.run(Op::kWrite, buf, size, file_offset); },
-          arg("buf"), arg("size") = none, arg("file_offset") = 0)
+          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
+            return f.run(Op::kWrite, buf, size, off);
+          },
+          arg("buf"), arg("size") = none, arg("file_offset") = 0,
+          (std::string("Writes all of `buf` (or `size` bytes) and returns the count. ") +
+           offset_doc)
+              .c_str())
       .def(
           "pwrite",
-          [](PyFile& f, const py::object& buf, std::optional<std::size_t> size,
-             std::uint64_t file_offset) {
-            return PyFuture(f.submit(Op::kWrite, buf, size, file_offset));
+          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
+            return PyRequest(f.submit(Op::kWrite, buf, size, off));
           },
           arg("buf"), arg("size") = none, arg("file_offset") = 0)
       .def(
           "append",
-          [](PyFile& f, const py::object& buf, std::optional<std::size_t> size) {
+          [](PyFile& f, const py::object& buf, const py::object& size) {
             return f.append(buf, size);
           },
-          arg("buf"), arg("size") = none)
-      .def("sync",
-           [](PyFile& f) {
-             py::gil_scoped_release release;
-             f.file().sync();
-           })
-      .def("close", &PyFile::close)
-      .def_property_readonly("size", [](PyFile& f) { return f.file().size(); })
-      .def_property_readonly("closed", [](PyFile& f) { return !f.file().is_open(); })
-      .def_property_readonly("path", [](PyFile& f) { return f.file().path(); })
-      .def_property_readonly("last_route", [](PyFile& f) { return f.file().last_route(); })
-      .def_property_readonly("settings",
-                             [](PyFile& f) { return settings_dict(f.file().effective_settings()); })
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyFile& f, const py::args&) {
-        f.close();
-        return false;
-      });
+          arg("buf"), arg("size") = none,
+          "Writes `buf` (or its first `size` bytes) at the end of the file.")
+      .def(
+          "sync",
+          [](PyFile& f) {
+            f.check_open();
+            py::gil_scoped_release release;
+            f.file().sync();
+          },
+          "fsync: what was written is on stable storage when it returns.")
+      .def("close", &PyFile::close,
+           "Waits for the file's requests, then closes it; closing twice is harmless.")
+      .def_property_readonly(
+          "size",
+          [](PyFile& f) {
+            f.check_open();
+            return f.file().size();
+          },
+          "The file's size in bytes.")
+      .def_property_readonly(
+          "closed", [](PyFile& f) { return !f.file().is_open(); }, "True after close().")
+      .def_property_readonly(
+          "path", [](PyFile& f) { return f.file().path(); }, "The path it was opened with.")
+      .def_property_readonly(
+          "mode", [](PyFile& f) { return f.mode(); }, "The mode it was opened with.")
+      .def_property_readonly("in_flight", &PyFile::in_flight,
+                             "Asynchronous requests not ended yet.")
+      .def_property_readonly("last_route", &PyFile::last_route,
+                             "The route of the file's last ended request; None before any.")
+      .def_property_readonly(
+          "settings",
+          [](PyFile& f) {
+            f.check_open();
+            return settings_dict(f.file().effective_settings());
+          },
+          "The file's effective settings.");
 
   m.def(
       "buffer_info",

@@ -49,7 +49,7 @@ def test_a_small_asynchronous_read_is_done_when_it_returns(data_file):
         assert fut.done()
         assert fut.result() == 4096
         assert bytes(buf) == data[12288:12288 + 4096]
-        route = fut.route()
+        route = fut.last_route
         assert route.tasks == 1 and route.workers == 1
         assert "under 1 MiB" in route.page_cache.why_not
 

@@ -68,7 +68,7 @@ def test_async_futures_into_gpu_memory(cupy, data_file):
         futures = [f.pread(t, file_offset=i * chunk) for i, t in enumerate(targets)]
         assert [fut.result(timeout=60) for fut in futures] == [chunk] * 8
         assert all(fut.done() for fut in futures)
-        assert futures[0].route().memory in ("gpu", "gpu-managed")
+        assert futures[0].last_route.memory in ("gpu", "gpu-managed")
     for i, t in enumerate(targets):
         assert cupy.asnumpy(t).tobytes() == data[i * chunk:(i + 1) * chunk]
 

@@ -131,7 +131,7 @@ def test_async_futures_complete_and_match(data_file):
         futures = [f.pread(t, file_offset=i * chunk) for i, t in enumerate(targets)]
         assert [fut.result(timeout=30) for fut in futures] == [chunk] * 8
         assert all(fut.done() for fut in futures)
-        assert futures[0].route().bytes == chunk
+        assert futures[0].last_route.bytes == chunk
     for i, t in enumerate(targets):
         assert t.tobytes() == data[i * chunk:(i + 1) * chunk]
 
@@ -145,13 +145,18 @@ def test_future_keeps_an_unreferenced_buffer_alive(data_file):
         f.pread(np.empty(1 << 20, np.uint8))  # dropped at once: close() waits for it
 
 
-def test_closed_file_raises_io_error(data_file):
+def test_a_closed_file_answers_path_and_route_and_refuses_io_with_value_error(data_file):
     path, _ = data_file
     f = ferry.open(path)
+    f.read(bytearray(10))
     f.close()
-    assert f.closed
-    with pytest.raises(ferry.IoError):
-        f.read(bytearray(10))
+    f.close()  # twice is harmless, as for Python files
+    assert f.closed and f.path == path and f.last_route.bytes == 10
+    for io in (lambda: f.read(bytearray(10)), lambda: f.pread(bytearray(10)),
+               lambda: f.write(b"x"), lambda: f.append(b"x"), lambda: f.sync(), lambda: f.size):
+        with pytest.raises(ValueError, match="closed file"):
+            io()
+    assert "closed" in repr(f)
 
 
 def test_read_into_and_load_on_the_host(data_file):

@@ -1,5 +1,8 @@
 """Route reports and process counters: every C++ field is bound, text and dict forms agree."""
 
+import json
+import pickle
+
 import numpy as np
 import pytest
 
@@ -28,7 +31,7 @@ def test_report_fields_describe_the_request(data_file):
 def test_every_json_field_is_an_attribute(data_file):
     """Fails when route.h gains a field that to_json() shows but the binding lacks."""
     r = _read(data_file[0])
-    d = r.to_dict()
+    d = json.loads(r.to_json())
     for key, value in d.items():
         if key == "layer1":
             for k in value:
@@ -88,3 +91,35 @@ def test_report_carries_residency_and_workers(data_file):
     assert 0.0 <= r.page_cache.fraction <= 1.0
     assert r.workers >= 1 and r.direct_tasks == 0
     assert "page cache before the request" in r.to_text()
+
+
+def test_to_dict_keys_are_the_attributes(data_file):
+    r = _read(data_file[0])
+    d = r.to_dict()
+    for key, value in d.items():
+        attr = getattr(r, key)
+        if key in ("page_cache", "cufile"):
+            assert value == attr.to_dict()
+        elif key == "reasons":
+            assert value == [x.to_dict() for x in attr]
+        else:
+            assert value == attr, key
+    assert {"op", "file", "bytes", "tasks", "reasons", "cufile", "page_cache"} <= set(d)
+
+
+def test_reports_pickle_to_equal_objects(data_file):
+    """Issue 19, bug 3: RouteReport (and so RouteError) did not pickle."""
+    r = _read(data_file[0])
+    for obj in (r, r.reasons[0], r.page_cache, r.cufile, ferry.stats(), ferry.cuda_status()):
+        copy = pickle.loads(pickle.dumps(obj))
+        assert copy == obj and type(copy) is type(obj)
+    assert pickle.loads(pickle.dumps(r)).to_text() == r.to_text()
+    assert _read(data_file[0], 1000) != r
+
+
+def test_no_request_yet_is_none_not_a_report_of_zero_tasks(data_file):
+    with ferry.open(data_file[0]) as f:
+        assert f.last_route is None
+        fut = f.pread(np.empty(1 << 20, np.uint8))
+        assert fut.last_route.bytes == 1 << 20
+        assert f.last_route is not None and f.last_route.bytes == 1 << 20

@@ -1,0 +1,56 @@
+"""``ferry.File``: an open file that reads into and writes from host or GPU memory. The I/O is
+the C++ core's (``_ferry.File``); this class adds what Python files do: ``repr``, a
+``ResourceWarning`` when dropped open, and Futures that compose."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Mapping, Optional, Union
+
+from . import _ferry
+from ._future import Future
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class File(_ferry.File):
+    """An open file (``ferry.open``). Thread-safe: several threads may read and write one File.
+
+    Sizes and offsets are in bytes. After ``close()``, ``path``, ``mode`` and ``last_route``
+    still answer, and I/O raises ``ValueError`` as a closed Python file does. A File dropped
+    without ``close()`` (or a ``with`` block) is closed by the garbage collector, with a
+    ``ResourceWarning``."""
+
+    def __init__(self, path: PathLike, mode: str = "r", direct: bool = False,
+                 settings: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(path, mode, direct, dict(settings or {}))
+        self._opened = True  # __del__ must not touch a File whose __init__ failed
+
+    def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
+        """Starts reading `size` bytes (default: the whole buffer) at `file_offset` into `buf`;
+        the Future's result is the bytes read. The buffer is kept alive until the read ends."""
+        return Future(super().pread(buf, size, file_offset))
+
+    def pwrite(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
+        """Starts writing `buf` (or its first `size` bytes) at `file_offset`; the Future's
+        result is the bytes written. The buffer is kept alive until the write ends."""
+        return Future(super().pwrite(buf, size, file_offset))
+
+    def __enter__(self) -> "File":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_opened", False) and not self.closed:
+            warnings.warn(f"unclosed ferry.File {self.path!r} (mode {self.mode!r})",
+                          ResourceWarning, stacklevel=2, source=self)
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        if not self.closed and self.in_flight:
+            state += f", {self.in_flight} request(s) in flight"
+        return f"<ferry.File path={self.path!r} mode={self.mode!r} {state}>"
