@@ -74,10 +74,14 @@ struct TensorInfo {
   std::size_t shard = 0;  // index into Checkpoint::shards()
 };
 
-// Where one tensor's bytes go: `nbytes` of writable host or GPU memory.
+// Where one tensor's bytes go: bytes [begin, begin + length) of the tensor (all of it by default)
+// into `length` bytes of writable host or GPU memory.
 struct TensorTarget {
+  static constexpr std::uint64_t kToTheEnd = UINT64_MAX;
   std::size_t tensor = 0;  // index into Checkpoint::tensors()
   void* buffer = nullptr;
+  std::uint64_t begin = 0;
+  std::uint64_t length = kToTheEnd;
 };
 
 // How a load went: the whole of it, and one route report per shard request.

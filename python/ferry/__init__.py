@@ -22,6 +22,7 @@ from typing import Any, Union
 
 from . import _ferry
 from ._arrays import fromfile, last_route, load, read_into
+from .checkpoint import CheckpointError, last_load_report, load_checkpoint
 from ._errors import CudaError, Error, IoError, RouteError, SettingError
 from ._file import File
 from ._future import Future
@@ -37,8 +38,8 @@ if hasattr(_ferry, "cufile_status"):
     from ._ferry import RegisteredBuffer, cufile_status, register_buffer
 
 __all__ = [
-    "CudaError", "CudaStatus", "Error", "File", "Future", "IoError", "PageCacheResidency",
-    "RegisteredBuffer",
+    "CheckpointError", "CudaError", "CudaStatus", "Error", "File", "Future", "IoError",
+    "PageCacheResidency", "RegisteredBuffer", "last_load_report", "load_checkpoint",
     "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
     "cufile_status", "fromfile", "last_route", "load", "open", "read_into", "register_buffer",
     "settings", "stats", "warm_up",

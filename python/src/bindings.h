@@ -13,6 +13,7 @@ namespace ferry::python {
 
 namespace py = pybind11;
 
+void bind_checkpoint(py::module_& m);
 void bind_cufile(py::module_& m);
 void bind_errors(py::module_& m);
 void bind_file(py::module_& m);

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_ferry, m) {
   bind_settings(m);
   bind_file(m);
   bind_cufile(m);
+  bind_checkpoint(m);
 }

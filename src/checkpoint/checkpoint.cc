@@ -141,11 +141,21 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
     }
     const TensorInfo& t = s.tensors[target.tensor];
     ++report.tensors;
-    if (t.nbytes == 0) continue;  // nothing to read; the buffer may be null
+    const std::uint64_t length =
+        target.length == TensorTarget::kToTheEnd && target.begin <= t.nbytes
+            ? t.nbytes - target.begin
+            : target.length;
+    if (target.begin > t.nbytes || length > t.nbytes - target.begin) {
+      throw CheckpointError(
+          s.shard_names[t.shard], t.name,
+          fmt::format("bytes [{}, +{}) are not inside its {} B", target.begin, length, t.nbytes));
+    }
+    if (length == 0) continue;  // nothing to read; the buffer may be null
     if (target.buffer == nullptr) {
       throw CheckpointError(s.shard_names[t.shard], t.name, "no buffer to read into");
     }
-    ranges[t.shard].push_back({t.file_offset, static_cast<std::size_t>(t.nbytes), target.buffer});
+    ranges[t.shard].push_back(
+        {t.file_offset + target.begin, static_cast<std::size_t>(length), target.buffer});
   }
   // Every shard's request is submitted before any is waited for, so they run together.
   std::vector<IoFuture> futures;

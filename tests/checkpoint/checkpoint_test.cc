@@ -229,6 +229,12 @@ TEST(Checkpoint, ReadIntoRefusesAMissingBuffer) {
   EXPECT_THROW(ckpt.read_into({&bad, 1}), CheckpointError);
   TensorTarget out_of_range{99, nullptr};
   EXPECT_THROW(ckpt.read_into({&out_of_range, 1}), Error);
+  char two[2] = {};
+  TensorTarget past{ckpt.find("w"), two, 3, 2};
+  EXPECT_THROW(ckpt.read_into({&past, 1}), CheckpointError);
+  TensorTarget middle{ckpt.find("w"), two, 1, 2};
+  EXPECT_EQ(ckpt.read_into({&middle, 1}).bytes, 2u);
+  EXPECT_EQ(std::string(two, 2), "bc");
 }
 
 }  // namespace
