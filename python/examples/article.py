@@ -2,7 +2,8 @@
 
     PYTHONPATH=python python3 python/examples/article.py [/path/to/1GiB.bin]
 
-Uses CuPy when it sees a GPU, NumPy on the host otherwise. Run with FERRY_COMPAT_MODE=on or
+Without a path it writes $TMPDIR/ferry-1GiB.bin (/tmp by default) and deletes it at the end; a
+path given is kept (and made when missing). Uses CuPy when it sees a GPU, NumPy on the host otherwise. Run with FERRY_COMPAT_MODE=on or
 CUFILE_FORCE_COMPAT_MODE=true to watch the route change.
 """
 
@@ -18,7 +19,17 @@ GiB = 1 << 30
 
 
 def main() -> None:
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.gettempdir(), "ferry-1GiB.bin")
+    keep = len(sys.argv) > 1
+    path = sys.argv[1] if keep else os.path.join(tempfile.gettempdir(), "ferry-1GiB.bin")
+    try:
+        run(path)
+    finally:
+        if not keep and os.path.exists(path):
+            os.remove(path)
+            print(f"removed {path}")
+
+
+def run(path: str) -> None:
     if not os.path.exists(path) or os.path.getsize(path) != GiB:
         with open(path, "wb") as f:
             for _ in range(GiB // (64 << 20)):

@@ -130,9 +130,9 @@ def _npy_header(path: PathLike) -> Optional[tuple[tuple[int, ...], Any, int]]:
         if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
             return None
         fh.seek(0)
-        version = npy.read_magic(fh)
+        version = npy.read_magic(fh)  # type: ignore[no-untyped-call]
         read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-        shape, fortran_order, dtype = read_header(fh)
+        shape, fortran_order, dtype = read_header(fh)  # type: ignore[no-untyped-call]
         if fortran_order:
             raise ValueError(f"ferry.load: {os.fspath(path)} is a Fortran-order .npy file; ferry "
                              "reads C-order ones only (numpy.load reads it)")
@@ -142,7 +142,7 @@ def _npy_header(path: PathLike) -> Optional[tuple[tuple[int, ...], Any, int]]:
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _empty(framework: str, shape: tuple, dtype: Any, ordinal: Optional[int]) -> Any:
+def _empty(framework: str, shape: tuple[int, ...], dtype: Any, ordinal: Optional[int]) -> Any:
     import numpy
 
     if framework == "numpy":
@@ -150,14 +150,14 @@ def _empty(framework: str, shape: tuple, dtype: Any, ordinal: Optional[int]) -> 
             raise ValueError("ferry.load: NumPy arrays live in host memory; use device='cpu'")
         return numpy.empty(shape, dtype)
     if framework == "cupy":
-        import cupy
+        import cupy  # type: ignore[import]
 
         if ordinal is None:
             raise ValueError("ferry.load: CuPy arrays live in GPU memory; use device='cuda:N'")
         with cupy.cuda.Device(ordinal):
             return cupy.empty(shape, dtype)
     if framework == "torch":
-        import torch
+        import torch  # type: ignore[import]
 
         torch_dtype = torch.from_numpy(numpy.empty(0, dtype)).dtype
         where = "cpu" if ordinal is None else f"cuda:{ordinal}"
@@ -233,10 +233,11 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
     ordinal = _parse_device(device)
     allocator = framework
     if framework == "jax":
-        allocator = "numpy" if ordinal is None else gpu
-        if allocator is None:
+        jax_allocator = "numpy" if ordinal is None else gpu
+        if jax_allocator is None:
             raise CudaError(f"{who}: like='jax' on device={device!r} needs CuPy or PyTorch to "
                             "see a GPU (JAX arrays are allocated by them); pass device='cpu'")
+        allocator = jax_allocator
 
     with _open(path, "r", **settings) as f:  # a missing file is ferry's FileNotFoundError
         size = f.size
@@ -253,7 +254,7 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
             dims = _shape_of(shape)
         array = _fill(f, _empty(allocator, dims, dtype, ordinal), file_offset, path)
     if framework == "jax":
-        import jax.numpy as jnp
+        import jax.numpy as jnp  # type: ignore[import]
 
         return jnp.from_dlpack(array)
     return array

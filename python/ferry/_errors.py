@@ -88,7 +88,7 @@ def _io_class(code: int) -> type:
 def _rebuild(key: Any, args: tuple[Any, ...], attrs: dict[str, Any]) -> Exception:
     """Unpickles an exception made by ``Error.__reduce__``."""
     cls = _io_class(key) if isinstance(key, int) else key
-    exc = cls(*args)
+    exc: Exception = cls(*args)
     for name, value in attrs.items():
         setattr(exc, name, value)
     return exc

@@ -135,7 +135,8 @@ class _Watcher:
                 first = self._futures[0]
             first._request.wait_quietly(0.02)
             with self._cv:
-                ended, running = [], []
+                ended: list[Future] = []
+                running: list[Future] = []
                 for f in self._futures:
                     (ended if f._request.done() else running).append(f)
                 self._futures = running
