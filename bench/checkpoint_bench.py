@@ -3,6 +3,11 @@
 
     PYTHONPATH=python python3 bench/checkpoint_bench.py OUT_DIR            # the GPU machine
     PYTHONPATH=python python3 bench/checkpoint_bench.py OUT_DIR --tiny     # logic check, any box
+    PYTHONPATH=python python3 bench/checkpoint_bench.py OUT_DIR --quick    # about 2 minutes there
+
+--quick (for a call with little device time): a 4 GiB synthetic checkpoint and a Llama of about
+1 billion parameters; hot: ferry, ferry with one allocation, load_file, CPU then .to, and for the
+model from_pretrained; cold: ferry on the synthetic one.
 
 Makes its own checkpoints in FERRY_BENCH_DIR (default build-bench-ckpt/ in the repository, on
 a real disk, not $OUT): (a) a synthetic one of 16 GiB in 4 shards, 480 tensors of mixed dtypes,
@@ -131,13 +136,15 @@ def shard_files(ckpt: str) -> List[str]:
     return sorted(os.path.join(ckpt, f) for f in os.listdir(ckpt) if f.endswith(".safetensors"))
 
 
-def synthetic_plan(tiny: bool):
-    """Per shard: large, medium and small tensors of mixed dtypes (480 in all, 16.1 GiB)."""
+def synthetic_plan(tiny: bool, scale: float = 1.0):
+    """Per shard: large, medium and small tensors of mixed dtypes (480 in all, 16.1 GiB at
+    scale 1)."""
     import torch
     kinds = [torch.bfloat16, torch.float16, torch.float32, torch.int8, torch.float8_e4m3fn
              if hasattr(torch, "float8_e4m3fn") else torch.uint8, torch.int64, torch.uint8,
              torch.bool, torch.int32, torch.float64]
     big, medium = (256 * MIB, 12 * MIB) if not tiny else (256 << 10, 12 << 10)
+    big, medium = int(big * scale) // 4096 * 4096, int(medium * scale) // 4096 * 4096
     plan = []
     for shard in range(4):
         tensors = []
@@ -169,7 +176,7 @@ def random_tensor(torch, dtype, nbytes: int, device: str):
                          dtype=dtype).cpu()
 
 
-def make_synthetic(path: str, tiny: bool, device: str) -> Dict[str, Any]:
+def make_synthetic(path: str, tiny: bool, device: str, scale: float = 1.0) -> Dict[str, Any]:
     import torch
     try:
         from safetensors.torch import save_file
@@ -182,7 +189,7 @@ def make_synthetic(path: str, tiny: bool, device: str) -> Dict[str, Any]:
     if os.path.exists(done):
         return json.load(open(done))
     start, total, count = time.perf_counter(), 0, 0
-    for shard, plan in enumerate(synthetic_plan(tiny)):
+    for shard, plan in enumerate(synthetic_plan(tiny, scale)):
         tensors = {name: random_tensor(torch, dtype, nbytes, device) for name, dtype, nbytes
                    in plan}
         save_file(tensors, os.path.join(path, f"synthetic-{shard + 1:05d}-of-00004.safetensors"),
@@ -198,6 +205,11 @@ def make_synthetic(path: str, tiny: bool, device: str) -> Dict[str, Any]:
 
 def llama_config(tiny: bool):
     from transformers import LlamaConfig
+    if not tiny and os.environ.get("FERRY_BENCH_QUICK") == "1":
+        # About 1.1 billion parameters (2.2 GB in bf16).
+        return LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                           num_attention_heads=16, num_key_value_heads=8, vocab_size=32000,
+                           tie_word_embeddings=False, torch_dtype="bfloat16")
     if tiny:
         return LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
@@ -436,6 +448,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("out", nargs="?")
     ap.add_argument("--tiny", action="store_true", help="tiny checkpoints: checks the logic")
+    ap.add_argument("--quick", action="store_true",
+                    help="4 GiB synthetic, a 1 B model, fewer cases (little device time)")
     ap.add_argument("--child", nargs=5, metavar=("CKPT", "CASE", "DEVICE", "TINY", "TEMP"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -449,8 +463,10 @@ def main() -> int:
     import torch
     os.makedirs(a.out, exist_ok=True)
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    work = os.environ.get("FERRY_BENCH_DIR",
-                          os.path.join(REPO, "build-bench-ckpt" + ("-tiny" if a.tiny else "")))
+    suffix = "-tiny" if a.tiny else "-quick" if a.quick else ""
+    work = os.environ.get("FERRY_BENCH_DIR", os.path.join(REPO, "build-bench-ckpt" + suffix))
+    if a.quick:
+        os.environ["FERRY_BENCH_QUICK"] = "1"
     env = dict(os.environ)
     if a.tiny:
         env["FERRY_BENCH_TINY"] = os.environ["FERRY_BENCH_TINY"] = "1"
@@ -459,7 +475,7 @@ def main() -> int:
     synthetic = os.path.join(work, "synthetic")
     model = os.path.join(work, "llama")
     info = {"device": device, "work_dir": work, "torch": torch.__version__,
-            "synthetic": make_synthetic(synthetic, a.tiny, device)}
+            "synthetic": make_synthetic(synthetic, a.tiny, device, 0.25 if a.quick else 1.0)}
     try:
         import transformers
         info["transformers"] = transformers.__version__
@@ -484,9 +500,12 @@ def main() -> int:
 
     plans = [(synthetic, "hot", c) for c in ("ferry", "ferry-one_allocation",
                                              "safetensors.load_file", "safe_open", "cpu-then-to")
-             if not (skip_safe_open and c == "safe_open")]
+             if not (skip_safe_open and c == "safe_open") and not (a.quick and c == "safe_open")]
     plans += [(synthetic, "cold", "ferry")]
-    if model:
+    if model and a.quick:
+        plans += [(model, "hot", c) for c in ("ferry-state_dict", "safetensors.load_file",
+                                              "from_pretrained")]
+    elif model:
         plans += [(model, "hot", c) for c in ("ferry-state_dict", "safetensors.load_file",
                                               "safe_open", "cpu-then-to", "from_pretrained")]
         plans += [(model, "cold", "ferry-state_dict"), (model, "cold", "safetensors.load_file")]

@@ -1,6 +1,7 @@
 // The whole public API of ferry in one include.
 #pragma once
 
+#include "ferry/checkpoint.h"
 #include "ferry/cufile.h"
 #include "ferry/error.h"
 #include "ferry/explain.h"

@@ -23,6 +23,8 @@ namespace {
 // How long a wait runs with the GIL released before it looks for signals: Ctrl-C raises
 // KeyboardInterrupt within about this much (plus the tasks in flight).
 constexpr double kSignalSlice = 0.05;
+// Synchronous requests up to this size run in the caller's thread without a Pending entry.
+constexpr std::size_t kSmallSync = std::size_t{64} << 10;
 
 // "ferry: file_offset must be an int, not float" rather than pybind11's overload listing.
 std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name,
@@ -181,10 +183,17 @@ class PyFile {
                                   const py::handle& offset_arg) {
     check_open();
     std::uint64_t offset = *index_arg(offset_arg, "file_offset");
+    std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
+    const std::size_t n = checked_size(*view, size);
+    return submit_view(op, std::move(view), n, offset);
+  }
+
+  std::shared_ptr<Pending> submit_view(Op op, std::shared_ptr<BufferView> view, std::size_t n,
+                                       std::uint64_t offset) {
     auto pending = std::make_shared<Pending>();
     pending->op = op;
-    pending->buffer = BufferView::of(buf, op == Op::kRead);
-    pending->nbytes = checked_size(*pending->buffer, size);
+    pending->buffer = std::move(view);
+    pending->nbytes = n;
     {
       py::gil_scoped_release release;
       void* data = pending->buffer->data();
@@ -196,11 +205,32 @@ class PyFile {
     return pending;
   }
 
-  // A synchronous request: an interruptible wait, then the buffer is let go at once.
+  // A synchronous request: an interruptible wait, then the buffer is let go at once. A small one
+  // runs in this thread (it takes microseconds, so Ctrl-C waits for nothing), without a Pending
+  // entry or a future: 4 KiB reads cost 2.0x os.preadv through the Pending path, 1.6x this way.
   std::size_t run(Op op, const py::object& buf, const py::handle& size, const py::handle& offset) {
-    std::size_t n = submit(op, buf, size, offset)->get();
+    check_open();
+    const std::uint64_t at = *index_arg(offset, "file_offset");
+    std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
+    const std::size_t n = checked_size(*view, size);
+    if (n > kSmallSync) {
+      std::size_t done = submit_view(op, std::move(view), n, at)->get();
+      any_done_ = true;
+      return done;
+    }
+    std::size_t done;
+    {
+      py::gil_scoped_release release;  // reacquired before `view` lets go of the buffer
+      IoFuture future =
+          op == Op::kRead ? file_.pread(view->data(), n, at) : file_.pwrite(view->data(), n, at);
+      try {
+        done = future.get();
+      } catch (const RouteError& e) {
+        throw RouteErrorWithReport(e, future.route());
+      }
+    }
     any_done_ = true;
-    return n;
+    return done;
   }
 
   // Appends from several threads get disjoint ranges (File::append reserves each one).
