@@ -16,8 +16,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_bench_runs_every_case_and_checks_equality(tmp_path):
     pytest.importorskip("torch")
+    # The logic, not the GPU: on a GPU machine a dozen processes each starting CUDA took over a
+    # minute (bench/results/2026-12-01-16146b1-h200-lite), so the GPU stays hidden here.
     env = dict(os.environ, FERRY_BENCH_DIR=str(tmp_path / "work"),
-               PYTHONPATH=os.path.join(REPO, "python"))
+               PYTHONPATH=os.path.join(REPO, "python"), CUDA_VISIBLE_DEVICES="")
     p = subprocess.run([sys.executable, os.path.join(REPO, "bench", "checkpoint_bench.py"),
                         str(tmp_path / "out"), "--tiny"], env=env, capture_output=True, text=True,
                        timeout=600)
