@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/paths.h"
 #include "core/route_facts.h"
 #include "core/routing.h"
 #include "core/runtime_state.h"
@@ -18,13 +19,7 @@
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"
-#include "cufile/cufile_backend.h"
-#include "cufile/cufile_outlook.h"
-#include "cufile/cufile_stats.h"
-#include "cufile/cufile_testing.h"
 #include "ferry/error.h"
-#include "posix/page_cache.h"
-#include "posix/posix_backend.h"
 
 namespace ferry::core {
 
@@ -144,7 +139,7 @@ struct Job : std::enable_shared_from_this<Job> {
   Clock::time_point start;
   // The cuFile path only: the backend holding the file's handle, and layer 2's window.
   std::shared_ptr<Backend> owned_backend;
-  std::unique_ptr<cufile::Observation> observation;
+  std::unique_ptr<Layer2Window> observation;
   bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
@@ -284,16 +279,6 @@ struct Job : std::enable_shared_from_this<Job> {
   }
 };
 
-posix::PosixBackend& posix_backend() {
-  // Leaked on purpose: pool threads may still use it while static destructors run at exit.
-  static auto* backend = new posix::PosixBackend;
-  return *backend;
-}
-
-}  // namespace
-
-namespace {
-
 // A request as the engine receives it: one range into one buffer, or a gathered read.
 struct RequestSpec {
   Op op = Op::kRead;
@@ -411,7 +396,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     MemoryInfo memory =
         spec.gathered ? classify_gathered(*file, spec) : classify_memory(spec.buffer);
     // Layer 1 decides on route_memory, which differs from memory only under a test hook.
-    MemoryInfo route_memory = cufile::testing::route_view(memory);
+    MemoryInfo route_memory = accelerated_path().route_view(memory);
     report.memory = memory.kind;
     report.device = memory.device;
     report.direct = file->direct_fd() >= 0;
@@ -433,11 +418,11 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
             span = std::max<std::uint64_t>(span, r.file_offset + r.size - spec.offset);
         }
       }
-      report.page_cache = posix::measure_residency(file->fd(), spec.offset, span);
+      report.page_cache = host_path().residency(file->fd(), spec.offset, span);
     } else {
       report.page_cache.why_not = "not measured for writes";
     }
-    cufile::Probe cufile_probe;
+    AcceleratedProbe cufile_probe;
     RouteFacts facts = gather_route_facts(*file, settings, report.page_cache, &cufile_probe);
     RouteDecision route = decide_route(settings, route_memory, effective, facts);
     report.reasons = route.reasons;
@@ -446,9 +431,9 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       report.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
     }
     std::shared_ptr<Backend> cufile_backend;
-    Backend* backend = &posix_backend();
+    Backend* backend = &host_path();
     if (route.path == Path::kCufile) {
-      cufile_backend = std::make_shared<cufile::CufileBackend>(cufile_probe.state);
+      cufile_backend = std::move(cufile_probe.backend);
       backend = cufile_backend.get();
     }
     auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(spec.buffer),
@@ -472,7 +457,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     }
     job->report = report;
     // Last before the first task runs, so the window holds this request's cuFile calls only.
-    if (route.path == Path::kCufile) job->observation = cufile::Observation::begin(op);
+    if (route.path == Path::kCufile) job->observation = accelerated_path().observe(op);
     if (job->tasks.count() == 0) {
       job->jobs_left = 1;
       job->complete();
@@ -524,9 +509,9 @@ std::optional<ReasonCode> small_layer1(const Settings& s, const cuda::QuickMemor
   }
   if (s.compat_mode != CompatMode::kAuto) return std::nullopt;
   if (size < s.gds_threshold) return ReasonCode::kBelowThreshold;
-  cufile::Outlook outlook = cufile::accelerated_outlook(file.fd());
-  if (outlook.accelerated) return std::nullopt;
-  *compat_why = std::move(outlook.why_not);
+  std::optional<std::string> compat = accelerated_path().compat_only(file.fd());
+  if (!compat) return std::nullopt;
+  *compat_why = std::move(*compat);
   return ReasonCode::kCufileCompatOnly;
 }
 
@@ -539,7 +524,7 @@ std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer
     return {};
   }
   if (op == Op::kRead ? !file.readable() : !file.writable()) return {};
-  if (cufile::testing::host_treated_as_gpu()) return {};
+  if (accelerated_path().host_treated_as_gpu()) return {};
   Settings settings;
   try {
     settings = file.settings();
@@ -576,15 +561,15 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
                          cold_refused};
   std::size_t bytes = 0;
   try {
-    if (op == Op::kRead && size >= posix::kColdTaskMin) {
+    if (op == Op::kRead && size >= host_path().cold_task_min()) {
       // Large enough for the cold rule: measure, as submit() does.
       const std::uint64_t file_size = file.size();
       const std::size_t effective =
           offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
-      route.page_cache = posix::measure_residency(file.fd(), offset, effective);
+      route.page_cache = host_path().residency(file.fd(), offset, effective);
       context.residency = route.page_cache;
     }
-    bytes = posix_backend().run_inline(context, Task{offset, 0, size});
+    bytes = host_path().run_inline(context, Task{offset, 0, size});
   } catch (...) {
     route.cold_direct = direct_tasks.load() > 0;
     route.cold_refused = cold_refused.load();
@@ -708,7 +693,7 @@ RouteReport small_report(const OpenFile& file, const SmallRoute& r) {
                          {},
                          direct_tasks,
                          cold_refused};
-  report.reasons.push_back({ReasonCode::kEngine, posix_backend().describe(context)});
+  report.reasons.push_back({ReasonCode::kEngine, host_path().describe(context)});
   if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));
   if (r.cold_refused) {
     report.reasons.push_back({ReasonCode::kDirectIoRefused, file.cold_direct_refused()});

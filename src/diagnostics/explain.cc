@@ -1,6 +1,7 @@
 // ferry::explain: layer 1 through the request engine's own rule and cuFile probe, so that the
 // prediction and the read cannot disagree on it; layer 2 from the platform facts, each blocking
-// fact in words. Nothing here reads file data.
+// fact in words. Nothing here reads file data. A diagnostics front end above core: it may use the
+// backends' own headers, which core does not.
 #include "ferry/explain.h"
 
 #include <fcntl.h>
@@ -231,7 +232,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
   e.page_cache = posix::measure_residency(file->fd(), e.offset, e.size);
-  cufile::Probe probe;
+  core::AcceleratedProbe probe;
   core::RouteFacts facts = core::gather_route_facts(*file, e.settings, e.page_cache, &probe);
   core::RouteDecision route =
       core::decide_route(e.settings, cufile::testing::route_view(memory), e.size, facts);

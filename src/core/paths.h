@@ -1,0 +1,65 @@
+// The ways to move bytes, as the engine sees them: ferry's own POSIX path, always there, and an
+// accelerated path (cuFile) that may be absent. Core includes only this seam; the real paths are
+// wired in by src/backends/paths.cc, the one file that knows every backend (as LevelDB's
+// Env::Default). Both objects live for the whole process and are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/backend.h"
+#include "core/open_file.h"
+#include "ferry/memory.h"
+#include "ferry/route.h"
+#include "ferry/settings.h"
+
+namespace ferry::core {
+
+// ferry's POSIX path: a Backend, plus what small requests and layer 1 ask of it directly.
+class HostPath : public Backend {
+ public:
+  // Runs one task in the calling thread, with a worker on its stack (small requests).
+  virtual std::size_t run_inline(const RequestContext& context, const Task& task) const = 0;
+  // How much of [offset, offset + size) of `fd` is in the page cache, without reading it.
+  virtual PageCacheResidency residency(int fd, std::uint64_t offset, std::uint64_t size) const = 0;
+  // Reads of at least this many bytes may go to O_DIRECT when cold: their residency is measured.
+  virtual std::uint64_t cold_task_min() const = 0;
+};
+
+// One request's window on the accelerated path's own counters (layer 2): opened right before the
+// request's first call, closed after its last.
+class Layer2Window {
+ public:
+  virtual ~Layer2Window() = default;
+  virtual void end(CufileCounts& out) = 0;
+};
+
+// The outcome of asking whether the accelerated path can serve one file.
+struct AcceleratedProbe {
+  std::shared_ptr<Backend> backend;  // null when it cannot; holds the file's handle while used
+  std::string why_not;
+  bool compat_refused = false;  // its driver was opened with the compatibility path refused
+};
+
+class AcceleratedPath {
+ public:
+  virtual ~AcceleratedPath() = default;
+  // From cheap facts only (no driver open): nullopt when the path could accelerate this file,
+  // else why it could only use its compatibility path.
+  virtual std::optional<std::string> compat_only(int fd) const = 0;
+  // Opens what it needs (library, driver, the file's handle): the backend, or why not.
+  virtual AcceleratedProbe probe(OpenFile& file, const Settings& settings) const = 0;
+  virtual std::unique_ptr<Layer2Window> observe(Op op) const = 0;
+  // Test hooks of the cuFile test double: the memory layer 1 decides on, and whether host
+  // memory stands in for GPU memory (small requests then never run inline).
+  virtual MemoryInfo route_view(const MemoryInfo& memory) const = 0;
+  virtual bool host_treated_as_gpu() const = 0;
+};
+
+// The process's paths (defined in src/backends/paths.cc).
+HostPath& host_path();
+const AcceleratedPath& accelerated_path();
+
+}  // namespace ferry::core
