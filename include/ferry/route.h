@@ -53,6 +53,9 @@ struct CufileCounts {
   std::uint64_t p2p = 0;
   int version = 0;  // cuFileGetVersion(), 0 when unknown
   std::string compat_why;
+  // Under require=gds, when the window was shared and held non-nvfs pieces: why the request was
+  // not judged (they may be another request's). Empty otherwise.
+  std::string unjudged;
   bool module_observable = false;
   std::string module_why_not;
   std::uint64_t module_ops = 0;  // growth of nvidia-fs's Reads (or Writes) n

@@ -252,7 +252,9 @@ struct Job : std::enable_shared_from_this<Job> {
     if (observation) {
       observation->end(report.cufile);
       observation.reset();
-      if (auto refusal = refuse_layer2(context.settings, report, compat_refused); refusal && !e) {
+      auto refusal =
+          refuse_layer2(context.settings, report, compat_refused, &report.cufile.unjudged);
+      if (refusal && !e) {
         e = std::make_exception_ptr(RouteError(*refusal));
       }
     }

@@ -95,6 +95,7 @@ std::string RouteReport::to_text() const {
     if (!cufile.compat_why.empty()) {
       text += fmt::format("    compatibility path: {}\n", cufile.compat_why);
     }
+    if (!cufile.unjudged.empty()) text += fmt::format("    strict mode: {}\n", cufile.unjudged);
   } else {
     text += fmt::format("  layer 2 (cuFile): not observable: {}\n", cufile.why_not);
   }
@@ -136,6 +137,7 @@ std::string RouteReport::to_json() const {
        {{"observable", cufile.observable},
         {"why_not", cufile.why_not},
         {"shared_window", cufile.shared_window},
+        {"unjudged", cufile.unjudged},
         {"nvfs", cufile.nvfs},
         {"posix", cufile.posix},
         {"p2p", cufile.p2p},

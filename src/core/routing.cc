@@ -62,7 +62,7 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
 }
 
 std::optional<std::string> refuse_layer2(const Settings& settings, const RouteReport& report,
-                                         bool compat_refused_at_open) {
+                                         bool compat_refused_at_open, std::string* unjudged) {
   if (settings.require != Require::kGds || report.cufile_tasks == 0) return std::nullopt;
   const CufileCounts& c = report.cufile;
   if (!c.observable) {
@@ -73,6 +73,14 @@ std::optional<std::string> refuse_layer2(const Settings& settings, const RouteRe
         c.why_not);
   }
   if (c.posix == 0 && c.p2p == 0) return std::nullopt;
+  if (c.shared_window) {
+    *unjudged = fmt::format(
+        "require=gds could not judge this request alone: its window on cuFile's counters was "
+        "shared with other requests, and {} of its {} piece(s) went through cuFile's POSIX "
+        "compatibility path or PCI P2PDMA (they may be the other requests')",
+        c.posix + c.p2p, c.nvfs + c.posix + c.p2p);
+    return std::nullopt;
+  }
   std::string text = fmt::format(
       "require=gds refuses cuFile's non-nvidia-fs paths: of {} piece(s), cuFile served {} through "
       "its POSIX compatibility path and {} through PCI P2PDMA",

@@ -49,7 +49,9 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
 // Strict mode at layer 2: under require=gds, a request cuFile served with any non-nvfs piece
 // fails, and so does one whose layer 2 cannot be read unless cuFile's compatibility mode was
 // refused when its driver opened. Returns the error text, or nullopt when the request stands.
+// A window shared with other requests never fails a request after its I/O: the non-nvfs pieces
+// may be theirs; *unjudged (report.cufile.unjudged) then says so.
 std::optional<std::string> refuse_layer2(const Settings& settings, const RouteReport& report,
-                                         bool compat_refused_at_open);
+                                         bool compat_refused_at_open, std::string* unjudged);
 
 }  // namespace ferry::core

@@ -75,6 +75,45 @@ TEST(CufileStrict, GdsFailsRequestWhoseLayer2ShowsCompatPieces) {
   EXPECT_EQ(stats().failed_requests, 1u);
 }
 
+// Issue 11: a strict request served by nvidia-fs must not fail because a neighbour's pieces went
+// through the compatibility path in the same window of cuFile's process-wide counters (it did:
+// the strict request was failed after its I/O by the other request's pieces).
+TEST(CufileStrict, GdsNeverFailsARequestBecauseOfAnotherRequestsPieces) {
+  setenv("FERRY_FAKE_CUFILE_NVFS", "1", 1);
+  setenv("FERRY_FAKE_CUFILE_POSIX_FILES", "posix-only", 1);
+  setenv("FERRY_FAKE_CUFILE_DELAY_US", "20000", 1);
+  test::use_fake_cufile();
+  DataFile f(16 * kMiB);
+  const auto posix_path = f.path().parent_path() / "posix-only.bin";
+  std::filesystem::copy_file(f.path(), posix_path);
+  SettingsOverride strict_settings = test::with(4 * kMiB, CompatMode::kAuto, Require::kGds);
+  strict_settings.nthreads = 1;
+  SettingsOverride other_settings = test::with(4 * kMiB);
+  other_settings.nthreads = 1;
+  File strict(f.path(), "r", {false, strict_settings});
+  File other(posix_path, "r", {false, other_settings});
+  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
+  IoFuture fa = strict.pread(a.data(), a.size());
+  IoFuture fb = other.pread(b.data(), b.size());  // runs while the strict one does
+  EXPECT_EQ(fb.get(), b.size());
+  ASSERT_NO_THROW(fa.get()) << "a request served by nvidia-fs was failed by another's pieces";
+  EXPECT_EQ(a, f.data());
+  RouteReport r = fa.route();
+  EXPECT_TRUE(r.cufile.shared_window);
+  EXPECT_GT(r.cufile.posix, 0u) << "the other request's pieces are in the shared window";
+  EXPECT_NE(r.cufile.unjudged.find("could not judge this request alone"), std::string::npos)
+      << r.to_text();
+  EXPECT_NE(r.to_text().find("strict mode: require=gds could not judge"), std::string::npos);
+  EXPECT_TRUE(fb.route().cufile.unjudged.empty()) << "not a strict request";
+  // Alone, a strict request whose own pieces went through the compatibility path still fails.
+  File alone(posix_path, "r", {false, strict_settings});
+  EXPECT_THROW(alone.read(b.data(), b.size()), RouteError);
+  for (const char* v :
+       {"FERRY_FAKE_CUFILE_NVFS", "FERRY_FAKE_CUFILE_POSIX_FILES", "FERRY_FAKE_CUFILE_DELAY_US"}) {
+    unsetenv(v);
+  }
+}
+
 TEST(CufileStrict, RequireCufileRefusesLayer1FallbackOnly) {
   test::use_fake_cufile();
   DataFile f(8 * kMiB);

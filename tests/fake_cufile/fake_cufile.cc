@@ -6,6 +6,9 @@
 // pieces (defaults 4 and 8 MiB), counted under n_posix_reads, or n_nvfs_reads as if nvidia-fs
 // were loaded. Environment switches, read at each call so one test process can change them:
 //   FERRY_FAKE_CUFILE_NVFS=1             count pieces as nvfs (CUFILE_FORCE_COMPAT_MODE=true wins)
+//   FERRY_FAKE_CUFILE_POSIX_FILES=TEXT   ...except for files whose path contains TEXT (read at
+//                                        registration), counted under posix as cuFile would
+//                                        for a file nvidia-fs cannot serve
 //   FERRY_FAKE_CUFILE_DRIVER_OPEN_ERROR  cuFileDriverOpen fails with this code (e.g. 5001)
 //   FERRY_FAKE_CUFILE_HANDLE_ERROR       cuFileHandleRegister fails with this code (e.g. 5027)
 //   FERRY_FAKE_CUFILE_IO_RESULT          cuFileRead/Write return this (-1 sets errno EIO, -5044)
@@ -64,7 +67,8 @@ Fake& fake() {
 }
 
 struct FakeHandle {
-  int fd;  // the same file without O_DIRECT, so host buffers need no alignment
+  int fd;                   // the same file without O_DIRECT, so host buffers need no alignment
+  bool posix_only = false;  // FERRY_FAKE_CUFILE_POSIX_FILES matched its path
 };
 
 bool counts_as_nvfs() {
@@ -80,13 +84,13 @@ std::uint64_t pieces(std::size_t size) {
 }
 
 // Counts one request the way cuFile's level-3 statistics do.
-void count(bool read, std::size_t size, ssize_t result) {
+void count(bool read, std::size_t size, ssize_t result, const FakeHandle& handle) {
   Fake& f = fake();
   std::lock_guard lock(f.mu);
   if (!f.stats_started || f.stats_level < 3) return;
   abi::PerGpuStats& g = f.gpu;
   std::uint64_t n = pieces(size);
-  bool nvfs = counts_as_nvfs();
+  bool nvfs = counts_as_nvfs() && !handle.posix_only;
   if (read) {
     g.n_total_reads += n;
     (nvfs ? g.n_nvfs_reads : g.n_posix_reads) += n;
@@ -177,7 +181,14 @@ __attribute__((visibility("default"))) abi::Error cuFileHandleRegister(abi::Hand
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", descr->handle.fd);
   int fd = ::open(path, (flags & O_ACCMODE) | O_CLOEXEC);
   if (fd < 0) return status(abi::kInvalidFileType);
-  *fh = new FakeHandle{fd};
+  bool posix_only = false;
+  if (const char* only = std::getenv("FERRY_FAKE_CUFILE_POSIX_FILES"); only != nullptr && *only) {
+    char target[4096];
+    ssize_t n = ::readlink(path, target, sizeof target - 1);
+    posix_only =
+        n > 0 && std::string(target, static_cast<std::size_t>(n)).find(only) != std::string::npos;
+  }
+  *fh = new FakeHandle{fd, posix_only};
   std::lock_guard lock(fake().mu);
   ++fake().handles;
   return status(abi::kSuccess);
@@ -229,7 +240,7 @@ __attribute__((visibility("default"))) ssize_t cuFileRead(abi::Handle fh, void* 
     result = done == static_cast<std::size_t>(-1) ? -1 : static_cast<ssize_t>(done);
   }
   int saved = errno;
-  count(true, size, result);
+  count(true, size, result, *h);
   errno = saved;
   return result;
 }
@@ -260,7 +271,7 @@ __attribute__((visibility("default"))) ssize_t cuFileWrite(abi::Handle fh, const
     if (result == 0) result = static_cast<ssize_t>(done);
   }
   int saved = errno;
-  count(false, size, result);
+  count(false, size, result, *h);
   errno = saved;
   return result;
 }
