@@ -63,6 +63,14 @@ struct ReadRange {
   void* buffer = nullptr;
 };
 
+// One piece of a gathered read into one buffer (File::pread_ranges): `size` bytes at
+// `file_offset` into the buffer at `buffer_offset`.
+struct ByteRange {
+  std::uint64_t file_offset = 0;
+  std::size_t size = 0;
+  std::size_t buffer_offset = 0;
+};
+
 struct FileOptions {
   bool direct = false;        // O_DIRECT, falling back to buffered I/O with a reason.
   SettingsOverride settings;  // per-File overrides of the process-wide settings.
@@ -99,6 +107,11 @@ class File {
   // of one kind on one GPU; else IoError (ENXIO, EINVAL) naming the range, before any I/O. The
   // span is copied before this returns. get() returns the total bytes.
   IoFuture pread_gather(std::span<const ReadRange> ranges);
+  // The same into one buffer of `buffer_size` bytes (rows of a table, embedding rows): ranges
+  // that follow each other both in the file and in the buffer are coalesced into one run first.
+  // A range outside the buffer is IoError(EINVAL) naming it, before any I/O. The report counts
+  // the ranges and the runs.
+  IoFuture pread_ranges(void* buffer, std::size_t buffer_size, std::span<const ByteRange> ranges);
   std::size_t read(void* buf, std::size_t size, std::uint64_t file_offset = 0);
   std::size_t write(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
   // Writes at the end of the file, in any writable mode. Appends from several threads on one File

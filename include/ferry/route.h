@@ -83,6 +83,10 @@ struct RouteReport {
   std::uint64_t requested = 0;  // bytes asked for
   std::uint64_t bytes = 0;      // bytes moved
   std::size_t tasks = 0;
+  // A gathered read (pread_gather, pread_ranges): the ranges asked for, and the runs they made
+  // once adjacent ones were coalesced. 0 for one-range requests.
+  std::size_t ranges = 0;
+  std::size_t runs = 0;
   double seconds = 0;
   bool direct = false;            // O_DIRECT was used
   std::size_t workers = 0;        // threads that ran the request's tasks

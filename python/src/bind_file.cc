@@ -5,8 +5,10 @@
 // Waits run in short slices and check for signals between them, so Ctrl-C cancels a request.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <vector>
@@ -159,6 +161,51 @@ std::size_t checked_size(const BufferView& view, const py::handle& size_arg) {
   return n;
 }
 
+// Ranges for read_ranges: an (n, 3) array of integers (file offset, length, buffer offset), read
+// straight from its buffer when it is one of 8-byte integers, or any sequence of 3-sequences.
+std::vector<ByteRange> ranges_arg(const py::handle& ranges) {
+  std::vector<ByteRange> out;
+  auto bad = [](std::size_t i, const std::string& why) {
+    return py::value_error("ferry: ranges[" + std::to_string(i) + "] " + why);
+  };
+  if (PyObject_CheckBuffer(ranges.ptr()) && !py::isinstance<py::bytes>(ranges)) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(ranges).request();
+    const bool int64 = info.itemsize == 8 && (info.format == "q" || info.format == "Q" ||
+                                              info.format == "l" || info.format == "L");
+    if (info.ndim != 2 || info.shape[1] != 3 || !int64) {
+      throw py::value_error(
+          "ferry: ranges must be an (n, 3) array of 64-bit integers (file offset, length, buffer "
+          "offset), or a sequence of 3-tuples");
+    }
+    const bool is_signed = info.format == "q" || info.format == "l";
+    out.reserve(static_cast<std::size_t>(info.shape[0]));
+    const char* base = static_cast<const char*>(info.ptr);
+    for (py::ssize_t i = 0; i < info.shape[0]; ++i) {
+      std::int64_t v[3];
+      for (int k = 0; k < 3; ++k) {
+        std::memcpy(&v[k], base + i * info.strides[0] + k * info.strides[1], 8);
+        if (is_signed && v[k] < 0) throw bad(static_cast<std::size_t>(i), "has a negative value");
+      }
+      out.push_back({static_cast<std::uint64_t>(v[0]), static_cast<std::size_t>(v[1]),
+                     static_cast<std::size_t>(v[2])});
+    }
+    return out;
+  }
+  std::size_t i = 0;
+  for (const py::handle& item : ranges) {
+    py::sequence t = py::reinterpret_borrow<py::sequence>(item);
+    if (!py::isinstance<py::sequence>(item) || py::len(t) != 3) {
+      throw bad(i, "must be (file_offset, length, buffer_offset)");
+    }
+    std::uint64_t v[3];
+    const char* names[3] = {"file_offset", "length", "buffer_offset"};
+    for (int k = 0; k < 3; ++k) v[k] = *index_arg(t[k], names[k]);
+    out.push_back({v[0], static_cast<std::size_t>(v[1]), static_cast<std::size_t>(v[2])});
+    ++i;
+  }
+  return out;
+}
+
 const char* const kModes[] = {"r", "r+", "w", "w+", "a"};
 
 class PyFile {
@@ -199,6 +246,30 @@ class PyFile {
       void* data = pending->buffer->data();
       pending->future = op == Op::kRead ? file_.pread(data, pending->nbytes, offset)
                                         : file_.pwrite(data, pending->nbytes, offset);
+    }
+    forget_finished();
+    pending_.push_back(pending);
+    return pending;
+  }
+
+  std::size_t run_ranges(const py::object& buf, const py::handle& ranges) {
+    std::size_t n = submit_ranges(buf, ranges)->get();
+    any_done_ = true;
+    return n;
+  }
+
+  // A gathered read of many ranges into one buffer (File::pread_ranges).
+  std::shared_ptr<Pending> submit_ranges(const py::object& buf, const py::handle& ranges_obj) {
+    check_open();
+    std::vector<ByteRange> ranges = ranges_arg(ranges_obj);
+    auto pending = std::make_shared<Pending>();
+    pending->op = Op::kRead;
+    pending->buffer = BufferView::of(buf, true);
+    for (const ByteRange& r : ranges) pending->nbytes += r.size;
+    {
+      py::gil_scoped_release release;
+      pending->future =
+          file_.pread_ranges(pending->buffer->data(), pending->buffer->nbytes(), ranges);
     }
     forget_finished();
     pending_.push_back(pending);
@@ -343,6 +414,23 @@ void bind_file(py::module_& m) {
             return PyRequest(f.submit(Op::kRead, buf, size, off));
           },
           arg("buf"), arg("size") = none, arg("file_offset") = 0)
+      .def(
+          "read_ranges",
+          [](PyFile& f, const py::object& buf, const py::object& ranges) {
+            return f.run_ranges(buf, ranges);
+          },
+          arg("buf"), arg("ranges"),
+          "Reads many ranges of the file into `buf` in one request and returns the bytes read. "
+          "`ranges`: an (n, 3) integer array or a sequence of (file_offset, length, "
+          "buffer_offset), all in bytes; ranges adjacent in the file and in the buffer are "
+          "coalesced. A range outside the buffer or past the end of the file is an error before "
+          "any I/O; last_route counts the ranges and runs.")
+      .def(
+          "pread_ranges",
+          [](PyFile& f, const py::object& buf, const py::object& ranges) {
+            return PyRequest(f.submit_ranges(buf, ranges));
+          },
+          arg("buf"), arg("ranges"))
       .def(
           "write",
           [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {

@@ -135,6 +135,8 @@ void bind_report(py::module_& m) {
       .field("p2p", &CufileCounts::p2p)
       .field("version", &CufileCounts::version)
       .field("compat_why", &CufileCounts::compat_why)
+      .field("unjudged", &CufileCounts::unjudged,
+             "require=gds: why this request was not judged (a window shared with others).")
       .field("module_observable", &CufileCounts::module_observable)
       .field("module_why_not", &CufileCounts::module_why_not)
       .field("module_ops", &CufileCounts::module_ops)
@@ -167,6 +169,9 @@ void bind_report(py::module_& m) {
       .field("requested", &RouteReport::requested, "Bytes asked for.")
       .field("bytes", &RouteReport::bytes, "Bytes moved.")
       .field("tasks", &RouteReport::tasks)
+      .field("ranges", &RouteReport::ranges,
+             "A gathered read: the ranges asked for (0 for one-range requests).")
+      .field("runs", &RouteReport::runs, "A gathered read: runs once adjacent ranges coalesced.")
       .field("seconds", &RouteReport::seconds)
       .field("direct", &RouteReport::direct, "Whether O_DIRECT was used.")
       .field("workers", &RouteReport::workers, "Threads that ran the request's tasks.")

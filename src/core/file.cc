@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/open_file.h"
 #include "core/request.h"
@@ -109,6 +111,36 @@ IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offs
 IoFuture File::pread_gather(std::span<const ReadRange> ranges) {
   open_or_throw(file_, "pread_gather");
   return core::submit_gather(file_, ranges);
+}
+
+IoFuture File::pread_ranges(void* buffer, std::size_t buffer_size,
+                            std::span<const ByteRange> ranges) {
+  core::OpenFile& f = open_or_throw(file_, "pread_ranges");
+  std::vector<ReadRange> runs;
+  runs.reserve(ranges.size());
+  char* base = static_cast<char*>(buffer);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const ByteRange& r = ranges[i];
+    if (r.size == 0) continue;
+    if (r.buffer_offset > buffer_size || r.size > buffer_size - r.buffer_offset) {
+      throw IoError(EINVAL, "pread_ranges", f.path(), r.file_offset, r.size, 0,
+                    "range " + std::to_string(i) + " lands at buffer bytes [" +
+                        std::to_string(r.buffer_offset) + ", " +
+                        std::to_string(r.buffer_offset + r.size) + "), outside the buffer of " +
+                        std::to_string(buffer_size) + " B");
+    }
+    if (base == nullptr) {
+      throw IoError(EFAULT, "pread_ranges", f.path(), r.file_offset, r.size, 0, "null buffer");
+    }
+    ReadRange* last = runs.empty() ? nullptr : &runs.back();
+    if (last != nullptr && last->file_offset + last->size == r.file_offset &&
+        static_cast<char*>(last->buffer) + last->size == base + r.buffer_offset) {
+      last->size += r.size;  // adjacent in the file and in the buffer: one run
+    } else {
+      runs.push_back({r.file_offset, r.size, base + r.buffer_offset});
+    }
+  }
+  return core::submit_gather(file_, runs, buffer, ranges.size());
 }
 
 std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {

@@ -289,6 +289,10 @@ struct RequestSpec {
   std::size_t size = 0;
   std::span<const ReadRange> ranges;  // a gathered read: buffer, offset and size are derived
   bool gathered = false;
+  // A gathered read into one buffer (pread_ranges): classified once, and the ranges the caller
+  // gave before adjacent ones were coalesced.
+  const void* one_buffer = nullptr;
+  std::size_t ranges_given = 0;
 };
 
 void check_range(const OpenFile& file, Op op, const void* buffer, std::uint64_t offset,
@@ -339,6 +343,7 @@ RequestTasks gather_tasks(OpenFile& file, RequestSpec& spec, std::size_t task_si
 // Every buffer of a gathered read must be memory of one kind on one device: the workers stage
 // and copy for one. Returns that kind.
 MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
+  if (spec.one_buffer != nullptr) return classify_memory(spec.one_buffer);
   MemoryInfo first;
   const void* last = nullptr;
   for (std::size_t i = 0; i < spec.ranges.size(); ++i) {
@@ -394,6 +399,9 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       tasks.emplace(gather_tasks(*file, spec, settings.task_size));
       report.offset = spec.offset;
       report.requested = spec.size;
+      report.runs = 0;
+      for (const ReadRange& r : spec.ranges) report.runs += r.size > 0 ? 1 : 0;
+      report.ranges = spec.one_buffer != nullptr ? spec.ranges_given : report.runs;
     }
     MemoryInfo memory =
         spec.gathered ? classify_gathered(*file, spec) : classify_memory(spec.buffer);
@@ -487,10 +495,13 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
   return submit_spec(std::move(file), spec);
 }
 
-IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges) {
+IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges,
+                       const void* one_buffer, std::size_t ranges_given) {
   RequestSpec spec;
   spec.ranges = ranges;
   spec.gathered = true;
+  spec.one_buffer = one_buffer;
+  spec.ranges_given = ranges_given;
   for (const ReadRange& r : ranges)
     spec.size += r.size;  // for errors before the ranges are checked
   return submit_spec(std::move(file), spec);

@@ -56,7 +56,10 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
 // Starts a gathered read: every range in one request, its tasks cut from each range. The ranges
 // are checked (inside the file, one kind of memory) before any I/O and copied: the caller's span
 // may go once this returns.
-IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges);
+// `one_buffer`: every range reads into that one allocation (classified once); `ranges_given`:
+// how many ranges the caller named before adjacent ones were coalesced (for the report).
+IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges,
+                       const void* one_buffer = nullptr, std::size_t ranges_given = 0);
 
 // Small requests run in the caller's thread, without a hand-off to the workers, a future, a
 // heap allocation or the text of a report: a request qualifies when it is one task of at most

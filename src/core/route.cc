@@ -82,6 +82,10 @@ std::string RouteReport::verdict() const {
 
 std::string RouteReport::to_text() const {
   std::string text = fmt::format("route: {}\n", verdict());
+  if (ranges > 0) {
+    text += fmt::format("  gathered: {} range(s) in {} run(s) once adjacent ones were coalesced\n",
+                        ranges, runs);
+  }
   text += fmt::format("  layer 1 (ferry): {} task(s): {} to cuFile, {} to the POSIX path\n", tasks,
                       cufile_tasks, posix_tasks);
   for (const RouteReason& r : reasons) {
@@ -124,6 +128,8 @@ std::string RouteReport::to_json() const {
       {"requested", requested},
       {"bytes", bytes},
       {"tasks", tasks},
+      {"ranges", ranges},
+      {"runs", runs},
       {"seconds", seconds},
       {"direct", direct},
       {"workers", workers},

@@ -1,4 +1,4 @@
-// File::pread_gather: many ranges of one file into many buffers, as one request.
+// File::pread_gather and File::pread_ranges: many ranges of one file as one request.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -119,6 +119,73 @@ TEST(Gather, TheRangesAreCopiedBeforeTheCallReturns) {
   }
   EXPECT_EQ(fut.get(), a.size());
   EXPECT_EQ(0, std::memcmp(a.data(), data.data() + (4 << 20), a.size()));
+}
+
+// pread_ranges: rows of one file into one buffer, adjacent ones coalesced into runs.
+TEST(Ranges, RowsLandAtTheirBufferOffsetsAndAdjacentOnesCoalesce) {
+  TempDir dir;
+  const std::size_t row = 4096;
+  auto data = test::pattern_bytes(1024 * row, 21);
+  test::write_file(dir / "rows.bin", data);
+  File f = open_with(dir / "rows.bin", "64KiB", "4");
+  // Rows 10..13 in order into slots 0..3 (one run), then rows 500, 7 and 900 scattered.
+  std::vector<ByteRange> ranges;
+  for (std::size_t i = 0; i < 4; ++i) ranges.push_back({(10 + i) * row, row, i * row});
+  ranges.push_back({500 * row, row, 4 * row});
+  ranges.push_back({7 * row, row, 5 * row});
+  ranges.push_back({900 * row + 100, row - 200, 6 * row + 100});
+  std::vector<unsigned char> buf(8 * row, 0xEE);
+  IoFuture fut = f.pread_ranges(buf.data(), buf.size(), ranges);
+  EXPECT_EQ(fut.get(), 6 * row + row - 200);
+  for (const ByteRange& r : ranges) {
+    ASSERT_EQ(0, std::memcmp(buf.data() + r.buffer_offset, data.data() + r.file_offset, r.size));
+  }
+  for (std::size_t i = 6 * row; i < 6 * row + 100; ++i) ASSERT_EQ(buf[i], 0xEE);
+  for (std::size_t i = 7 * row - 100; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xEE);
+  RouteReport r = fut.route();
+  EXPECT_EQ(r.ranges, 7u);
+  EXPECT_EQ(r.runs, 4u);  // the first four rows are one run
+  EXPECT_EQ(r.tasks, 4u);
+  EXPECT_NE(r.to_text().find("7 range(s) in 4 run(s)"), std::string::npos) << r.to_text();
+  EXPECT_NE(r.to_json().find("\"runs\":4"), std::string::npos) << r.to_json();
+}
+
+TEST(Ranges, ARangeOutsideTheBufferIsAnErrorNamingItBeforeAnyIo) {
+  TempDir dir;
+  test::write_file(dir / "rows.bin", test::pattern_bytes(1 << 20, 22));
+  File f = open_with(dir / "rows.bin", "64KiB", "2");
+  std::vector<unsigned char> buf(8192, 0xEE);
+  std::vector<ByteRange> ranges = {{0, 4096, 0}, {4096, 4096, 4097}};
+  try {
+    f.pread_ranges(buf.data(), buf.size(), ranges).get();
+    FAIL() << "a range past the buffer was read";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_code(), EINVAL);
+    EXPECT_NE(std::string(e.what()).find("range 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("outside the buffer of 8192 B"), std::string::npos)
+        << e.what();
+  }
+  for (unsigned char x : buf) ASSERT_EQ(x, 0xEE);
+  std::vector<ByteRange> past_the_end = {{(1 << 20) - 10, 100, 0}};
+  test::expect_io_error([&] { f.pread_ranges(buf.data(), buf.size(), past_the_end).get(); },
+                        (dir / "rows.bin").string(), ENXIO);
+}
+
+// Many random 4 KiB rows, as an embedding lookup makes them, against a pread per row.
+TEST(Ranges, TenThousandRandomRowsMatchAPreadPerRow) {
+  TempDir dir;
+  const std::size_t row = 4096, rows = 4096;
+  auto data = test::pattern_bytes(rows * row, 23);
+  test::write_file(dir / "rows.bin", data);
+  File f(dir / "rows.bin");
+  std::mt19937_64 rng(24);
+  std::vector<ByteRange> ranges;
+  for (std::size_t i = 0; i < 10000; ++i) ranges.push_back({rng() % rows * row, row, i * row});
+  std::vector<unsigned char> buf(ranges.size() * row);
+  EXPECT_EQ(f.pread_ranges(buf.data(), buf.size(), ranges).get(), buf.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(buf.data() + i * row, data.data() + ranges[i].file_offset, row)) << i;
+  }
 }
 
 }  // namespace
