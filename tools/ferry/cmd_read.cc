@@ -1,7 +1,13 @@
-// ferry read: read a file (or part of it) into GPU or host memory and say how it went.
+// ferry read: read a file (or part of it) into GPU or host memory and say how it went. With
+// several GPUs (--gpu 0,1 or --gpu all) the range is split into one contiguous part per GPU and
+// the parts are read at once, each GPU on a ferry::Runtime of its own (workers and staging
+// memory that no other GPU's reads wait for).
 #include <fmt/format.h>
 
+#include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -20,8 +26,127 @@ struct ReadArgs {
   bool json = false;
 };
 
+// [offset, offset + size) in `parts` contiguous pieces, cut on 4 KiB boundaries of the file.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> split_range(std::uint64_t offset,
+                                                                  std::uint64_t size, int parts) {
+  constexpr std::uint64_t kAlign = 4096;
+  std::vector<std::uint64_t> cuts{offset};
+  for (int k = 1; k < parts; ++k) {
+    const std::uint64_t ideal =
+        offset + static_cast<std::uint64_t>(static_cast<long double>(size) * k / parts);
+    std::uint64_t cut = (ideal + kAlign / 2) / kAlign * kAlign;
+    cut = std::min(std::max(cut, cuts.back()), offset + size);
+    cuts.push_back(cut);
+  }
+  cuts.push_back(offset + size);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  for (int k = 0; k < parts; ++k) out.emplace_back(cuts[k], cuts[k + 1] - cuts[k]);
+  return out;
+}
+
+int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t offset,
+                std::uint64_t size, const std::string& short_note) {
+  const auto parts = split_range(offset, size, static_cast<int>(gpus.size()));
+  // Declared before the Files, so destroyed after them (a runtime outlives its Files' close()).
+  std::vector<std::unique_ptr<Runtime>> runtimes;
+  std::vector<File> files;
+  std::vector<Buffer> buffers;
+  for (std::size_t k = 0; k < gpus.size(); ++k) {
+    runtimes.push_back(std::make_unique<Runtime>());
+    FileOptions options = file_options(a.settings);
+    options.runtime = runtimes.back().get();
+    files.emplace_back(a.path, "r", options);
+    buffers.emplace_back(MemoryKind::kDevice, parts[k].second, gpus[k]);
+  }
+  nlohmann::json runs = nlohmann::json::array();
+  std::vector<RouteReport> routes(gpus.size());
+  std::vector<std::size_t> got(gpus.size(), 0);
+  std::uint64_t bytes = 0;
+  double wall = 0;
+  double best = 0;
+  double cpu_per_gib = 0;
+  for (int r = 0; r < a.repeat; ++r) {
+    const double cpu0 = cpu_seconds();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<IoFuture> futures;
+    for (std::size_t k = 0; k < gpus.size(); ++k) {
+      futures.push_back(files[k].pread(buffers[k].data(), parts[k].second, parts[k].first));
+    }
+    bytes = 0;
+    for (std::size_t k = 0; k < gpus.size(); ++k) {
+      got[k] = futures[k].get();
+      routes[k] = futures[k].route();
+      bytes += got[k];
+    }
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = cpu_seconds() - cpu0;
+    cpu_per_gib = bytes > 0 ? cpu / (static_cast<double>(bytes) / (1 << 30)) : 0;
+    best = std::max(best, gbps(bytes, wall));
+    nlohmann::json per = nlohmann::json::array();
+    for (std::size_t k = 0; k < gpus.size(); ++k) {
+      per.push_back({{"device", gpus[k]},
+                     {"seconds", routes[k].seconds},
+                     {"gbps", gbps(got[k], routes[k].seconds)}});
+    }
+    runs.push_back({{"seconds", wall},
+                    {"gbps", gbps(bytes, wall)},
+                    {"cpu_seconds", cpu},
+                    {"parts", per}});
+    if (!a.json) {
+      std::string line;
+      for (std::size_t k = 0; k < gpus.size(); ++k) {
+        line += fmt::format("{}GPU {} {:.2f} GB/s", k ? ", " : "", gpus[k],
+                            gbps(got[k], routes[k].seconds));
+      }
+      fmt::print("read {} B from {} into {} GPUs in {:.4f} s: {:.2f} GB/s in all ({}), {}\n",
+                 bytes, a.path, gpus.size(), wall, gbps(bytes, wall), line,
+                 cpu_words(cpu, bytes));
+    }
+  }
+  std::vector<std::pair<const Buffer*, std::size_t>> pieces;
+  for (std::size_t k = 0; k < gpus.size(); ++k) pieces.emplace_back(&buffers[k], got[k]);
+  const std::string digest = a.checksum ? sha256(pieces) : "";
+  if (a.json) {
+    nlohmann::json per = nlohmann::json::array();
+    for (std::size_t k = 0; k < gpus.size(); ++k) {
+      per.push_back({{"device", gpus[k]},
+                     {"offset", parts[k].first},
+                     {"bytes", got[k]},
+                     {"seconds", routes[k].seconds},
+                     {"gbps", gbps(got[k], routes[k].seconds)},
+                     {"route", nlohmann::json::parse(routes[k].to_json())}});
+    }
+    nlohmann::json out = {{"file", a.path},
+                          {"bytes", bytes},
+                          {"seconds", wall},
+                          {"gbps", gbps(bytes, wall)},
+                          {"best_gbps", best},
+                          {"cpu_seconds_per_gib", cpu_per_gib},
+                          {"memory", "gpu"},
+                          {"memory_kind", to_string(MemoryKind::kDevice)},
+                          {"devices", gpus},
+                          {"parts", per},
+                          {"runs", runs}};
+    if (!short_note.empty()) out["end_of_file"] = short_note;
+    if (a.checksum) out["sha256"] = digest;
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  if (!short_note.empty()) fmt::print("note: {}\n", short_note);
+  for (std::size_t k = 0; k < gpus.size(); ++k) {
+    fmt::print("GPU {}: {} B at offset {} in {:.4f} s: {:.2f} GB/s\n{}", gpus[k], got[k],
+               parts[k].first, routes[k].seconds, gbps(got[k], routes[k].seconds),
+               routes[k].to_text());
+  }
+  if (a.checksum) fmt::print("sha256: {}\n", digest);
+  return 0;
+}
+
 int run(const ReadArgs& a) {
   File file(a.path, "r", file_options(a.settings));
+  // After the file is opened, where --gpu 0 has always checked the driver.
+  std::vector<int> gpus;
+  if (!a.memory.gpu_list.empty()) gpus = resolve_gpus(parse_gpu_list(a.memory.gpu_list));
   const std::uint64_t offset = offset_option(a.offset, "--offset");
   const std::uint64_t file_size = file.size();
   const std::uint64_t available = file_size > offset ? file_size - offset : 0;
@@ -43,7 +168,13 @@ int run(const ReadArgs& a) {
                            "asked for",
                            available, available, asked);
   }
-  const Target target = resolve_target(a.memory);
+  if (gpus.size() > 1) {
+    file.close();
+    return run_several(a, gpus, offset, size, short_note);
+  }
+  MemoryChoice memory = a.memory;
+  if (gpus.size() == 1) memory.gpu = gpus.front();
+  const Target target = resolve_target(memory);
   Buffer buffer(target.kind, size, std::max(target.device, 0));
   nlohmann::json runs = nlohmann::json::array();
   RouteReport route;
@@ -99,9 +230,11 @@ int run(const ReadArgs& a) {
 void add_read_command(CLI::App& app, std::function<int()>& action) {
   auto args = std::make_shared<ReadArgs>();
   CLI::App* cmd =
-      app.add_subcommand("read", "Read a file into GPU or host memory and report the route");
+      app.add_subcommand("read",
+                         "Read a file into GPU or host memory (or split across several GPUs) and "
+                         "report the route");
   cmd->add_option("path", args->path, "File to read")->required();
-  add_memory_options(*cmd, args->memory);
+  add_memory_options(*cmd, args->memory, /*several_gpus=*/true);
   add_settings_options(*cmd, args->settings);
   cmd->add_option("--offset", args->offset, "File offset to start at (bytes or units)");
   cmd->add_option("--size", args->size, "Bytes to read (default: to the end of the file)");

@@ -12,9 +12,24 @@
 
 namespace ferry::cli {
 
-void add_memory_options(CLI::App& cmd, MemoryChoice& choice) {
-  auto* gpu =
-      cmd.add_option("--gpu", choice.gpu, "GPU ordinal to use (default: 0 when a GPU exists)");
+void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus) {
+  CLI::Option* gpu = nullptr;
+  if (several_gpus) {
+    gpu = cmd.add_option("--gpu", choice.gpu_list,
+                         "GPU ordinal to use (default: 0 when a GPU exists); several (0,1) or "
+                         "all: the range is split into one contiguous part per GPU, read at once")
+              ->type_name("N|N,M,...|all")
+              ->check([](const std::string& text) {
+                try {
+                  parse_gpu_list(text);
+                  return std::string();
+                } catch (const std::exception& e) {
+                  return std::string(e.what());
+                }
+              });
+  } else {
+    gpu = cmd.add_option("--gpu", choice.gpu, "GPU ordinal to use (default: 0 when a GPU exists)");
+  }
   auto* host = cmd.add_flag("--host", choice.host, "Use pageable host memory");
   auto* pinned = cmd.add_flag("--pinned", choice.pinned, "Use pinned host memory (needs a driver)");
   gpu->excludes(host)->excludes(pinned);
@@ -50,6 +65,53 @@ FileOptions file_options(const SettingsFlags& flags) {
   return options;
 }
 
+GpuList parse_gpu_list(const std::string& text) {
+  GpuList list;
+  if (text == "all") {
+    list.all = true;
+    return list;
+  }
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const bool digits = !item.empty() && item.size() <= 4 &&
+                        std::all_of(item.begin(), item.end(),
+                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+    if (!digits) {
+      throw Error(fmt::format("'{}' is not a GPU ordinal, a list such as 0,1, or all", text));
+    }
+    const int ordinal = std::stoi(item);
+    if (std::find(list.ordinals.begin(), list.ordinals.end(), ordinal) != list.ordinals.end()) {
+      throw Error(fmt::format("GPU {} is named twice in '{}'", ordinal, text));
+    }
+    list.ordinals.push_back(ordinal);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return list;
+}
+
+std::vector<int> resolve_gpus(const GpuList& list) {
+  CudaStatus cuda = cuda_status();
+  if (!cuda.available) throw CudaError(cuda.why_not, 0);  // as --gpu 0 does
+  const int count = static_cast<int>(cuda.gpus.size());
+  if (list.all) {
+    if (count == 0) throw CudaError("no GPU: the CUDA driver sees none", 0);
+    std::vector<int> all;
+    for (int i = 0; i < count; ++i) all.push_back(i);
+    return all;
+  }
+  for (int ordinal : list.ordinals) {
+    if (ordinal >= count) {
+      throw Error(fmt::format("--gpu: GPU {} does not exist: this machine has {} GPU(s)", ordinal,
+                              count));
+    }
+  }
+  return list.ordinals;
+}
+
 Target resolve_target(const MemoryChoice& choice) {
   if (choice.host) return {MemoryKind::kHostPageable, -1, ""};
   if (choice.pinned) return {MemoryKind::kHostPinned, 0, ""};
@@ -66,19 +128,23 @@ Target resolve_target(const MemoryChoice& choice) {
   return {MemoryKind::kDevice, 0, ""};
 }
 
-std::string sha256(const Buffer& buffer, std::size_t size) {
+std::string sha256(const Buffer& buffer, std::size_t size) { return sha256({{&buffer, size}}); }
+
+std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& parts) {
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     throw Error("OpenSSL: SHA-256 initialisation failed");
   }
-  if (!is_gpu(buffer.kind())) {
-    EVP_DigestUpdate(ctx.get(), buffer.data(), size);
-  } else {
+  for (const auto& [buffer, size] : parts) {
+    if (!is_gpu(buffer->kind())) {
+      EVP_DigestUpdate(ctx.get(), buffer->data(), size);
+      continue;
+    }
     constexpr std::size_t kChunk = std::size_t{64} << 20;
     std::vector<unsigned char> host(std::min(kChunk, size));
     for (std::size_t off = 0; off < size; off += kChunk) {
       std::size_t n = std::min(kChunk, size - off);
-      buffer.copy_to_host(host.data(), n, off);
+      buffer->copy_to_host(host.data(), n, off);
       EVP_DigestUpdate(ctx.get(), host.data(), n);
     }
   }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ferry::cli {
 
@@ -16,8 +18,22 @@ struct MemoryChoice {
   std::optional<int> gpu;
   bool host = false;
   bool pinned = false;
+  std::string gpu_list;  // --gpu as given where several GPUs are accepted ("0,1", "all")
 };
-void add_memory_options(CLI::App& cmd, MemoryChoice& choice);
+// `several_gpus`: --gpu also takes a list ("0,1") or "all", kept in `gpu_list` (checked at
+// parse time); cmd_read resolves it with parse_gpu_list and resolve_gpus.
+void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus = false);
+
+// --gpu's text parsed without asking CUDA: "all", or distinct ordinals separated by commas.
+// Throws ferry::Error for anything else ("0,,1", "x", "0,0", "-1").
+struct GpuList {
+  bool all = false;
+  std::vector<int> ordinals;
+};
+GpuList parse_gpu_list(const std::string& text);
+// The GPUs a GpuList names on this machine: every GPU for "all". Without a CUDA driver it
+// throws the CudaError `--gpu 0` throws; for a GPU that does not exist, an Error naming it.
+std::vector<int> resolve_gpus(const GpuList& list);
 
 struct SettingsFlags {
   std::string task_size;
@@ -41,6 +57,8 @@ Target resolve_target(const MemoryChoice& choice);
 
 // SHA-256 (hex) of `size` bytes of `buffer` from `offset`, copied back in chunks where needed.
 std::string sha256(const Buffer& buffer, std::size_t size);
+// SHA-256 (hex) of several buffers' first bytes, one after the other, as if one.
+std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& parts);
 
 // Fills `buffer` with a pattern: "random" (deterministic from `seed`) or "zero".
 void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed);

@@ -1,0 +1,163 @@
+// Gathered reads (issue 14): many random ranges of one page-cached file into one buffer, side
+// by side in one run:
+//   - raw: a pread per range in one thread (then a synchronous copy to the GPU for GPU memory);
+//   - ferry per range: File::read per range in one thread (one request each);
+//   - ferry gathered: one File::pread_ranges call with the default settings.
+// For 4 KiB and 64 KiB ranges, into host memory, and into GPU 0 where a GPU is found. The first
+// gathered call of the process is reported beside the best of the following ones. One JSON
+// object per case on stdout, a table with the issue's targets on stderr.
+// Usage: ferry_gather_bench [--file PATH] [--file-mib N] [--ranges N]
+#include <fcntl.h>
+#include <ferry/ferry.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string arg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+void make_cached_file(const std::string& path, std::size_t size) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create " + path);
+  std::vector<char> chunk(std::size_t{1} << 20);
+  std::mt19937_64 rng(11);
+  for (std::size_t done = 0; done < size; done += chunk.size()) {
+    for (auto& c : chunk) c = static_cast<char>(rng());
+    if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  for (std::size_t done = 0; done < size; done += chunk.size()) {
+    if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
+      throw std::runtime_error("cannot read " + path);
+    }
+  }
+  ::close(fd);
+}
+
+struct Case {
+  std::string name;
+  double raw_per_s = 0;
+  double per_range_per_s = 0;
+  double gathered_first_per_s = 0;
+  double gathered_best_per_s = 0;
+  std::string verdict;
+};
+
+// One case: `n` ranges of `io` bytes at random aligned offsets into `dst` (host or GPU memory).
+Case run_case(const std::string& path, std::uint64_t file_size, std::size_t io, std::size_t n,
+              ferry::Buffer& dst, bool gpu) {
+  std::mt19937_64 rng(io);
+  std::vector<ferry::ByteRange> ranges(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ranges[i] = {rng() % (file_size / io) * io, io, i * io};
+  }
+  char* out = static_cast<char*>(dst.data());
+  dst.fill(0);  // every page touched before the first timing: no case pays the faults
+  Case c;
+  c.name = fmt::format("{} KiB ranges into {}", io >> 10, gpu ? "GPU 0" : "host memory");
+  {
+    // The baseline: pread into a pinned staging buffer (host: straight into the destination),
+    // then a synchronous copy to the GPU.
+    int fd = ::open(path.c_str(), O_RDONLY);
+    std::optional<ferry::Buffer> staging;
+    if (gpu) staging.emplace(ferry::MemoryKind::kHostPinned, io, 0);
+    auto t0 = Clock::now();
+    for (const auto& r : ranges) {
+      char* to = gpu ? static_cast<char*>(staging->data()) : out + r.buffer_offset;
+      if (::pread(fd, to, io, static_cast<off_t>(r.file_offset)) != static_cast<ssize_t>(io)) {
+        throw std::runtime_error("short pread");
+      }
+      if (gpu) dst.copy_from_host(to, io, r.buffer_offset);
+    }
+    c.raw_per_s = n / since(t0);
+    ::close(fd);
+  }
+  ferry::File f(path);
+  {
+    auto t0 = Clock::now();
+    for (const auto& r : ranges) f.read(out + r.buffer_offset, io, r.file_offset);
+    c.per_range_per_s = n / since(t0);
+  }
+  ferry::File g(path);  // a File of its own: its first call is the gathered path's first
+  for (int round = 0; round < 4; ++round) {
+    auto t0 = Clock::now();
+    ferry::IoFuture fut = g.pread_ranges(out, dst.size(), ranges);
+    if (fut.get() != n * io) throw std::runtime_error("gathered read came back short");
+    const double rate = n / since(t0);
+    if (round == 0) {
+      c.gathered_first_per_s = rate;
+      c.verdict = fut.route().verdict();
+    } else {
+      c.gathered_best_per_s = std::max(c.gathered_best_per_s, rate);
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string path = arg(argc, argv, "--file", "/tmp/ferry-gather-bench.bin");
+  const std::size_t file_size = std::stoull(arg(argc, argv, "--file-mib", "1024")) << 20;
+  const std::size_t n = std::stoull(arg(argc, argv, "--ranges", "200000"));
+  make_cached_file(path, file_size);
+  std::vector<Case> cases;
+  const bool have_gpu = !ferry::cuda_status().gpus.empty();
+  for (bool gpu : {false, true}) {
+    if (gpu && !have_gpu) {
+      fmt::print(stderr, "GPU cases skipped: {}\n", ferry::cuda_status().why_not);
+      continue;
+    }
+    for (std::size_t io : {std::size_t{4} << 10, std::size_t{64} << 10}) {
+      const std::size_t count = io == (std::size_t{4} << 10) ? n : n / 8;
+      ferry::Buffer dst(gpu ? ferry::MemoryKind::kDevice : ferry::MemoryKind::kHostPageable,
+                        count * io, 0);
+      Case c = run_case(path, file_size, io, count, dst, gpu);
+      nlohmann::json j = {{"case", c.name},
+                          {"ranges", count},
+                          {"raw_ranges_per_s", c.raw_per_s},
+                          {"per_range_ranges_per_s", c.per_range_per_s},
+                          {"gathered_first_ranges_per_s", c.gathered_first_per_s},
+                          {"gathered_best_ranges_per_s", c.gathered_best_per_s},
+                          {"verdict", c.verdict}};
+      fmt::print("{}\n", j.dump());
+      cases.push_back(std::move(c));
+    }
+  }
+  ::unlink(path.c_str());
+  fmt::print(stderr, "\n{:<30} {:>12} {:>12} {:>12} {:>12} {:>8} {:>8}\n", "case (ranges/s)",
+             "raw loop", "per range", "gathered 1st", "gathered", "x raw", "x per");
+  for (const Case& c : cases) {
+    fmt::print(stderr, "{:<30} {:>12.0f} {:>12.0f} {:>12.0f} {:>12.0f} {:>8.2f} {:>8.2f}\n", c.name,
+               c.raw_per_s, c.per_range_per_s, c.gathered_first_per_s, c.gathered_best_per_s,
+               c.gathered_first_per_s / c.raw_per_s, c.gathered_first_per_s / c.per_range_per_s);
+  }
+  fmt::print(stderr,
+             "targets (issue 14, GPU machine, 4 KiB into GPU memory): >= 1 M ranges/s, >= 10x the "
+             "per-range loop\n");
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "ferry_gather_bench: {}\n", e.what());
+  return 1;
+}
