@@ -15,5 +15,6 @@ void add_explain_command(CLI::App& app, std::function<int()>& action);
 void add_plan_command(CLI::App& app, std::function<int()>& action);
 void add_stats_command(CLI::App& app, std::function<int()>& action);
 void add_load_command(CLI::App& app, std::function<int()>& action);
+void add_bench_command(CLI::App& app, std::function<int()>& action);
 
 }  // namespace ferry::cli

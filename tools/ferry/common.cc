@@ -192,14 +192,21 @@ void wait_with_progress(const IoFuture& future, std::uint64_t total, const char*
   bool drawn = false;
   while (!future.wait_for(0.1)) {
     std::uint64_t done = std::min(future.progress(), total);
-    int width = 40;
-    int filled = static_cast<int>(width * done / total);
-    fmt::print(stderr, "\r{} [{}{}] {:5.1f}%", verb, std::string(filled, '#'),
-               std::string(width - filled, ' '), 100.0 * done / total);
+    draw_progress(verb, static_cast<double>(done) / static_cast<double>(total));
     drawn = true;
   }
-  if (drawn) fmt::print(stderr, "\r{}\r", std::string(60, ' '));
+  if (drawn) clear_progress();
 }
+
+void draw_progress(const std::string& label, double fraction) {
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  const int width = 40;
+  const int filled = static_cast<int>(width * fraction);
+  fmt::print(stderr, "\r{} [{}{}] {:5.1f}%", label, std::string(filled, '#'),
+             std::string(width - filled, ' '), 100.0 * fraction);
+}
+
+void clear_progress() { fmt::print(stderr, "\r{}\r", std::string(80, ' ')); }
 
 double cpu_seconds() {
   rusage usage{};

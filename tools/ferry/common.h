@@ -66,6 +66,10 @@ void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed
 // Waits for `future`, drawing a progress bar on stderr when it is a terminal and the request
 // takes long enough to be worth one.
 void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb);
+// One frame of that progress bar ("\rLABEL [####    ]  42.0%") on stderr, and its erasure; the
+// caller decides when stderr is a terminal and the work is long enough.
+void draw_progress(const std::string& label, double fraction);
+void clear_progress();
 
 // CPU seconds (user + system) used by this process so far.
 double cpu_seconds();

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_plan_command(app, action);
   ferry::cli::add_stats_command(app, action);
   ferry::cli::add_load_command(app, action);
+  ferry::cli::add_bench_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

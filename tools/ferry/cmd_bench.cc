@@ -1,0 +1,918 @@
+// ferry bench: what a loader gets on this machine. Sequential or random reads or writes of a
+// request size, by a number of threads each keeping a number of requests in flight, into memory
+// of a kind, by a route; per case GB/s, IOPS, latency percentiles from per-request timings,
+// CPU-seconds per GiB and the route report's verdict. --compare runs the same case through a
+// plain pread (+ copy) loop in the same run; --ceiling measures the copy rate into that memory.
+// Lists of sizes, threads, memories or routes make a sweep: one case (one JSON line) each.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "common.h"
+
+namespace ferry::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* const kHelpFooter = R"(
+Modes, for gdsio users:
+  -I 0|1|2|3 is gdsio's -I: read, write, randread, randwrite (the words work too). Sequential
+      modes give each thread its own contiguous part of the file; random modes pick aligned
+      offsets anywhere in it.
+  -x is gdsio's transfer type, mapped to ferry's memory kinds and routes:
+      -x 0 GPU_DIRECT       -> --memory gpu:D --route cufile (cuFile; --route gds also refuses
+                               cuFile's POSIX compatibility path, as true GDS would)
+      -x 1 CPU_ONLY         -> --memory host --route posix
+      -x 2 CPU_GPU          -> --memory gpu:D --route posix (pread into pinned bounce buffers,
+                               then a copy to the GPU: ferry's POSIX path)
+      -x 3 CPU_ASYNC_GPU    -> the same as -x 2: ferry's POSIX path already overlaps the copy to
+                               the GPU with the next read (two bounce buffers per worker)
+      -x 4 CPU_CACHED_GPU, 5 GPU_DIRECT_ASYNC, 6 GPU_BATCH, 7 GPU_BATCH_STREAM: no ferry
+                               equivalent (ferry calls neither cuFile's stream nor batch API)
+      gdsio opens files with O_DIRECT; add --direct to measure the same thing, or --cold to
+      read from storage through the page cache.
+  -i, -w, -s, -T, -f, -D, -d are gdsio's request size, threads, file size, seconds, file,
+      directory and GPU.
+Routes: auto (ferry decides and says why), posix (compat mode on: cuFile is never called),
+  cufile (compat mode off, require=cufile: cuFile or an error), gds (require=gds).
+--depth: requests in flight per thread (IoFuture). Reads and writes of 64 KiB or less into host
+  memory complete in the calling thread (a hand-off costs more than they do), so there --depth
+  adds nothing: use more --threads.
+Warm or cold: warm reads find the file in the page cache (it is read once first); --cold drops
+  its pages with posix_fadvise(DONTNEED) before every run (no root needed) and says how much of
+  the file the kernel kept anyway (tmpfs, pages mapped elsewhere), measured with mincore.
+Latency is per request, from the call to its completion as the thread sees it (in order).
+Output: a table on a terminal, one JSON object per case with --json (python -m ferry.plot
+  draws them). --compare adds, per case, a plain loop of pread (into a pinned buffer and a copy
+  to the GPU for GPU memory) by the same threads, and the ratio.)";
+
+enum class Mode { kRead, kWrite, kRandRead, kRandWrite };
+
+bool is_write(Mode m) { return m == Mode::kWrite || m == Mode::kRandWrite; }
+bool is_random(Mode m) { return m == Mode::kRandRead || m == Mode::kRandWrite; }
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kRead:
+      return "read";
+    case Mode::kWrite:
+      return "write";
+    case Mode::kRandRead:
+      return "randread";
+    case Mode::kRandWrite:
+      return "randwrite";
+  }
+  return "read";
+}
+
+Mode parse_mode(const std::string& text) {
+  static const std::map<std::string, Mode> kModes = {
+      {"0", Mode::kRead},      {"read", Mode::kRead},           {"1", Mode::kWrite},
+      {"write", Mode::kWrite}, {"2", Mode::kRandRead},          {"randread", Mode::kRandRead},
+      {"3", Mode::kRandWrite}, {"randwrite", Mode::kRandWrite},
+  };
+  auto it = kModes.find(text);
+  if (it == kModes.end()) {
+    throw Error(fmt::format(
+        "-I/--mode '{}': expected read, write, randread, randwrite (or gdsio's 0, 1, 2, 3)", text));
+  }
+  return it->second;
+}
+
+struct Memory {
+  std::string name;  // as given: host, pinned, gpu:N
+  MemoryKind kind = MemoryKind::kHostPageable;
+  int device = -1;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "host", "pinned", "gpu" (GPU 0) or "gpu:N", resolved as `ferry read` resolves --host,
+// --pinned and --gpu N (a GPU without a driver fails with the same message).
+Memory resolve_memory(const std::string& text) {
+  MemoryChoice choice;
+  if (text == "host") {
+    choice.host = true;
+  } else if (text == "pinned") {
+    choice.pinned = true;
+  } else if (text == "gpu" || text.rfind("gpu:", 0) == 0) {
+    const std::string digits = text == "gpu" ? "0" : text.substr(4);
+    if (digits.empty() || digits.size() > 4 ||
+        !std::all_of(digits.begin(), digits.end(),
+                     [](unsigned char c) { return std::isdigit(c); })) {
+      throw Error(fmt::format("--memory '{}': expected gpu:N with N a GPU ordinal", text));
+    }
+    choice.gpu = std::stoi(digits);
+  } else if (text != "auto") {
+    throw Error(fmt::format("--memory '{}': expected gpu:N, pinned, host or auto", text));
+  }
+  const Target target = resolve_target(choice);
+  Memory m;
+  m.kind = target.kind;
+  m.device = target.device;
+  m.name = is_gpu(m.kind)                      ? fmt::format("gpu:{}", m.device)
+           : m.kind == MemoryKind::kHostPinned ? "pinned"
+                                               : "host";
+  return m;
+}
+
+// --route as FileOptions settings.
+SettingsOverride route_settings(const std::string& route) {
+  SettingsOverride o;
+  if (route == "auto") return o;
+  if (route == "posix") {
+    o.compat_mode = CompatMode::kOn;
+  } else if (route == "cufile") {
+    o.compat_mode = CompatMode::kOff;
+    o.require = Require::kCufile;
+  } else if (route == "gds") {
+    o.compat_mode = CompatMode::kOff;
+    o.require = Require::kGds;
+  } else {
+    throw Error(fmt::format("--route '{}': expected auto, posix, cufile or gds", route));
+  }
+  return o;
+}
+
+struct BenchArgs {
+  std::string mode = "read";
+  int transfer = -1;
+  int gpu = 0;
+  std::string sizes = "1MiB";
+  std::string threads = "1";
+  int depth = 1;
+  std::string total;
+  double seconds = 0;
+  std::string memory = "auto";
+  std::string routes = "auto";
+  std::string workers;
+  std::string task_size;
+  bool direct = false;
+  bool cold = false;
+  bool compare = false;
+  bool ceiling = false;
+  bool json = false;
+  std::string file;
+  std::string dir = ".";
+  std::string file_size = "1GiB";
+  std::uint64_t seed = 1;
+};
+
+// --- The file -----------------------------------------------------------------------------
+
+// The benchmark's file: the one named, or a temporary one made of random bytes and removed
+// at the end.
+class BenchFile {
+ public:
+  BenchFile(const BenchArgs& a, bool writes) {
+    if (!a.file.empty()) {
+      path_ = a.file;
+      if (std::filesystem::exists(path_)) {
+        std::error_code ec;
+        size_ = std::filesystem::file_size(path_, ec);
+        if (ec) throw Error(fmt::format("--file {}: {}", path_, ec.message()));
+        return;
+      }
+      if (!writes) throw Error(fmt::format("--file {}: no such file to read", path_));
+      note_ = fmt::format("created {} ({}), kept", path_,
+                          format_size(size_option(a.file_size, "--file-size")));
+    } else {
+      std::string tmpl = (std::filesystem::path(a.dir) / "ferry-bench.XXXXXX").string();
+      int fd = ::mkstemp(tmpl.data());
+      if (fd < 0) {
+        throw Error(
+            fmt::format("cannot create a file in --dir {}: {}", a.dir, std::strerror(errno)));
+      }
+      ::close(fd);
+      path_ = tmpl;
+      temporary_ = true;
+    }
+    size_ = size_option(a.file_size, "--file-size");
+    Buffer chunk(MemoryKind::kHostPageable, std::min<std::uint64_t>(size_, 4u << 20));
+    fill_pattern(chunk, "random", a.seed);
+    File out(path_, "w");
+    for (std::uint64_t off = 0; off < size_; off += chunk.size()) {
+      out.write(chunk.data(), std::min<std::uint64_t>(chunk.size(), size_ - off), off);
+    }
+    out.sync();
+  }
+  ~BenchFile() {
+    if (temporary_) std::filesystem::remove(path_);
+  }
+  BenchFile(const BenchFile&) = delete;
+  BenchFile& operator=(const BenchFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  bool temporary() const { return temporary_; }
+  const std::string& note() const { return note_; }
+
+ private:
+  std::string path_;
+  std::uint64_t size_ = 0;
+  bool temporary_ = false;
+  std::string note_;
+};
+
+// The fraction of the file's pages in the page cache, by mincore(2) over a read-only mapping.
+double resident_fraction(const std::string& path, std::uint64_t size) {
+  if (size == 0) return 1.0;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(fmt::format("open {}: {}", path, std::strerror(errno)));
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw Error(fmt::format("mmap {}: {}", path, std::strerror(errno)));
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  const int rc = ::mincore(map, size, vec.data());
+  ::munmap(map, size);
+  if (rc != 0) throw Error(fmt::format("mincore {}: {}", path, std::strerror(errno)));
+  std::size_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1;
+  return static_cast<double>(resident) / static_cast<double>(vec.size());
+}
+
+// Cold: written-back, then the file's pages dropped. Returns what stayed resident.
+double drop_pages(const std::string& path, std::uint64_t size) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(fmt::format("open {}: {}", path, std::strerror(errno)));
+  ::fdatasync(fd);
+  const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (rc != 0) throw Error(fmt::format("posix_fadvise(DONTNEED) {}: {}", path, std::strerror(rc)));
+  return resident_fraction(path, size);
+}
+
+// Warm: every page read once (skipped when mincore finds them all there already).
+double warm_pages(const std::string& path, std::uint64_t size) {
+  if (resident_fraction(path, size) >= 1.0) return 1.0;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(fmt::format("open {}: {}", path, std::strerror(errno)));
+  std::vector<char> chunk(std::size_t{4} << 20);
+  for (std::uint64_t off = 0; off < size; off += chunk.size()) {
+    if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)) <= 0) break;
+  }
+  ::close(fd);
+  return resident_fraction(path, size);
+}
+
+// --- Running a case -----------------------------------------------------------------------
+
+// What issues the requests of a case: issue() starts request `slot` of thread `t`, finish()
+// waits for it and returns its bytes. Slots of one thread are used in order.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual void issue(int t, int slot, std::uint64_t offset) = 0;
+  virtual std::size_t finish(int t, int slot) = 0;
+};
+
+// Each thread's destination (or source) memory: `depth` slots of the request size, in a
+// Buffer of the thread's own (a Buffer is not shared between threads).
+struct Slots {
+  std::vector<Buffer> buffers;
+  std::size_t io = 0;
+  Slots(const Memory& m, int threads, int depth, std::size_t io_size, bool fill) : io(io_size) {
+    for (int t = 0; t < threads; ++t) {
+      buffers.emplace_back(m.kind, io * depth, std::max(m.device, 0));
+      if (fill) {
+        fill_pattern(buffers.back(), "random", static_cast<std::uint64_t>(t) + 7);
+      } else {
+        buffers.back().fill(0);  // touched: a first run pays no page faults the next does not
+      }
+    }
+  }
+  char* at(int t, int slot) const {
+    return static_cast<char*>(buffers[t].data()) + static_cast<std::size_t>(slot) * io;
+  }
+};
+
+class FerryEngine : public Engine {
+ public:
+  FerryEngine(File& file, Slots& slots, int depth, bool write)
+      : file_(file),
+        slots_(slots),
+        depth_(depth),
+        write_(write),
+        futures_(slots.buffers.size() * depth) {}
+  void issue(int t, int slot, std::uint64_t offset) override {
+    IoFuture& f = futures_[static_cast<std::size_t>(t) * depth_ + slot];
+    f = write_ ? file_.pwrite(slots_.at(t, slot), slots_.io, offset)
+               : file_.pread(slots_.at(t, slot), slots_.io, offset);
+  }
+  std::size_t finish(int t, int slot) override {
+    IoFuture& f = futures_[static_cast<std::size_t>(t) * depth_ + slot];
+    const std::size_t n = f.get();
+    if (t == 0 && !first_) first_ = f.route();
+    f = IoFuture();
+    return n;
+  }
+  const std::optional<RouteReport>& first_route() const { return first_; }
+
+ private:
+  File& file_;
+  Slots& slots_;
+  int depth_;
+  bool write_;
+  std::vector<IoFuture> futures_;
+  std::optional<RouteReport> first_;
+};
+
+std::size_t full_io(int fd, char* buf, std::size_t len, std::uint64_t off, bool write) {
+  std::size_t done = 0;
+  while (done < len) {
+    const off_t at = static_cast<off_t>(off + done);
+    ssize_t n =
+        write ? ::pwrite(fd, buf + done, len - done, at) : ::pread(fd, buf + done, len - done, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("{}: {}", write ? "pwrite" : "pread", std::strerror(errno)));
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+// The baseline: one synchronous pread (pwrite) per request, straight into host memory, or
+// through a pinned buffer and a copy for GPU memory (and through an aligned buffer for
+// --direct). Also the ceiling: the copy alone, no file.
+class PlainEngine : public Engine {
+ public:
+  enum class What { kPreadCopy, kCopyOnly };
+  PlainEngine(What what, const std::string& path, bool direct, Slots& slots, const Memory& m,
+              bool write)
+      : what_(what), slots_(slots), gpu_(is_gpu(m.kind)), direct_(direct), write_(write) {
+    if (what_ == What::kPreadCopy) {
+      fd_ = ::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | (direct ? O_DIRECT : 0));
+      if (fd_ < 0) throw Error(fmt::format("open {}: {}", path, std::strerror(errno)));
+    }
+    if (gpu_ || direct_ || what_ == What::kCopyOnly) {
+      for (std::size_t t = 0; t < slots.buffers.size(); ++t) {
+        staging_.emplace_back(gpu_ ? MemoryKind::kHostPinned : MemoryKind::kHostPageable, slots.io,
+                              std::max(m.device, 0));
+        staging_.back().fill(1);
+      }
+    }
+    done_.assign(slots.buffers.size(), 0);
+  }
+  ~PlainEngine() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PlainEngine(const PlainEngine&) = delete;
+  PlainEngine& operator=(const PlainEngine&) = delete;
+
+  void issue(int t, int slot, std::uint64_t offset) override {
+    char* dst = slots_.at(t, slot);
+    const std::size_t io = slots_.io;
+    Buffer& own = slots_.buffers[t];
+    const std::size_t at = static_cast<std::size_t>(slot) * io;
+    if (what_ == What::kCopyOnly) {
+      char* stage = static_cast<char*>(staging_[t].data());
+      if (gpu_) {
+        write_ ? own.copy_to_host(stage, io, at) : own.copy_from_host(stage, io, at);
+      } else {
+        write_ ? std::memcpy(stage, dst, io) : std::memcpy(dst, stage, io);
+      }
+      done_[t] = io;
+      return;
+    }
+    if (staging_.empty()) {
+      done_[t] = full_io(fd_, dst, io, offset, write_);
+      return;
+    }
+    char* stage = static_cast<char*>(staging_[t].data());
+    if (write_) {
+      if (gpu_) {
+        own.copy_to_host(stage, io, at);
+      } else {
+        std::memcpy(stage, dst, io);
+      }
+      done_[t] = full_io(fd_, stage, io, offset, true);
+      return;
+    }
+    const std::size_t n = full_io(fd_, stage, io, offset, false);
+    if (gpu_) {
+      own.copy_from_host(stage, n, at);
+    } else {
+      std::memcpy(dst, stage, n);
+    }
+    done_[t] = n;
+  }
+  std::size_t finish(int t, int) override { return done_[t]; }
+
+ private:
+  What what_;
+  Slots& slots_;
+  bool gpu_;
+  bool direct_;
+  bool write_;
+  int fd_ = -1;
+  std::vector<Buffer> staging_;
+  std::vector<std::size_t> done_;
+};
+
+struct Load {
+  Mode mode = Mode::kRead;
+  std::size_t io = 0;
+  int threads = 1;
+  int depth = 1;
+  std::uint64_t total = 0;  // bytes in all, or
+  double seconds = 0;       // a time
+  std::uint64_t file_size = 0;
+  std::uint64_t seed = 1;
+};
+
+struct Measured {
+  std::uint64_t bytes = 0;
+  std::uint64_t requests = 0;
+  double seconds = 0;
+  double cpu = 0;
+  std::vector<double> latency_us;
+};
+
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+// Runs the load on its threads, drawing progress on a terminal; rethrows the first error.
+Measured run_load(Engine& engine, const Load& load, const std::string& label) {
+  const std::uint64_t units = load.file_size / load.io;
+  const std::uint64_t per_region = units / static_cast<std::uint64_t>(load.threads);
+  const std::uint64_t requests = (load.total + load.io - 1) / load.io;
+  const bool timed = load.seconds > 0;
+  std::atomic<bool> go{false};
+  std::atomic<bool> failed{false};
+  std::atomic<std::uint64_t> progress{0};
+  std::exception_ptr error;
+  std::atomic_flag error_set = ATOMIC_FLAG_INIT;
+  std::vector<std::vector<double>> latency(load.threads);
+  std::vector<std::uint64_t> bytes(load.threads, 0);
+  std::vector<Clock::time_point> ended(load.threads);
+  std::atomic<int> running{load.threads};
+  Clock::time_point deadline;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < load.threads; ++t) {
+    pool.emplace_back([&, t] {
+      const std::uint64_t quota =
+          requests / load.threads + (t < static_cast<int>(requests % load.threads) ? 1 : 0);
+      std::mt19937_64 rng(load.seed * 1000003 + static_cast<std::uint64_t>(t));
+      std::uniform_int_distribution<std::uint64_t> pick(0, units - 1);
+      std::vector<Clock::time_point> started(load.depth);
+      std::vector<char> busy(load.depth, 0);
+      std::vector<double>& lat = latency[t];
+      lat.reserve(timed ? 4096 : quota);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      std::uint64_t issued = 0;
+      int slot = 0;
+      auto complete = [&](int s) {
+        const std::size_t n = engine.finish(t, s);
+        lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - started[s]).count());
+        bytes[t] += n;
+        progress.fetch_add(n, std::memory_order_relaxed);
+        busy[s] = 0;
+      };
+      try {
+        for (;;) {
+          if (busy[slot]) complete(slot);
+          const bool more = !failed.load(std::memory_order_relaxed) &&
+                            (timed ? Clock::now() < deadline : issued < quota);
+          if (!more) {
+            for (int k = 1; k < load.depth; ++k) {
+              const int s = (slot + k) % load.depth;
+              if (busy[s]) complete(s);
+            }
+            break;
+          }
+          const std::uint64_t unit =
+              is_random(load.mode)
+                  ? pick(rng)
+                  : static_cast<std::uint64_t>(t) * per_region + issued % per_region;
+          started[slot] = Clock::now();
+          busy[slot] = 1;
+          engine.issue(t, slot, unit * load.io);
+          ++issued;
+          slot = (slot + 1) % load.depth;
+        }
+      } catch (...) {
+        failed = true;
+        if (!error_set.test_and_set()) error = std::current_exception();
+        // Requests still in flight are waited for (their futures' destructors) by the engine.
+        for (int s = 0; s < load.depth; ++s) {
+          if (busy[s]) {
+            try {
+              engine.finish(t, s);
+            } catch (...) {
+            }
+          }
+        }
+      }
+      ended[t] = Clock::now();
+      running.fetch_sub(1, std::memory_order_release);
+    });
+  }
+  const double cpu0 = cpu_seconds();
+  const auto start = Clock::now();
+  deadline = start + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(load.seconds));
+  go.store(true, std::memory_order_release);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  bool drawn = false;
+  // The threads time themselves: this loop only draws the bar, at most every 50 ms.
+  while (tty && running.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (tty && elapsed > 0.5) {
+      draw_progress(label, timed ? elapsed / load.seconds
+                                 : static_cast<double>(progress.load()) /
+                                       static_cast<double>(std::max<std::uint64_t>(load.total, 1)));
+      drawn = true;
+    }
+  }
+  for (auto& th : pool) th.join();
+  Measured m;
+  m.cpu = cpu_seconds() - cpu0;
+  m.seconds =
+      std::chrono::duration<double>(*std::max_element(ended.begin(), ended.end()) - start).count();
+  if (drawn) clear_progress();
+  if (error) std::rethrow_exception(error);
+  for (int t = 0; t < load.threads; ++t) {
+    m.bytes += bytes[t];
+    m.latency_us.insert(m.latency_us.end(), latency[t].begin(), latency[t].end());
+  }
+  m.requests = m.latency_us.size();
+  std::sort(m.latency_us.begin(), m.latency_us.end());
+  return m;
+}
+
+nlohmann::json measured_json(const Measured& m) {
+  double mean = 0;
+  for (double v : m.latency_us) mean += v;
+  mean = m.latency_us.empty() ? 0 : mean / static_cast<double>(m.latency_us.size());
+  const double gib = static_cast<double>(m.bytes) / (1 << 30);
+  return {{"bytes", m.bytes},
+          {"requests", m.requests},
+          {"seconds", m.seconds},
+          {"gbps", gbps(m.bytes, m.seconds)},
+          {"iops", m.seconds > 0 ? static_cast<double>(m.requests) / m.seconds : 0.0},
+          {"latency_us",
+           {{"p50", percentile(m.latency_us, 0.50)},
+            {"p99", percentile(m.latency_us, 0.99)},
+            {"p99_9", percentile(m.latency_us, 0.999)},
+            {"mean", mean},
+            {"max", m.latency_us.empty() ? 0.0 : m.latency_us.back()}}},
+          {"cpu_seconds", m.cpu},
+          {"cpu_seconds_per_gib", gib > 0 ? m.cpu / gib : 0.0}};
+}
+
+// --- The table ----------------------------------------------------------------------------
+
+void print_header() {
+  fmt::print("{:<9} {:>8} {:>3} {:>3} {:<8} {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}\n",
+             "mode", "size", "thr", "dep", "memory", "route", "GB/s", "IOPS", "p50 us", "p99 us",
+             "p99.9 us", "CPU-s/GiB", "ratio");
+}
+
+void print_row(const nlohmann::json& j) {
+  const auto& lat = j["latency_us"];
+  const std::string ratio =
+      j.contains("ratio") ? fmt::format("{:.2f}x", j["ratio"].get<double>()) : "";
+  fmt::print(
+      "{:<9} {:>8} {:>3} {:>3} {:<8} {:<10} {:>8.3f} {:>9.0f} {:>9.1f} {:>9.1f} {:>9.1f} "
+      "{:>9.3f} {:>7}\n",
+      j["mode"].get<std::string>(), format_size(j["io_size"].get<std::uint64_t>()),
+      j["threads"].get<int>(), j["depth"].get<int>(), j["memory"].get<std::string>(),
+      j["route"].get<std::string>(), j["gbps"].get<double>(), j["iops"].get<double>(),
+      lat["p50"].get<double>(), lat["p99"].get<double>(), lat["p99_9"].get<double>(),
+      j["cpu_seconds_per_gib"].get<double>(), ratio);
+}
+
+// --- The command --------------------------------------------------------------------------
+
+struct Plan {
+  Mode mode = Mode::kRead;
+  std::vector<std::size_t> sizes;
+  std::vector<int> threads;
+  std::vector<Memory> memories;
+  std::vector<std::string> routes;
+  std::vector<std::string> notes;
+};
+
+Plan make_plan(const BenchArgs& a) {
+  Plan p;
+  p.mode = parse_mode(a.mode);
+  for (const std::string& s : split_list(a.sizes)) p.sizes.push_back(size_option(s, "--size"));
+  for (const std::string& s : split_list(a.threads)) {
+    const std::size_t n = parse_count(s, "--threads");
+    if (n > 1024) throw Error(fmt::format("--threads {}: at most 1024", n));
+    p.threads.push_back(static_cast<int>(n));
+  }
+  std::vector<std::string> memories = split_list(a.memory);
+  std::vector<std::string> routes = split_list(a.routes);
+  if (a.transfer >= 0) {
+    const std::string gpu = fmt::format("gpu:{}", a.gpu);
+    switch (a.transfer) {
+      case 0:
+        memories = {gpu};
+        routes = {"cufile"};
+        break;
+      case 1:
+        memories = {"host"};
+        routes = {"posix"};
+        break;
+      case 2:
+      case 3:
+        memories = {gpu};
+        routes = {"posix"};
+        if (a.transfer == 3) {
+          p.notes.push_back(
+              "-x 3 (CPU_ASYNC_GPU) runs as -x 2: ferry's POSIX path overlaps the copy to the GPU "
+              "with the next read");
+        }
+        break;
+      default:
+        throw Error(fmt::format(
+            "-x {}: gdsio's transfer type {} has no ferry equivalent (ferry calls neither "
+            "cuFile's stream nor its batch API, and reads the page cache only by its POSIX "
+            "path); ferry bench --help lists the types it maps",
+            a.transfer,
+            a.transfer == 4   ? "4 (CPU_CACHED_GPU)"
+            : a.transfer == 5 ? "5 (GPU_DIRECT_ASYNC)"
+            : a.transfer == 6 ? "6 (GPU_BATCH)"
+                              : "7 (GPU_BATCH_STREAM)"));
+    }
+  }
+  for (const std::string& r : routes) {
+    route_settings(r);  // checked before any work
+    p.routes.push_back(r);
+  }
+  // Memory is resolved before the file is made, as `ferry read --gpu 0` does: no driver is the
+  // first thing said.
+  for (const std::string& m : memories) {
+    p.memories.push_back(resolve_memory(m));
+    if (m == "auto" && !is_gpu(p.memories.back().kind)) {
+      p.notes.push_back(resolve_target(MemoryChoice{}).note);
+    }
+  }
+  if (a.cold && is_write(p.mode)) {
+    throw Error(
+        "--cold applies to reads: writes land in the page cache whether its pages were "
+        "there or not");
+  }
+  return p;
+}
+
+int run(const BenchArgs& a) {
+  Plan plan = make_plan(a);
+  const bool write = is_write(plan.mode);
+  BenchFile file(a, write);
+  if (!file.note().empty()) plan.notes.push_back(file.note());
+  const std::size_t largest = *std::max_element(plan.sizes.begin(), plan.sizes.end());
+  const int most = *std::max_element(plan.threads.begin(), plan.threads.end());
+  if (file.size() / largest < static_cast<std::uint64_t>(is_random(plan.mode) ? 1 : most)) {
+    throw Error(fmt::format(
+        "the file ({}) holds {} request(s) of {}: fewer than {}; use a larger --file-size",
+        format_size(file.size()), file.size() / largest, format_size(largest),
+        is_random(plan.mode) ? "one" : "one per thread"));
+  }
+  const std::uint64_t total = a.total.empty() ? file.size() : size_option(a.total, "--total");
+  if (a.cold && a.seconds <= 0 && total > file.size()) {
+    plan.notes.push_back(fmt::format(
+        "--total ({}) is more than the file ({}): what is read again after the first pass comes "
+        "from the page cache",
+        format_size(total), format_size(file.size())));
+  }
+  const std::string page_state = write ? "" : a.cold ? "cold" : "warm";
+  if (!a.json) {
+    fmt::print("ferry bench: {} of {} ({}{}), {}{}{}\n", mode_name(plan.mode), file.path(),
+               format_size(file.size()), file.temporary() ? ", temporary" : "",
+               a.seconds > 0 ? fmt::format("{} s per case", a.seconds)
+                             : fmt::format("{} per case", format_size(total)),
+               page_state.empty() ? "" : ", " + page_state + " page cache",
+               a.direct ? ", O_DIRECT" : "");
+    for (const std::string& n : plan.notes) fmt::print("note: {}\n", n);
+    print_header();
+  }
+  int failures = 0;
+  std::map<std::string, double> baselines;
+  auto prepare = [&](nlohmann::json& j) {
+    if (write) return;
+    const double kept =
+        a.cold ? drop_pages(file.path(), file.size()) : warm_pages(file.path(), file.size());
+    j["page_cache_before"] = {{"resident_fraction", kept}, {"method", "mincore"}};
+    if (a.cold && kept > 0.01) {
+      j["cold"] = false;
+      j["cold_note"] = fmt::format(
+          "the kernel kept {:.0f}% of the file's pages after posix_fadvise(DONTNEED) (tmpfs, or "
+          "pages mapped by another process): this run read them from memory",
+          kept * 100);
+    }
+  };
+  for (const Memory& memory : plan.memories) {
+    for (const std::string& route : plan.routes) {
+      FileOptions options;
+      options.direct = a.direct;
+      options.settings = route_settings(route);
+      if (!a.workers.empty()) {
+        options.settings.nthreads = parse_count(a.workers, "--workers");
+        options.settings.host_nthreads = options.settings.nthreads;
+      }
+      if (!a.task_size.empty())
+        options.settings.task_size = size_option(a.task_size, "--task-size");
+      for (int threads : plan.threads) {
+        for (std::size_t io : plan.sizes) {
+          Load load{plan.mode, io, threads, a.depth, total, a.seconds, file.size(), a.seed};
+          nlohmann::json j = {{"case", "ferry"},
+                              {"mode", mode_name(plan.mode)},
+                              {"io_size", io},
+                              {"threads", threads},
+                              {"depth", a.depth},
+                              {"memory", memory.name},
+                              {"memory_kind", to_string(memory.kind)},
+                              {"device", memory.device},
+                              {"route", route},
+                              {"direct", a.direct},
+                              {"file", file.path()},
+                              {"file_size", file.size()}};
+          if (!write) j["cold"] = a.cold;
+          if (!plan.notes.empty()) j["notes"] = plan.notes;
+          const std::string label =
+              fmt::format("{} {} x{}", mode_name(plan.mode), format_size(io), threads);
+          try {
+            Slots slots(memory, threads, a.depth, io, write);
+            std::optional<RouteReport> first;
+            {
+              File f(file.path(), write ? "r+" : "r", options);
+              FerryEngine engine(f, slots, a.depth, write);
+              prepare(j);
+              j.update(measured_json(run_load(engine, load, label)));
+              first = engine.first_route();
+              const RouteReport last = f.last_route();
+              j["verdict"] = last.verdict();
+              if (first && first->verdict() != last.verdict())
+                j["first_verdict"] = first->verdict();
+              if (first) {
+                j["first_request_page_cache"] =
+                    nlohmann::json::parse(first->to_json())["page_cache"];
+              }
+            }
+            const std::string key = fmt::format("{}/{}/{}", memory.name, threads, io);
+            nlohmann::json baseline;  // printed after the case it is the baseline of
+            if (a.compare) {
+              if (!baselines.count(key)) {
+                Load plain = load;
+                plain.depth = 1;
+                Slots own(memory, threads, 1, io, write);
+                PlainEngine engine(PlainEngine::What::kPreadCopy, file.path(), a.direct, own,
+                                   memory, write);
+                nlohmann::json b = j;
+                for (const char* k :
+                     {"verdict", "first_verdict", "first_request_page_cache", "cold_note"})
+                  b.erase(k);
+                b["case"] = "baseline";
+                b["route"] = is_gpu(memory.kind) ? "pread+copy" : "pread";
+                b["depth"] = 1;
+                if (!write) b["cold"] = a.cold;
+                prepare(b);
+                b.update(measured_json(run_load(engine, plain, label + " baseline")));
+                baselines[key] = b["gbps"].get<double>();
+                baseline = b;
+              }
+              if (baselines[key] > 0) j["ratio"] = j["gbps"].get<double>() / baselines[key];
+            }
+            a.json ? fmt::print("{}\n", j.dump()) : print_row(j);
+            if (!a.json) {
+              fmt::print("  route: {}\n", j["verdict"].get<std::string>());
+              if (j.contains("cold_note"))
+                fmt::print("  note: {}\n", j["cold_note"].get<std::string>());
+            }
+            if (!baseline.is_null())
+              a.json ? fmt::print("{}\n", baseline.dump()) : print_row(baseline);
+            if (a.ceiling && !baselines.count("ceiling/" + key)) {
+              Slots own(memory, threads, 1, io, write);
+              PlainEngine engine(PlainEngine::What::kCopyOnly, file.path(), false, own, memory,
+                                 write);
+              Load copy = load;
+              copy.depth = 1;
+              nlohmann::json c = {{"case", "ceiling"},
+                                  {"mode", mode_name(plan.mode)},
+                                  {"io_size", io},
+                                  {"threads", threads},
+                                  {"depth", 1},
+                                  {"memory", memory.name},
+                                  {"memory_kind", to_string(memory.kind)},
+                                  {"device", memory.device},
+                                  {"route", is_gpu(memory.kind) ? "pinned copy" : "memcpy"}};
+              c.update(measured_json(run_load(engine, copy, label + " ceiling")));
+              baselines["ceiling/" + key] = c["gbps"].get<double>();
+              a.json ? fmt::print("{}\n", c.dump()) : print_row(c);
+            }
+          } catch (const CudaError&) {
+            throw;  // the machine, not the case: as `ferry read` says it
+          } catch (const std::exception& e) {
+            ++failures;
+            j["error"] = e.what();
+            if (a.json) {
+              fmt::print("{}\n", j.dump());
+            } else {
+              fmt::print("{:<9} {:>8} {:>3} {:>3} {:<8} {:<10} failed: {}\n", mode_name(plan.mode),
+                         format_size(io), threads, a.depth, memory.name, route, e.what());
+            }
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, std::function<int()>& action) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Measure reads or writes as a loader would see them (gdsio-style): GB/s, IOPS, latency "
+      "percentiles, CPU-s/GiB and the route, per case");
+  cmd->footer(kHelpFooter);
+  cmd->add_option("-I,--mode", a->mode, "read, write, randread or randwrite (gdsio -I 0-3)")
+      ->capture_default_str();
+  auto* x = cmd->add_option("-x,--transfer", a->transfer,
+                            "gdsio transfer type: 0 cuFile into GPU memory, 1 host memory, 2 or 3 "
+                            "POSIX into GPU memory (see below)")
+                ->check(CLI::Range(0, 7));
+  cmd->add_option("-d,--gpu", a->gpu, "GPU ordinal for -x 0, 2 and 3")->capture_default_str();
+  cmd->add_option("-i,--size", a->sizes, "Request size, or several: 4KiB,64KiB,1MiB (a sweep)")
+      ->capture_default_str();
+  cmd->add_option("-w,--threads", a->threads,
+                  "Threads issuing requests, or several: 1,2,4 (a sweep)")
+      ->capture_default_str();
+  cmd->add_option("--depth", a->depth, "Requests in flight per thread")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  auto* total = cmd->add_option("--total", a->total, "Bytes per case (default: the file's size)");
+  auto* time = cmd->add_option("-T,--time", a->seconds, "Seconds per case, instead of --total")
+                   ->check(CLI::PositiveNumber);
+  total->excludes(time);
+  auto* memory = cmd->add_option("--memory", a->memory,
+                                 "gpu:N, pinned, host, or several (a sweep); auto: GPU 0 when one "
+                                 "exists, else host")
+                     ->capture_default_str();
+  auto* route = cmd->add_option("--route", a->routes, "auto, posix, cufile, gds, or several")
+                    ->capture_default_str();
+  x->excludes(memory)->excludes(route);
+  cmd->add_option("--workers", a->workers,
+                  "ferry's worker threads (FERRY_NTHREADS and FERRY_HOST_NTHREADS)");
+  cmd->add_option("--task-size", a->task_size, "ferry's task size (FERRY_TASK_SIZE)");
+  cmd->add_flag("--direct", a->direct, "O_DIRECT, for ferry and the baseline alike");
+  cmd->add_flag("--cold", a->cold, "Drop the file's pages before every run (reads)");
+  cmd->add_flag("--compare", a->compare,
+                "Also run a plain pread (+ copy) loop, and give the ratio");
+  cmd->add_flag(
+      "--ceiling", a->ceiling,
+      "Also measure the copy alone into that memory (memcpy, or a pinned copy to the GPU)");
+  cmd->add_flag("--json", a->json, "One JSON object per case (JSON lines), no table");
+  auto* file = cmd->add_option(
+      "-f,--file", a->file, "File to use (writes overwrite it; made of --file-size when missing)");
+  auto* dir =
+      cmd->add_option("-D,--dir", a->dir, "Where the temporary file is made (removed at the end)")
+          ->capture_default_str();
+  file->excludes(dir);
+  cmd->add_option("-s,--file-size", a->file_size, "Size of the file made")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random offsets and the file's bytes")
+      ->capture_default_str();
+  cmd->callback([a, &action] { action = [a] { return run(*a); }; });
+}
+
+}  // namespace ferry::cli
