@@ -116,7 +116,7 @@ def one_process_case(variant: str, path: str, half: int, cold: bool, gpus: int) 
     if cold:
         result["resident_split"] = cb.drop_pages([path])
     io0 = proc_io()
-    split = fd.read_split(path, devices, 0, half * gpus)
+    split = fd.read_split(path, devices, 0, half * gpus, prepare=variant == "python-prepared")
     result["split"] = {"bytes": split.bytes, "seconds": split.wall, "gbps": split.gbps,
                        "per_gpu_gbps": [n / s / 1e9 for (_, n), s in zip(split.parts,
                                                                           split.seconds)],

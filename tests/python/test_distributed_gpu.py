@@ -42,6 +42,10 @@ def test_read_split_lands_the_file_on_every_gpu(torch, tmp_path):
         at += size
     assert at == data.size and "GB/s in all" in split.summary()
     fd.prepare_devices("all")  # again: cheap, no error
+    raw = fd.read_split(str(path), list(range(n))[::-1], prepare=False)  # the pool as it is
+    assert raw.devices == list(range(n))[::-1]
+    joined = np.concatenate([a.cpu().numpy() for a in raw.arrays])
+    assert np.array_equal(joined, data)
 
 
 def test_two_gpus_from_two_threads_at_once(torch, tmp_path):

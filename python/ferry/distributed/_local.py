@@ -125,13 +125,16 @@ def split_range(offset: int, size: int, parts: int, align: int = ALIGN) -> List[
 
 
 def read_split(path: Any, devices: Union[str, Sequence[Any]], offset: int = 0,
-               size: Any = None, framework: str = "pt", **settings: Any) -> SplitRead:
+               size: Any = None, framework: str = "pt", prepare: bool = True,
+               **settings: Any) -> SplitRead:
     """Reads bytes [offset, offset + size) of `path` (default: to the end) split into one
     contiguous part per GPU, all parts at once, each into a new uint8 array on its GPU
-    (`framework` "pt" or "cupy"). Keyword arguments are ferry settings for the reads."""
+    (`framework` "pt" or "cupy"). `prepare` runs prepare_devices first (prepare=False reads on
+    the pool as it is, for comparison). Keyword arguments are ferry settings for the reads."""
     from .. import open as _open
     ordinals = parse_devices(devices)
-    prepare_devices(ordinals, int(settings.get("nthreads", settings.get("threads", 0)) or 0))
+    if prepare:
+        prepare_devices(ordinals, int(settings.get("nthreads", settings.get("threads", 0)) or 0))
     files = [_open(path, "r", **settings) for _ in ordinals]
     try:
         total = files[0].size
