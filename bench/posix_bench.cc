@@ -27,6 +27,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace abi = ferry::cuda::abi;
 constexpr std::size_t kChunk = std::size_t{4} << 20;
 
 double cpu_now() {
@@ -69,11 +70,11 @@ Result measure(const std::string& name, std::uint64_t bytes, int repeat,
   return r;
 }
 
-void check(CUresult r, const char* what) { ferry::cuda::check(r, what); }
+void check(abi::Result r, const char* what) { ferry::cuda::check(r, what); }
 
 void* pinned(std::size_t size) {
   void* p = nullptr;
-  check(ferry::cuda::driver().MemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+  check(ferry::cuda::driver().MemHostAlloc(&p, size, abi::kMemHostAllocPortable), "cuMemHostAlloc");
   return p;
 }
 
@@ -91,7 +92,7 @@ std::size_t pread_full(int fd, char* buf, std::size_t len, off_t off) {
 
 // KvikIO's POSIX algorithm (and, with threads=1, the naive loop): each thread takes the next
 // 4 MiB task, preads it into its own pinned buffer, then copies it to the GPU and waits.
-void staged_read(const std::string& path, CUdeviceptr dst, std::uint64_t size, int threads) {
+void staged_read(const std::string& path, abi::DevicePtr dst, std::uint64_t size, int threads) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw std::runtime_error("open " + path);
   std::atomic<std::uint64_t> next{0};
@@ -101,8 +102,8 @@ void staged_read(const std::string& path, CUdeviceptr dst, std::uint64_t size, i
       const auto& d = ferry::cuda::driver();
       ferry::cuda::use_device(0);
       char* buf = static_cast<char*>(pinned(kChunk));
-      CUstream stream = nullptr;
-      check(d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      abi::Stream stream = nullptr;
+      check(d.StreamCreate(&stream, abi::kStreamNonBlocking), "cuStreamCreate");
       for (;;) {
         std::uint64_t off = next.fetch_add(kChunk);
         if (off >= size) break;
@@ -186,7 +187,7 @@ int main(int argc, char** argv) try {
   ferry::Buffer gpu(ferry::MemoryKind::kDevice, size, 0);
   ferry::File file(path, "r");
   file.read(gpu.data(), size, 0);  // warm the page cache and the bounce pool
-  const CUdeviceptr dst = reinterpret_cast<CUdeviceptr>(gpu.data());
+  const abi::DevicePtr dst = reinterpret_cast<abi::DevicePtr>(gpu.data());
 
   std::vector<Result> results;
   results.push_back(measure("ferry_read_gpu_default", size, repeat, [&] {

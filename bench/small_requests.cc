@@ -30,6 +30,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace abi = ferry::cuda::abi;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
   std::string why;
   const ferry::cuda::Driver* d = gpu_arg == "no" ? nullptr : ferry::cuda::driver_or_null(&why);
   int devices = 0;
-  if (d != nullptr && d->DeviceGetCount(&devices) == CUDA_SUCCESS && devices > 0) {
+  if (d != nullptr && d->DeviceGetCount(&devices) == abi::kSuccess && devices > 0) {
     ferry::cuda::use_device(0);
     {
       // Diagnosis: the pointer query every request makes, alone, on 1 and N threads.
@@ -230,9 +231,10 @@ int main(int argc, char** argv) {
       for (std::size_t threads : {std::size_t{1}, nthreads}) {
         Rate q = run_for(threads, seconds, [&](std::size_t t, std::size_t) {
           unsigned int type = 0;
-          CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+          abi::PointerAttribute attr = abi::kPointerAttributeMemoryType;
           void* value = &type;
-          d->PointerGetAttributes(1, &attr, &value, reinterpret_cast<CUdeviceptr>(host[t].data()));
+          d->PointerGetAttributes(1, &attr, &value,
+                                  reinterpret_cast<abi::DevicePtr>(host[t].data()));
         });
         emit(fmt::format("cuPointerGetAttributes, {} thread(s)", threads),
              {{"threads", threads}, {"ops_per_s", q.ops_per_s}, {"us", q.us_per_op}});
@@ -243,7 +245,7 @@ int main(int argc, char** argv) {
     }
     for (std::size_t io : {std::size_t{4} << 10, std::size_t{64} << 10}) {
       std::vector<std::vector<std::uint64_t>> offs;
-      std::vector<CUdeviceptr> dev(nthreads);
+      std::vector<abi::DevicePtr> dev(nthreads);
       std::vector<void*> pinned(nthreads);
       for (std::size_t t = 0; t < nthreads; ++t) {
         offs.push_back(offsets(kOffsets, file_size, io, 200 + static_cast<unsigned>(t)));

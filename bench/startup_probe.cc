@@ -76,11 +76,11 @@ int ceilings(const char* path) {
     cu::use_device(0);
     const std::size_t size = std::size_t{1} << 30, chunk = std::size_t{4} << 20;
     void* host = nullptr;
-    CUdeviceptr dev = 0;
-    CUstream stream = nullptr;
-    cu::check(d->MemHostAlloc(&host, chunk, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    cu::abi::DevicePtr dev = 0;
+    cu::abi::Stream stream = nullptr;
+    cu::check(d->MemHostAlloc(&host, chunk, cu::abi::kMemHostAllocPortable), "cuMemHostAlloc");
     cu::check(d->MemAlloc(&dev, size), "cuMemAlloc");
-    cu::check(d->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    cu::check(d->StreamCreate(&stream, cu::abi::kStreamNonBlocking), "cuStreamCreate");
     double best = 0;
     for (int rep = 0; rep < 3; ++rep) {
       auto t0 = Clock::now();
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   for (std::size_t mib : {1, 4, 4, 16, 64}) {
     void* p = nullptr;
     t0 = Clock::now();
-    cu::check(d->MemHostAlloc(&p, mib * kMiB, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    cu::check(d->MemHostAlloc(&p, mib * kMiB, cu::abi::kMemHostAllocPortable), "cuMemHostAlloc");
     report(fmt::format("cuMemHostAlloc {} MiB", mib), since(t0));
     to_free.push_back(p);
   }
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   t0 = Clock::now();
   for (int i = 0; i < 16; ++i) {
     void* p = nullptr;
-    cu::check(d->MemHostAlloc(&p, 4 * kMiB, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    cu::check(d->MemHostAlloc(&p, 4 * kMiB, cu::abi::kMemHostAllocPortable), "cuMemHostAlloc");
     to_free.push_back(p);
   }
   report("16 x cuMemHostAlloc 4 MiB, one thread", since(t0));
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       threads.emplace_back([&, t] {
         cu::use_device(0);
         for (int k = 0; k < 2; ++k)
-          cu::check(d->MemHostAlloc(&ptrs[t * 2 + k], 4 * kMiB, CU_MEMHOSTALLOC_PORTABLE),
+          cu::check(d->MemHostAlloc(&ptrs[t * 2 + k], 4 * kMiB, cu::abi::kMemHostAllocPortable),
                     "cuMemHostAlloc");
       });
     }
@@ -156,17 +156,19 @@ int main(int argc, char** argv) {
     if (huge) madvise(p, size, MADV_HUGEPAGE);
     std::memset(p, 0, size);
     const double touched = since(t0);
-    cu::check(d->MemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
+    cu::check(d->MemHostRegister(p, size, cu::abi::kMemHostRegisterPortable), "cuMemHostRegister");
     report(fmt::format("mmap+touch+cuMemHostRegister 64 MiB{}", huge ? " (MADV_HUGEPAGE)" : ""),
            since(t0), fmt::format("touch {:.3f} ms", touched * 1e3));
   }
   t0 = Clock::now();
-  std::vector<CUstream> streams(8);
-  for (auto& s : streams) cu::check(d->StreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  std::vector<cu::abi::Stream> streams(8);
+  for (auto& s : streams)
+    cu::check(d->StreamCreate(&s, cu::abi::kStreamNonBlocking), "cuStreamCreate");
   report("8 x cuStreamCreate", since(t0));
   t0 = Clock::now();
-  std::vector<CUevent> events(16);
-  for (auto& e : events) cu::check(d->EventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  std::vector<cu::abi::Event> events(16);
+  for (auto& e : events)
+    cu::check(d->EventCreate(&e, cu::abi::kEventDisableTiming), "cuEventCreate");
   report("16 x cuEventCreate", since(t0));
   t0 = Clock::now();
   {
@@ -177,7 +179,7 @@ int main(int argc, char** argv) {
   report("8 x std::thread start + join", since(t0));
 
   // Copy rate by chunk size from one pinned buffer, one stream, 1 GiB in all.
-  CUdeviceptr dev = 0;
+  cu::abi::DevicePtr dev = 0;
   t0 = Clock::now();
   cu::check(d->MemAlloc(&dev, std::size_t{1} << 30), "cuMemAlloc");
   report("cuMemAlloc 1 GiB", since(t0));

@@ -15,9 +15,6 @@
 namespace ferry::cuda {
 namespace {
 
-#define FERRY_STR_(x) #x
-#define FERRY_STR(x) FERRY_STR_(x)
-
 struct Loaded {
   Driver table{};
   bool ok = false;
@@ -44,48 +41,15 @@ Loaded load() {
     if (slot == nullptr) missing += missing.empty() ? symbol : fmt::format(", {}", symbol);
   };
   Driver& d = out.table;
-#define FERRY_RESOLVE(field, api) resolve(d.field, FERRY_STR(api))
-  FERRY_RESOLVE(Init, cuInit);
-  FERRY_RESOLVE(DriverGetVersion, cuDriverGetVersion);
-  FERRY_RESOLVE(GetErrorString, cuGetErrorString);
-  FERRY_RESOLVE(GetErrorName, cuGetErrorName);
-  FERRY_RESOLVE(DeviceGetCount, cuDeviceGetCount);
-  FERRY_RESOLVE(DeviceGet, cuDeviceGet);
-  FERRY_RESOLVE(DeviceGetName, cuDeviceGetName);
-  FERRY_RESOLVE(DeviceGetPCIBusId, cuDeviceGetPCIBusId);
-  FERRY_RESOLVE(DeviceTotalMem, cuDeviceTotalMem);
-  FERRY_RESOLVE(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
-  FERRY_RESOLVE(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease);
-  FERRY_RESOLVE(DevicePrimaryCtxReset, cuDevicePrimaryCtxReset);
-  FERRY_RESOLVE(CtxSetCurrent, cuCtxSetCurrent);
-  FERRY_RESOLVE(CtxGetCurrent, cuCtxGetCurrent);
-  FERRY_RESOLVE(PointerGetAttributes, cuPointerGetAttributes);
-  FERRY_RESOLVE(MemAlloc, cuMemAlloc);
-  FERRY_RESOLVE(MemAllocManaged, cuMemAllocManaged);
-  FERRY_RESOLVE(MemFree, cuMemFree);
-  FERRY_RESOLVE(MemHostAlloc, cuMemHostAlloc);
-  FERRY_RESOLVE(MemFreeHost, cuMemFreeHost);
-  FERRY_RESOLVE(MemHostRegister, cuMemHostRegister);
-  FERRY_RESOLVE(MemHostUnregister, cuMemHostUnregister);
-  FERRY_RESOLVE(MemcpyHtoDAsync, cuMemcpyHtoDAsync);
-  FERRY_RESOLVE(MemcpyDtoHAsync, cuMemcpyDtoHAsync);
-  FERRY_RESOLVE(MemcpyHtoD, cuMemcpyHtoD);
-  FERRY_RESOLVE(MemcpyDtoH, cuMemcpyDtoH);
-  FERRY_RESOLVE(MemsetD8, cuMemsetD8);
-  FERRY_RESOLVE(StreamCreate, cuStreamCreate);
-  FERRY_RESOLVE(StreamDestroy, cuStreamDestroy);
-  FERRY_RESOLVE(StreamSynchronize, cuStreamSynchronize);
-  FERRY_RESOLVE(EventCreate, cuEventCreate);
-  FERRY_RESOLVE(EventDestroy, cuEventDestroy);
-  FERRY_RESOLVE(EventRecord, cuEventRecord);
-  FERRY_RESOLVE(EventSynchronize, cuEventSynchronize);
+#define FERRY_RESOLVE(field, api, symbol) resolve(d.field, symbol);
+  FERRY_CUDA_DRIVER_API(FERRY_RESOLVE)
 #undef FERRY_RESOLVE
   if (!missing.empty()) {
     out.why_not = fmt::format("CUDA driver {} lacks symbols: {}", name, missing);
     return out;
   }
-  CUresult init = d.Init(0);
-  if (init != CUDA_SUCCESS) {
+  abi::Result init = d.Init(0);
+  if (init != abi::kSuccess) {
     const char* text = nullptr;
     d.GetErrorName(init, &text);
     out.why_not = fmt::format("CUDA driver present but cuInit failed: {} ({})",
@@ -132,7 +96,7 @@ const Driver& driver() {
   return l.table;
 }
 
-std::string describe(CUresult result, const char* what) {
+std::string describe(abi::Result result, const char* what) {
   const char* name = nullptr;
   const char* text = nullptr;
   if (const Driver* d = driver_or_null()) {
@@ -143,20 +107,20 @@ std::string describe(CUresult result, const char* what) {
                      text ? text : "no description");
 }
 
-void check(CUresult result, const char* what) {
-  if (result != CUDA_SUCCESS) throw CudaError(describe(result, what), static_cast<int>(result));
+void check(abi::Result result, const char* what) {
+  if (result != abi::kSuccess) throw CudaError(describe(result, what), static_cast<int>(result));
 }
 
 namespace {
 // Primary contexts retained so far, by ordinal: read without a lock by every GPU task.
 constexpr int kMaxCachedDevices = 64;
-std::array<std::atomic<CUcontext>, kMaxCachedDevices> cached_contexts{};
+std::array<std::atomic<abi::Context>, kMaxCachedDevices> cached_contexts{};
 }  // namespace
 
-CUcontext use_device(int ordinal) {
+abi::Context use_device(int ordinal) {
   const Driver& d = driver();
   if (ordinal >= 0 && ordinal < kMaxCachedDevices) {
-    if (CUcontext ctx = cached_contexts[ordinal].load(std::memory_order_acquire)) {
+    if (abi::Context ctx = cached_contexts[ordinal].load(std::memory_order_acquire)) {
       check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
       return ctx;
     }
@@ -164,8 +128,8 @@ CUcontext use_device(int ordinal) {
   // Leaked on purpose, like the contexts they hold: GPU workers may still call this while the
   // process exits.
   static auto* mu = new std::mutex;
-  static auto* contexts = new std::vector<CUcontext>;  // retained once, released at exit
-  CUcontext ctx = nullptr;
+  static auto* contexts = new std::vector<abi::Context>;  // retained once, released at exit
+  abi::Context ctx = nullptr;
   {
     std::lock_guard lock(*mu);
     int count = 0;
@@ -173,11 +137,11 @@ CUcontext use_device(int ordinal) {
     if (ordinal < 0 || ordinal >= count) {
       throw CudaError(
           fmt::format("GPU {} does not exist: this machine has {} GPU(s)", ordinal, count),
-          static_cast<int>(CUDA_ERROR_INVALID_DEVICE));
+          static_cast<int>(abi::kErrorInvalidDevice));
     }
     if (contexts->size() < static_cast<size_t>(count)) contexts->resize(count, nullptr);
     if ((*contexts)[ordinal] == nullptr) {
-      CUdevice dev = 0;
+      abi::Device dev = 0;
       check(d.DeviceGet(&dev, ordinal), "cuDeviceGet");
       check(d.DevicePrimaryCtxRetain(&(*contexts)[ordinal], dev), "cuDevicePrimaryCtxRetain");
     }

@@ -13,6 +13,8 @@
 
 namespace ferry {
 
+namespace abi = cuda::abi;
+
 std::string to_string(MemoryKind kind) {
   switch (kind) {
     case MemoryKind::kHostPageable:
@@ -39,19 +41,20 @@ QuickMemory classify_quick(const void* ptr) {
   unsigned int memory_type = 0;
   int ordinal = -1;
   unsigned int managed = 0;
-  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                 CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  abi::PointerAttribute attrs[] = {abi::kPointerAttributeMemoryType,
+                                   abi::kPointerAttributeDeviceOrdinal,
+                                   abi::kPointerAttributeIsManaged};
   void* values[] = {&memory_type, &ordinal, &managed};
   // cuPointerGetAttributes succeeds for unknown (pageable) pointers and leaves memory_type 0.
-  const CUresult r = d->PointerGetAttributes(3, attrs, values, reinterpret_cast<CUdeviceptr>(ptr));
+  const abi::Result r =
+      d->PointerGetAttributes(3, attrs, values, reinterpret_cast<abi::DevicePtr>(ptr));
   q.query = static_cast<int>(r);
-  if (r != CUDA_SUCCESS) return q;
+  if (r != abi::kSuccess) return q;
   if (managed != 0) {
     q.kind = MemoryKind::kManaged;
-  } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
+  } else if (memory_type == abi::kMemoryTypeDevice) {
     q.kind = MemoryKind::kDevice;
-  } else if (memory_type == CU_MEMORYTYPE_HOST) {
+  } else if (memory_type == abi::kMemoryTypeHost) {
     q.kind = MemoryKind::kHostPinned;
   } else {
     return q;
@@ -65,7 +68,7 @@ MemoryInfo with_note(const QuickMemory& q) {
   if (q.no_driver) {
     cuda::driver_or_null(&info.note);
   } else if (q.query != 0) {
-    info.note = cuda::describe(static_cast<CUresult>(q.query), "cuPointerGetAttributes");
+    info.note = cuda::describe(static_cast<abi::Result>(q.query), "cuPointerGetAttributes");
   }
   return info;
 }
@@ -94,13 +97,13 @@ Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), siz
       return;
     case MemoryKind::kHostPinned:
       cuda::use_device(device);
-      cuda::check(cuda::driver().MemHostAlloc(&data_, size, CU_MEMHOSTALLOC_PORTABLE),
+      cuda::check(cuda::driver().MemHostAlloc(&data_, size, abi::kMemHostAllocPortable),
                   "cuMemHostAlloc");
       device_ = device;
       return;
     case MemoryKind::kDevice: {
       cuda::use_device(device);
-      CUdeviceptr p = 0;
+      abi::DevicePtr p = 0;
       cuda::check(cuda::driver().MemAlloc(&p, size),
                   fmt::format("cuMemAlloc {} B on GPU {}", size, device).c_str());
       data_ = reinterpret_cast<void*>(p);
@@ -109,8 +112,8 @@ Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), siz
     }
     case MemoryKind::kManaged: {
       cuda::use_device(device);
-      CUdeviceptr p = 0;
-      cuda::check(cuda::driver().MemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL),
+      abi::DevicePtr p = 0;
+      cuda::check(cuda::driver().MemAllocManaged(&p, size, abi::kMemAttachGlobal),
                   "cuMemAllocManaged");
       data_ = reinterpret_cast<void*>(p);
       device_ = device;
@@ -154,7 +157,7 @@ void Buffer::release() noexcept {
       // A destructor must not throw: if the context is gone (reset, destroyed), so is the memory.
       try {
         cuda::use_device(device_);
-        cuda::driver().MemFree(reinterpret_cast<CUdeviceptr>(data_));
+        cuda::driver().MemFree(reinterpret_cast<abi::DevicePtr>(data_));
       } catch (const CudaError&) {
       }
       break;
@@ -180,7 +183,7 @@ void Buffer::copy_to_host(void* dst, std::size_t size, std::size_t offset) const
     return;
   }
   cuda::use_device(device_);
-  cuda::check(cuda::driver().MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), size),
+  cuda::check(cuda::driver().MemcpyDtoH(dst, reinterpret_cast<abi::DevicePtr>(src), size),
               "cuMemcpyDtoH");
 }
 
@@ -193,7 +196,7 @@ void Buffer::copy_from_host(const void* src, std::size_t size, std::size_t offse
     return;
   }
   cuda::use_device(device_);
-  cuda::check(cuda::driver().MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, size),
+  cuda::check(cuda::driver().MemcpyHtoD(reinterpret_cast<abi::DevicePtr>(dst), src, size),
               "cuMemcpyHtoD");
 }
 
@@ -204,7 +207,7 @@ void Buffer::fill(unsigned char value) {
     return;
   }
   cuda::use_device(device_);
-  cuda::check(cuda::driver().MemsetD8(reinterpret_cast<CUdeviceptr>(data_), value, size_),
+  cuda::check(cuda::driver().MemsetD8(reinterpret_cast<abi::DevicePtr>(data_), value, size_),
               "cuMemsetD8");
 }
 
@@ -215,20 +218,20 @@ CudaStatus cuda_status() {
   status.available = true;
   d->DriverGetVersion(&status.driver_version);
   int count = 0;
-  if (CUresult r = d->DeviceGetCount(&count); r != CUDA_SUCCESS) {
+  if (abi::Result r = d->DeviceGetCount(&count); r != abi::kSuccess) {
     status.why_not = cuda::describe(r, "cuDeviceGetCount");
     return status;
   }
   for (int i = 0; i < count; ++i) {
-    CUdevice dev = 0;
-    if (d->DeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    abi::Device dev = 0;
+    if (d->DeviceGet(&dev, i) != abi::kSuccess) continue;
     GpuInfo gpu;
     gpu.ordinal = i;
     char text[256] = {};
-    if (d->DeviceGetName(text, sizeof text, dev) == CUDA_SUCCESS) gpu.name = text;
-    if (d->DeviceGetPCIBusId(text, sizeof text, dev) == CUDA_SUCCESS) gpu.pci_bus_id = text;
+    if (d->DeviceGetName(text, sizeof text, dev) == abi::kSuccess) gpu.name = text;
+    if (d->DeviceGetPCIBusId(text, sizeof text, dev) == abi::kSuccess) gpu.pci_bus_id = text;
     size_t total = 0;
-    if (d->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) gpu.total_memory = total;
+    if (d->DeviceTotalMem(&total, dev) == abi::kSuccess) gpu.total_memory = total;
     status.gpus.push_back(gpu);
   }
   if (count == 0) status.why_not = "the CUDA driver sees no GPU";

@@ -36,7 +36,8 @@ char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped_by
   // shared zero page and replaced by copy-on-write at the first write. Non-zero, so that no page
   // is ever an all-zero candidate for the kernel's split of underused huge pages.
   std::memset(region, 0xA5, bytes);
-  if (cuda::driver().MemHostRegister(region, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+  if (cuda::driver().MemHostRegister(region, bytes, cuda::abi::kMemHostRegisterPortable) !=
+      cuda::abi::kSuccess) {
     munmap(p, mapped);
     return nullptr;
   }
@@ -52,7 +53,7 @@ void destroy(Stager& s) {
     if (d == nullptr) return;  // CUDA is gone (a fork() child): nothing can be freed
     cuda::use_device(s.device);
     if (s.stream != nullptr) d->StreamDestroy(s.stream);
-    for (CUevent e : s.events) {
+    for (cuda::abi::Event e : s.events) {
       if (e != nullptr) d->EventDestroy(e);
     }
     if (s.registered != nullptr) {
@@ -91,7 +92,7 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
         if (slot == nullptr) throw std::bad_alloc();
       } else {
         void* p = nullptr;
-        cuda::check(cuda::driver().MemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE),
+        cuda::check(cuda::driver().MemHostAlloc(&p, size, cuda::abi::kMemHostAllocPortable),
                     "cuMemHostAlloc (bounce buffer)");
         slot = static_cast<char*>(p);
       }
@@ -102,9 +103,9 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
       // stream, where CuPy and PyTorch queue by default (a cuMemsetD8 or a zeros() kernel that
       // would otherwise land on top of the bytes read), and legacy-stream work queued after
       // waits for them. Streams of this kind do not wait for each other.
-      cuda::check(d.StreamCreate(&s->stream, CU_STREAM_DEFAULT), "cuStreamCreate");
-      for (CUevent& e : s->events) {
-        cuda::check(d.EventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      cuda::check(d.StreamCreate(&s->stream, cuda::abi::kStreamDefault), "cuStreamCreate");
+      for (cuda::abi::Event& e : s->events) {
+        cuda::check(d.EventCreate(&e, cuda::abi::kEventDisableTiming), "cuEventCreate");
       }
     }
   } catch (...) {

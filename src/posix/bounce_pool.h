@@ -6,12 +6,12 @@
 // at a time.
 #pragma once
 
-#include <cuda.h>
-
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "cuda/cuda_abi.h"
 
 namespace ferry::posix {
 
@@ -22,10 +22,10 @@ struct Stager {
   int device = -1;  // -1: aligned host memory, no stream
   std::size_t size = 0;
   std::vector<char*> slots;
-  CUstream stream = nullptr;
-  std::vector<CUevent> events;  // events[i] completes when slots[i] may be reused
-  std::vector<bool> pending;    // an event was recorded on slots[i] and not yet waited for
-  std::size_t next = 0;         // the slot to use next
+  cuda::abi::Stream stream = nullptr;
+  std::vector<cuda::abi::Event> events;  // events[i] completes when slots[i] may be reused
+  std::vector<bool> pending;             // an event was recorded on slots[i] and not yet waited for
+  std::size_t next = 0;                  // the slot to use next
   // Where the slots' memory came from: one registered mapping, else one allocation per slot.
   void* mapping = nullptr;
   std::size_t mapped = 0;

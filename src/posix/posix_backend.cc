@@ -188,9 +188,10 @@ class PosixWorker final : public core::Worker {
         const std::size_t use = use_end - use_begin;
         if (gpu_) {
           const cuda::Driver& d = cuda::driver();
-          cuda::check(d.MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(target(task, use_begin)),
-                                        bounce + (use_begin - pos), use, stager_->stream),
-                      "cuMemcpyHtoDAsync");
+          cuda::check(
+              d.MemcpyHtoDAsync(reinterpret_cast<cuda::abi::DevicePtr>(target(task, use_begin)),
+                                bounce + (use_begin - pos), use, stager_->stream),
+              "cuMemcpyHtoDAsync");
           cuda::check(d.EventRecord(stager_->events[slot], stager_->stream), "cuEventRecord");
           stager_->pending[slot] = true;
         } else {
@@ -218,7 +219,7 @@ class PosixWorker final : public core::Worker {
       char* bounce = stager_->slots[0];
       if (gpu_) {
         const cuda::Driver& d = cuda::driver();
-        cuda::check(d.MemcpyDtoHAsync(bounce, reinterpret_cast<CUdeviceptr>(src + done), n,
+        cuda::check(d.MemcpyDtoHAsync(bounce, reinterpret_cast<cuda::abi::DevicePtr>(src + done), n,
                                       stager_->stream),
                     "cuMemcpyDtoHAsync");
         cuda::check(d.StreamSynchronize(stager_->stream), "cuStreamSynchronize");

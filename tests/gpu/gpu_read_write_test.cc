@@ -204,9 +204,9 @@ TEST_F(Gpu, PointerFromADestroyedContextIsAClearErrorNotACrash) {
     Buffer b(MemoryKind::kDevice, size, 0);
     stale = b.data();
     const cuda::Driver& d = cuda::driver();
-    CUdevice dev = 0;
-    ASSERT_EQ(d.DeviceGet(&dev, 0), CUDA_SUCCESS);
-    ASSERT_EQ(d.DevicePrimaryCtxReset(dev), CUDA_SUCCESS);  // frees every allocation in it
+    cuda::abi::Device dev = 0;
+    ASSERT_EQ(d.DeviceGet(&dev, 0), cuda::abi::kSuccess);
+    ASSERT_EQ(d.DevicePrimaryCtxReset(dev), cuda::abi::kSuccess);  // frees every allocation in it
     // The Buffer's own cuMemFree then fails quietly: the memory is already gone.
   }
   File file(dir / "d.bin");

@@ -1,15 +1,23 @@
 """Shared fixtures. Run with the package on the path:
     PYTHONPATH=<repo>/python python3 -m pytest -q tests/python
+or against an installed package, from a copy of these tests outside the source tree, with
+FERRY_EXPECT_INSTALLED=1 to make sure it is that package they import (scripts/test does).
 `gpu` tests skip, with the reason, when CuPy/PyTorch or a GPU is missing."""
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 import pytest
 
 import ferry
+
+if os.environ.get("FERRY_EXPECT_INSTALLED"):
+    assert os.path.realpath(ferry.__file__).startswith(os.path.realpath(sys.prefix) + os.sep), (
+        f"FERRY_EXPECT_INSTALLED: ferry was imported from {ferry.__file__}, not from the "
+        f"environment at {sys.prefix}")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 // The ferry command-line tool: subcommands on top of the public API. Errors print one line and
 // exit non-zero.
 #include <ferry/ferry.h>
+#include <ferry/version.h>
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ferry: move file bytes into GPU or host memory by the fastest real path, and say "
       "which path each request took"};
+  app.set_version_flag("--version", std::string("ferry ") + FERRY_VERSION_STRING,
+                       "Print the version (the same as ferry.__version__ and the CMake package)");
   app.require_subcommand(1);
   std::function<int()> action;
   ferry::cli::add_read_command(app, action);
