@@ -139,13 +139,19 @@ def cli_case(path: str, half: int, cold: bool, gpus: int, env: Dict[str, str]) -
             raise RuntimeError(p.stderr[-2000:])
         return json.loads(p.stdout)
 
-    one = run(["--gpu", "0", "--size", str(half)])
-    several = run(["--gpu", ",".join(str(d) for d in range(gpus)), "--size", str(half * gpus)])
-    result["single"] = {"bytes": one["bytes"], "seconds": one["seconds"], "gbps": one["gbps"],
+    # Hot: the better of two reads in the process (the first pays for the runtimes' threads and
+    # staging); cold: one read, its pages dropped just before.
+    repeat = ["--repeat", "1" if cold else "2"]
+    one = run(["--gpu", "0", "--size", str(half)] + repeat)
+    several = run(["--gpu", ",".join(str(d) for d in range(gpus)), "--size", str(half * gpus)]
+                  + repeat)
+    best = max(range(len(several["runs"])), key=lambda i: several["runs"][i]["gbps"])
+    result["single"] = {"bytes": one["bytes"], "gbps": one["best_gbps"],
+                        "seconds": one["bytes"] / one["best_gbps"] / 1e9,
                         "route": one["route"].get("op", "")}
-    result["split"] = {"bytes": several["bytes"], "seconds": several["seconds"],
-                       "gbps": several["gbps"],
-                       "per_gpu_gbps": [p["gbps"] for p in several["parts"]]}
+    result["split"] = {"bytes": several["bytes"], "gbps": several["best_gbps"],
+                       "seconds": several["runs"][best]["seconds"],
+                       "per_gpu_gbps": [p["gbps"] for p in several["runs"][best]["parts"]]}
     result["ratio"] = result["split"]["gbps"] / result["single"]["gbps"]
     return result
 
