@@ -64,8 +64,11 @@ struct SettingsOverride {
 };
 
 // The calling thread's settings: the process-wide ones with this thread's scopes applied. The
-// first call reads FERRY_* from the environment; a malformed variable makes every call throw its
-// SettingError until code sets that setting with set_settings().
+// first call reads FERRY_* from the environment and, for a setting whose FERRY_* variable is
+// unset, KvikIO's (KVIKIO_COMPAT_MODE, KVIKIO_TASK_SIZE, KVIKIO_GDS_THRESHOLD,
+// KVIKIO_BOUNCE_BUFFER_SIZE, and KVIKIO_NTHREADS or KVIKIO_NUM_THREADS for both thread counts),
+// parsed and limited exactly as the FERRY_* one. A malformed variable makes every call throw its
+// SettingError, which names that variable, until code sets that setting with set_settings().
 Settings settings();
 // Changes the process-wide settings (every thread's, under their scopes). Setting a value whose
 // FERRY_* variable was malformed repairs it.
@@ -75,11 +78,20 @@ void set_settings(const SettingsOverride& changes);
 // settings() returns it), and where it came from (kCode for values set by a scope).
 struct SettingInfo {
   std::string name;
-  std::string env;
+  std::string env;  // its FERRY_* variable
   std::string value;
   SettingSource source;
+  // The variable the value was read from when source is kEnvironment: `env`, or one of
+  // `kvikio_env` when `env` is unset. Empty for other sources.
+  std::string source_env = {};
+  // KvikIO's variables for this setting, honoured when `env` is unset (none for require).
+  std::vector<std::string> kvikio_env = {};
 };
 std::vector<SettingInfo> describe_settings();
+
+// Forgets the process-wide settings, set_settings() changes included, and reads the environment
+// again at the next use, as at start-up (scopes stay). For tests that change the environment.
+void reload_settings_from_environment();
 
 // Applies `changes` to the settings of the thread that creates it, and to no other thread's,
 // until it is destroyed. Scopes of one thread nest: each is layered over the ones made before it,

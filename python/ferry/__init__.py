@@ -12,7 +12,8 @@ The route of a request has one name everywhere: ``File.last_route``, ``Future.la
 
 Buffers: CuPy arrays and PyTorch CUDA tensors (CUDA Array Interface), NumPy arrays, bytearray,
 memoryview and anything with the buffer protocol, PyTorch CPU tensors and JAX arrays (DLPack).
-I/O runs with the GIL released.
+I/O runs with the GIL released. ``await f.aread(buf)``/``awrite`` never block an asyncio loop.
+KvikIO's API is ``ferry.kvikio`` (``import ferry.kvikio as kvikio``; docs/kvikio.md).
 """
 
 from __future__ import annotations

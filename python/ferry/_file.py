@@ -1,6 +1,7 @@
 """``ferry.File``: an open file that reads into and writes from host or GPU memory. The I/O is
 the C++ core's (``_ferry.File``); this class adds what Python files do: ``repr``, a
-``ResourceWarning`` when dropped open, and Futures that compose."""
+``ResourceWarning`` when dropped open, Futures that compose, and ``aread``/``awrite`` for
+asyncio."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import warnings
 from typing import Any, Mapping, Optional, Union
 
 from . import _ferry
-from ._future import Future
+from ._future import Future, off_loop
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,6 +42,20 @@ class File(_ferry.File):
         """Starts writing `buf` (or its first `size` bytes) at `file_offset`; the Future's
         result is the bytes written. The buffer is kept alive until the write ends."""
         return Future(super().pwrite(buf, size, file_offset))
+
+    async def aread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> int:
+        """``await f.aread(buf)``: reads like ``read`` and returns the bytes read, without ever
+        blocking the event loop (the request starts in a thread of ferry's, so a small read that
+        ferry runs in the submitting thread waits there). The calling thread's settings apply,
+        scopes included. Cancelling the task cancels the read; the buffer is not written after
+        the ``CancelledError``."""
+        return await off_loop(lambda: self.pread(buf, size, file_offset))
+
+    async def awrite(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> int:
+        """``await f.awrite(buf)``: writes like ``write`` and returns the bytes written, without
+        ever blocking the event loop (as ``aread``). A cancelled write may have written part of
+        the range: the file then holds some of the new bytes."""
+        return await off_loop(lambda: self.pwrite(buf, size, file_offset))
 
     def __enter__(self) -> "File":
         return self

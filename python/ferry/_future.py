@@ -3,15 +3,22 @@ that ``concurrent.futures.wait``/``as_completed``, ``add_done_callback`` and ``a
 
 The C++ request (``_ferry.Request``) owns the buffer until it ends. A single watcher thread
 waits for the requests in flight, with the GIL released, and settles each Future when its
-request ends (and lets go of its buffer then)."""
+request ends (and lets go of its buffer then); ``done()`` settles it at once when it sees the
+request over.
+
+``off_loop`` runs the submission of a request in a thread of ferry's own, so that asyncio code
+(``File.aread``/``awrite``) never waits in the event loop's thread, even for the small requests
+that ferry runs in the caller's thread."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import threading
-from typing import Any, Generator, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Generator, Optional
 
 from . import _ferry
 
@@ -41,11 +48,16 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         try:
             n = self._request.result()
         except BaseException as e:  # the request's error, for exception()/result()
-            self.set_exception(e)
+            self.set_exception(self._error(e))
         else:
             self.set_result(n)
         finally:
             self._request.release()
+
+    def _error(self, e: BaseException) -> BaseException:
+        """The exception this Future holds for the request's error `e` (a subclass may
+        translate it, as ``ferry.kvikio.IOFuture`` does)."""
+        return e
 
     def _wait(self, timeout: Optional[float]) -> None:
         if not self._request.wait(timeout):
@@ -77,6 +89,12 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         self._request.wait_quietly(1e9)
         self._request.release()
         return super().cancel()
+
+    def done(self) -> bool:
+        """True once the request has ended (or was cancelled); never waits."""
+        if not super().done() and self._request.done():
+            self._settle()
+        return super().done()
 
     def running(self) -> bool:
         return not self.done()
@@ -111,12 +129,16 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
 
 
 class _Watcher:
-    """One daemon thread that settles Futures when their requests end."""
+    """One daemon thread that settles Futures when their requests end. It is stopped at exit,
+    before the interpreter finalises: a daemon thread that comes back from a C++ wait (with the
+    GIL released) while the interpreter finalises is ended inside a C++ destructor, which aborts
+    the process ("terminate called without an active exception", 1 exit in 10 before)."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._futures: list[Future] = []
         self._thread: Optional[threading.Thread] = None
+        self._stopping = False
 
     def watch(self, future: Future) -> None:
         with self._cv:
@@ -130,8 +152,10 @@ class _Watcher:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._futures:
+                while not self._futures and not self._stopping:
                     self._cv.wait()
+                if self._stopping:
+                    return
                 first = self._futures[0]
             first._request.wait_quietly(0.02)
             with self._cv:
@@ -147,8 +171,97 @@ class _Watcher:
         # The thread does not exist in a child; the parent's requests are not the child's.
         self.__init__()  # type: ignore[misc]
 
+    def stop(self) -> None:
+        """Ends the thread (at exit): within one wait slice, 20 ms. Futures still watched are
+        not settled after this; their requests end with the process."""
+        with self._cv:
+            self._stopping = True
+            thread = self._thread
+            self._cv.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
 
 _watcher = _Watcher()
 os.register_at_fork(after_in_child=_watcher._after_fork)
+atexit.register(_watcher.stop)
 
-__all__ = ["Future"]
+
+class _OffLoop:
+    """The threads that submit requests for asyncio callers. A submission is short (a large
+    request only starts its tasks), except a small request that ferry runs in the submitting
+    thread: that one waits for its I/O here, not in the event loop's thread. Several threads, so
+    that one slow small read does not hold up the others."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ferry-aio")
+            return self._pool
+
+    def _after_fork(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
+_off_loop = _OffLoop()
+os.register_at_fork(after_in_child=_off_loop._after_fork)
+
+
+def _in_settings(settings: dict[str, Any], call: Callable[[], "Future"]) -> "Future":
+    """Runs `call` under the calling thread's settings as `settings` gave them: a scope of the
+    loop's thread (``with ferry.settings(...)``) applies to the requests it starts off the loop."""
+    here = _ferry.get_settings()
+    changed = {k: v for k, v in settings.items() if here.get(k) != v}
+    if not changed:
+        return call()
+    from ._settings import as_text
+
+    scope = _ferry.SettingsScope(as_text(changed))
+    scope.enter()
+    try:
+        return call()
+    finally:
+        scope.exit()
+
+
+def _cancel_started(started: "concurrent.futures.Future[Future]") -> None:
+    """Cancels the request that `started` submits, once submitted; waits for its tasks in
+    flight (``Future.cancel``)."""
+    try:
+        future = started.result()
+    except BaseException:  # the submission failed: nothing runs
+        return
+    future.cancel()
+
+
+def _retrieved(f: "asyncio.Future[Any]") -> None:
+    """Marks an abandoned asyncio future's outcome as seen (no 'never retrieved' log)."""
+    if not f.cancelled():
+        f.exception()
+
+
+async def off_loop(submit: Callable[[], "Future"]) -> int:
+    """Awaits the request that `submit()` starts, without ever waiting in the event loop's
+    thread: `submit` runs in one of ferry's threads, under the caller's settings, and the
+    request's end wakes the loop. Cancelling the awaiting task cancels the request and waits,
+    off the loop, for its tasks in flight, so the buffer is not written after the
+    ``CancelledError``."""
+    loop = asyncio.get_running_loop()
+    settings = _ferry.get_settings()
+    pool = _off_loop.executor()
+    started = pool.submit(_in_settings, settings, submit)
+    waits: list["asyncio.Future[Any]"] = []
+    try:
+        waits.append(asyncio.wrap_future(started))
+        future = await asyncio.shield(waits[-1])
+        waits.append(asyncio.wrap_future(future))
+        return int(await asyncio.shield(waits[-1]))
+    except asyncio.CancelledError:
+        for w in waits:
+            w.add_done_callback(_retrieved)
+        await asyncio.shield(loop.run_in_executor(pool, _cancel_started, started))
+        raise

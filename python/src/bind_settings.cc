@@ -56,6 +56,8 @@ void bind_settings(py::module_& m) {
       row["env"] = info.env;
       row["value"] = info.value;
       row["source"] = to_string(info.source);
+      row["source_env"] = info.source_env;  // the variable it was read from: FERRY_* or KVIKIO_*
+      row["kvikio_env"] = info.kvikio_env;
       rows.append(row);
     }
     return rows;

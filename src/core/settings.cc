@@ -1,6 +1,7 @@
 // Process-wide settings, and the scopes each thread layers on them. One table lists every setting
-// once: its name, its environment variable, and how to read, parse and print it; the environment,
-// the string setter and the report all go through that table.
+// once: its name, its environment variable (and KvikIO's, read when ferry's is unset), and how to
+// read, parse and print it; the environment, the string setter and the report all go through
+// that table.
 #include "ferry/settings.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,49 +26,53 @@ namespace {
 struct Descriptor {
   const char* name;
   const char* env;
+  // KvikIO's names for the same setting (up to two, which must agree), read when `env` is unset,
+  // so that a process configured for KvikIO keeps its configuration. nullptr where none.
+  std::array<const char*, 2> kvikio;
   void (*parse)(SettingsOverride&, std::string_view value, std::string_view env);
   bool (*is_set)(const SettingsOverride&);
   std::string (*print)(const Settings&);
 };
 
 constexpr std::array<Descriptor, 7> kTable{{
-    {"compat_mode", "FERRY_COMPAT_MODE",
+    {"compat_mode", "FERRY_COMPAT_MODE", {"KVIKIO_COMPAT_MODE", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.compat_mode = parse_compat_mode(v, e);
      },
      [](const SettingsOverride& o) { return o.compat_mode.has_value(); },
      [](const Settings& s) { return to_string(s.compat_mode); }},
-    {"require", "FERRY_REQUIRE",
+    {"require", "FERRY_REQUIRE", {nullptr, nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.require = parse_require(v, e);
      },
      [](const SettingsOverride& o) { return o.require.has_value(); },
      [](const Settings& s) { return to_string(s.require); }},
-    {"task_size", "FERRY_TASK_SIZE",
+    {"task_size", "FERRY_TASK_SIZE", {"KVIKIO_TASK_SIZE", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.task_size = parse_size(v, e);
      },
      [](const SettingsOverride& o) { return o.task_size.has_value(); },
      [](const Settings& s) { return format_size(s.task_size); }},
-    {"gds_threshold", "FERRY_GDS_THRESHOLD",
+    {"gds_threshold", "FERRY_GDS_THRESHOLD", {"KVIKIO_GDS_THRESHOLD", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.gds_threshold = parse_size(v, e);
      },
      [](const SettingsOverride& o) { return o.gds_threshold.has_value(); },
      [](const Settings& s) { return format_size(s.gds_threshold); }},
-    {"nthreads", "FERRY_NTHREADS",
+    // KvikIO has one thread pool for every kind of memory: its count sets both of ferry's.
+    {"nthreads", "FERRY_NTHREADS", {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.nthreads = parse_count(v, e);
      },
      [](const SettingsOverride& o) { return o.nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.nthreads); }},
-    {"host_nthreads", "FERRY_HOST_NTHREADS",
+    {"host_nthreads", "FERRY_HOST_NTHREADS", {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.host_nthreads = parse_count(v, e);
      },
      [](const SettingsOverride& o) { return o.host_nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.host_nthreads); }},
-    {"bounce_buffer_size", "FERRY_BOUNCE_BUFFER_SIZE",
+    {"bounce_buffer_size", "FERRY_BOUNCE_BUFFER_SIZE", {"KVIKIO_BOUNCE_BUFFER_SIZE", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.bounce_buffer_size = parse_size(v, e);
      },
@@ -80,6 +86,8 @@ struct Global {
   bool loaded = false;
   Settings current;
   std::array<SettingSource, kTable.size()> sources{};
+  // The variable each kEnvironment value was read from (FERRY_* or KVIKIO_*).
+  std::array<std::string, kTable.size()> source_env;
   // A malformed FERRY_* variable, per setting, until code sets that setting (set_settings), which
   // repairs it: settings() throws the first one left.
   std::array<std::optional<SettingError>, kTable.size()> env_errors;
@@ -98,6 +106,51 @@ Global& global() {
   return *g;
 }
 
+// Parses `value` of the variable `var` for setting `d` and checks it against the setting's
+// limits; every error names the variable.
+SettingsOverride parse_variable(const Descriptor& d, const char* var, const char* value) {
+  SettingsOverride one;
+  d.parse(one, value, var);
+  try {
+    one.apply_to(Settings{});  // within its limits
+  } catch (const SettingError& e) {
+    throw SettingError(var, value, fmt::format("invalid {}='{}': {}", var, value, e.what()));
+  }
+  return one;
+}
+
+struct Variable {
+  const char* name;
+  const char* value;
+};
+
+// The variable setting `d` is read from: its FERRY_* one when set, else the KvikIO one that is
+// set. KvikIO's two names for the thread count must agree when both are set (KvikIO's rule too);
+// nullopt when no variable is set. Throws the SettingError of a malformed or conflicting one.
+std::optional<Variable> find_variable(const Descriptor& d) {
+  if (const char* value = std::getenv(d.env)) return Variable{d.env, value};
+  std::optional<Variable> found;
+  for (const char* var : d.kvikio) {
+    if (var == nullptr) continue;
+    const char* value = std::getenv(var);
+    if (value == nullptr) continue;
+    if (found) {
+      Settings first = parse_variable(d, found->name, found->value).apply_to(Settings{});
+      Settings second = parse_variable(d, var, value).apply_to(Settings{});
+      if (d.print(first) != d.print(second)) {
+        throw SettingError(
+            var, value,
+            fmt::format("invalid {}='{}': {} is also set, to '{}'; KvikIO's two names for the "
+                        "thread count must agree (or set {}, which takes precedence over both)",
+                        var, value, found->name, found->value, d.env));
+      }
+      continue;
+    }
+    found = Variable{var, value};
+  }
+  return found;
+}
+
 // Reads the environment on first use. Each variable is parsed and checked on its own: a
 // malformed one is kept as that setting's error (and its default used meanwhile), so code can
 // repair it by setting that one setting.
@@ -106,14 +159,13 @@ Global& loaded_global() {
   if (g.loaded) return g;
   SettingsOverride env;
   for (size_t i = 0; i < kTable.size(); ++i) {
-    const char* value = std::getenv(kTable[i].env);
-    if (value == nullptr) continue;
     try {
-      SettingsOverride one;
-      kTable[i].parse(one, value, kTable[i].env);
-      one.apply_to(Settings{});  // within its limits
-      kTable[i].parse(env, value, kTable[i].env);
+      std::optional<Variable> var = find_variable(kTable[i]);
+      if (!var) continue;
+      parse_variable(kTable[i], var->name, var->value);
+      kTable[i].parse(env, var->value, var->name);
       g.sources[i] = SettingSource::kEnvironment;
+      g.source_env[i] = var->name;
     } catch (const SettingError& e) {
       g.env_errors[i] = e;
     }
@@ -146,7 +198,10 @@ std::shared_ptr<ThreadScopes>& this_thread_scopes() {
 
 void mark_code(Global& g, const SettingsOverride& changes) {
   for (size_t i = 0; i < kTable.size(); ++i) {
-    if (kTable[i].is_set(changes)) g.sources[i] = SettingSource::kCode;
+    if (kTable[i].is_set(changes)) {
+      g.sources[i] = SettingSource::kCode;
+      g.source_env[i].clear();
+    }
   }
 }
 
@@ -244,9 +299,11 @@ std::vector<SettingInfo> describe_settings() {
   Settings current = settings();  // this thread's view: its scopes included
   Global& g = global();
   std::array<SettingSource, kTable.size()> sources;
+  std::array<std::string, kTable.size()> source_env;
   {
     std::lock_guard lock(g.mu);
     sources = g.sources;
+    source_env = g.source_env;
   }
   {
     ThreadScopes& mine = *this_thread_scopes();
@@ -259,9 +316,25 @@ std::vector<SettingInfo> describe_settings() {
   }
   std::vector<SettingInfo> rows;
   for (size_t i = 0; i < kTable.size(); ++i) {
-    rows.push_back({kTable[i].name, kTable[i].env, kTable[i].print(current), sources[i]});
+    SettingInfo row{kTable[i].name, kTable[i].env, kTable[i].print(current), sources[i]};
+    if (row.source == SettingSource::kEnvironment) row.source_env = source_env[i];
+    for (const char* var : kTable[i].kvikio) {
+      if (var != nullptr) row.kvikio_env.emplace_back(var);
+    }
+    rows.push_back(std::move(row));
   }
   return rows;
+}
+
+void reload_settings_from_environment() {
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  g.loaded = false;
+  g.current = Settings{};
+  g.sources = {};
+  g.source_env = {};
+  g.env_errors = {};
+  g.version.fetch_add(1, std::memory_order_release);
 }
 
 struct ScopedSettings::Saved {

@@ -4,8 +4,14 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <initializer_list>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ferry/error.h"
 
@@ -153,6 +159,196 @@ TEST(Settings, OverrideAppliesOnlyTheFieldsItSets) {
   Settings s = o.apply_to(Settings{});
   EXPECT_EQ(s.nthreads, 3u);
   EXPECT_EQ(s.task_size, Settings{}.task_size);
+}
+
+// KvikIO's environment variables (issue 16). Each test sets the variables it needs, with every
+// other FERRY_* and KVIKIO_* one unset, and reads the environment again; the destructor puts the
+// environment back and reads it again.
+class Environment {
+ public:
+  explicit Environment(std::initializer_list<std::pair<std::string, std::string>> set) {
+    for (const char* name : kNames) {
+      const char* old = std::getenv(name);
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : set) setenv(name.c_str(), value.c_str(), 1);
+    reload_settings_from_environment();
+  }
+  ~Environment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+    reload_settings_from_environment();
+  }
+
+ private:
+  static constexpr const char* kNames[] = {
+      "FERRY_COMPAT_MODE",   "FERRY_REQUIRE",      "FERRY_TASK_SIZE",
+      "FERRY_GDS_THRESHOLD", "FERRY_NTHREADS",     "FERRY_HOST_NTHREADS",
+      "FERRY_BOUNCE_BUFFER_SIZE", "KVIKIO_COMPAT_MODE", "KVIKIO_TASK_SIZE",
+      "KVIKIO_GDS_THRESHOLD", "KVIKIO_NTHREADS",   "KVIKIO_NUM_THREADS",
+      "KVIKIO_BOUNCE_BUFFER_SIZE"};
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+SettingInfo row_of(const std::string& name) {
+  for (const SettingInfo& row : describe_settings()) {
+    if (row.name == name) return row;
+  }
+  ADD_FAILURE() << "no setting " << name;
+  return {};
+}
+
+// The SettingError that settings() throws, or nullopt when it throws none.
+std::optional<SettingError> settings_error() {
+  try {
+    settings();
+  } catch (const SettingError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+TEST(KvikioEnvironment, HonouredWhenTheFerryVariableIsUnset) {
+  Environment env({{"KVIKIO_COMPAT_MODE", "ON"},
+                   {"KVIKIO_TASK_SIZE", "1048576"},
+                   {"KVIKIO_GDS_THRESHOLD", "65536"},
+                   {"KVIKIO_NTHREADS", "3"},
+                   {"KVIKIO_BOUNCE_BUFFER_SIZE", "8388608"}});
+  Settings s = settings();
+  EXPECT_EQ(s.compat_mode, CompatMode::kOn);  // KvikIO's ON: POSIX only, as ferry's on
+  EXPECT_EQ(s.task_size, 1u << 20);
+  EXPECT_EQ(s.gds_threshold, 64u << 10);
+  EXPECT_EQ(s.nthreads, 3u);  // KvikIO's one pool: both of ferry's thread counts
+  EXPECT_EQ(s.host_nthreads, 3u);
+  EXPECT_EQ(s.bounce_buffer_size, 8u << 20);
+  EXPECT_EQ(s.require, Require::kAny);
+  for (const auto& [name, var] : std::map<std::string, std::string>{
+           {"compat_mode", "KVIKIO_COMPAT_MODE"},
+           {"task_size", "KVIKIO_TASK_SIZE"},
+           {"gds_threshold", "KVIKIO_GDS_THRESHOLD"},
+           {"nthreads", "KVIKIO_NTHREADS"},
+           {"host_nthreads", "KVIKIO_NTHREADS"},
+           {"bounce_buffer_size", "KVIKIO_BOUNCE_BUFFER_SIZE"}}) {
+    SettingInfo row = row_of(name);
+    EXPECT_EQ(row.source, SettingSource::kEnvironment) << name;
+    EXPECT_EQ(row.source_env, var) << name;
+    EXPECT_EQ(row.env.rfind("FERRY_", 0), 0u) << name;  // env still names ferry's own
+  }
+  EXPECT_EQ(row_of("require").source, SettingSource::kDefault);
+  EXPECT_EQ(row_of("require").source_env, "");
+  EXPECT_TRUE(row_of("require").kvikio_env.empty());
+  EXPECT_EQ(row_of("nthreads").kvikio_env,
+            (std::vector<std::string>{"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"}));
+}
+
+TEST(KvikioEnvironment, FerryVariableTakesPrecedence) {
+  Environment env({{"FERRY_TASK_SIZE", "2MiB"},
+                   {"KVIKIO_TASK_SIZE", "1048576"},
+                   {"FERRY_NTHREADS", "5"},
+                   {"KVIKIO_NTHREADS", "3"},
+                   // ignored, malformed as it is, because FERRY_COMPAT_MODE is set
+                   {"FERRY_COMPAT_MODE", "off"},
+                   {"KVIKIO_COMPAT_MODE", "sometimes"}});
+  Settings s = settings();
+  EXPECT_EQ(s.task_size, 2u << 20);
+  EXPECT_EQ(s.nthreads, 5u);
+  EXPECT_EQ(s.host_nthreads, 3u);  // FERRY_HOST_NTHREADS is unset: KVIKIO_NTHREADS counts
+  EXPECT_EQ(s.compat_mode, CompatMode::kOff);
+  EXPECT_EQ(row_of("task_size").source_env, "FERRY_TASK_SIZE");
+  EXPECT_EQ(row_of("nthreads").source_env, "FERRY_NTHREADS");
+  EXPECT_EQ(row_of("host_nthreads").source_env, "KVIKIO_NTHREADS");
+  EXPECT_EQ(row_of("compat_mode").source_env, "FERRY_COMPAT_MODE");
+}
+
+TEST(KvikioEnvironment, EitherNameOfTheThreadCountAndBothWhenTheyAgree) {
+  {
+    Environment env({{"KVIKIO_NUM_THREADS", "6"}});
+    EXPECT_EQ(settings().nthreads, 6u);
+    EXPECT_EQ(row_of("nthreads").source_env, "KVIKIO_NUM_THREADS");
+  }
+  {
+    Environment env({{"KVIKIO_NTHREADS", "4"}, {"KVIKIO_NUM_THREADS", " 4 "}});
+    EXPECT_EQ(settings().nthreads, 4u);
+    EXPECT_EQ(row_of("nthreads").source_env, "KVIKIO_NTHREADS");
+  }
+}
+
+TEST(KvikioEnvironment, TheTwoThreadCountNamesMustAgree) {
+  Environment env({{"KVIKIO_NTHREADS", "4"}, {"KVIKIO_NUM_THREADS", "8"}});
+  std::optional<SettingError> e = settings_error();
+  ASSERT_TRUE(e);
+  std::string what = e->what();
+  EXPECT_EQ(e->setting(), "KVIKIO_NUM_THREADS");
+  EXPECT_EQ(e->value(), "8");
+  EXPECT_NE(what.find("KVIKIO_NTHREADS is also set, to '4'"), std::string::npos) << what;
+  EXPECT_NE(what.find("FERRY_"), std::string::npos) << what;  // says which variable wins
+}
+
+// The same parser, limits and messages as the FERRY_* variable, with the KVIKIO_* name in them.
+TEST(KvikioEnvironment, MalformedValuesAreTheFerryErrorsNamingTheKvikioVariable) {
+  const std::pair<const char*, const char*> kBad[] = {
+      {"TASK_SIZE", "lots"},    {"TASK_SIZE", "0"},         {"TASK_SIZE", "-4"},
+      {"TASK_SIZE", ""},        {"TASK_SIZE", "1000"},      {"GDS_THRESHOLD", "1.5K"},
+      {"GDS_THRESHOLD", "0"},   {"BOUNCE_BUFFER_SIZE", "1"}, {"NTHREADS", "0"},
+      {"NTHREADS", "eight"},    {"NTHREADS", "4097"},       {"COMPAT_MODE", "maybe"},
+  };
+  for (const auto& [suffix, value] : kBad) {
+    const std::string kvikio = std::string("KVIKIO_") + suffix;
+    const std::string ferry = std::string("FERRY_") + suffix;
+    std::string kvikio_what, ferry_what;
+    {
+      Environment env({{kvikio, value}});
+      std::optional<SettingError> e = settings_error();
+      ASSERT_TRUE(e) << kvikio << "=" << value << " was accepted";
+      EXPECT_EQ(e->setting(), kvikio);
+      EXPECT_EQ(e->value(), value);
+      kvikio_what = e->what();
+    }
+    {
+      Environment env({{ferry, value}});
+      std::optional<SettingError> e = settings_error();
+      ASSERT_TRUE(e) << ferry << "=" << value << " was accepted";
+      ferry_what = e->what();
+    }
+    EXPECT_NE(kvikio_what.find(kvikio + "='" + value + "'"), std::string::npos) << kvikio_what;
+    // Word for word the FERRY_* message, with the other name.
+    std::string expected = ferry_what;
+    for (size_t at; (at = expected.find(ferry)) != std::string::npos;) {
+      expected.replace(at, ferry.size(), kvikio);
+    }
+    EXPECT_EQ(kvikio_what, expected);
+  }
+}
+
+TEST(KvikioEnvironment, AMalformedKvikioVariableIsRepairedBySettingTheSetting) {
+  Environment env({{"KVIKIO_TASK_SIZE", "1000"}});  // KvikIO accepts it, ferry's floor is 4 KiB
+  std::optional<SettingError> e = settings_error();
+  ASSERT_TRUE(e);
+  EXPECT_NE(std::string(e->what()).find("must be from 4 KiB"), std::string::npos) << e->what();
+  SettingsOverride repair;
+  repair.set("task_size", "64KiB");
+  set_settings(repair);
+  EXPECT_EQ(settings().task_size, 64u << 10);
+  EXPECT_EQ(row_of("task_size").source, SettingSource::kCode);
+  EXPECT_EQ(row_of("task_size").source_env, "");
+}
+
+TEST(KvikioEnvironment, AScopeShowsAsCodeWithNoVariable) {
+  Environment env({{"KVIKIO_TASK_SIZE", "1048576"}});
+  SettingsOverride o;
+  o.set("task_size", "2MiB");
+  {
+    ScopedSettings scope(o);
+    EXPECT_EQ(row_of("task_size").source, SettingSource::kCode);
+    EXPECT_EQ(row_of("task_size").source_env, "");
+  }
+  EXPECT_EQ(row_of("task_size").source_env, "KVIKIO_TASK_SIZE");
 }
 
 TEST(FormatSize, UsesTheLargestExactUnit) {

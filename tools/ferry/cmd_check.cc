@@ -122,8 +122,12 @@ int run(const CheckArgs& a) {
   if (a.json) {
     nlohmann::json settings_json = nlohmann::json::array();
     for (const SettingInfo& i : describe_settings())
-      settings_json.push_back(
-          {{"name", i.name}, {"env", i.env}, {"value", i.value}, {"source", to_string(i.source)}});
+      settings_json.push_back({{"name", i.name},
+                               {"env", i.env},
+                               {"value", i.value},
+                               {"source", to_string(i.source)},
+                               {"source_env", i.source_env},
+                               {"kvikio_env", i.kvikio_env}});
     nlohmann::json out = {
         {"platform", nlohmann::json::parse(platform_report_json(p, storage))},
         {"cuda",
@@ -164,7 +168,7 @@ int run(const CheckArgs& a) {
   for (const SettingInfo& i : describe_settings())
     line("ferry " + i.name,
          fmt::format("{} ({}{})", i.value, to_string(i.source),
-                     i.source == SettingSource::kEnvironment ? " " + i.env : ""));
+                     i.source == SettingSource::kEnvironment ? " " + i.source_env : ""));
   if (own_root) line("note", process_note);
   for (const auto& v : verdicts) fmt::print("verdict: {}\n", v);
   return 0;

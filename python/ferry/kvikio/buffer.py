@@ -1,0 +1,49 @@
+"""``kvikio.buffer``: registering GPU memory with cuFile (``ferry.register_buffer``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .. import _ferry
+
+__all__ = ["bounce_buffer_free", "memory_deregister", "memory_register"]
+
+_lock = threading.Lock()
+_registered: dict[int, Any] = {}  # device address -> ferry.RegisteredBuffer
+
+
+def memory_register(buf: Any) -> None:
+    """Registers GPU memory with cuFile (cuFileBufRegister) until ``memory_deregister(buf)``:
+    for a buffer reused by many cuFile requests. Where cuFile is missing, RuntimeError."""
+    register = getattr(_ferry, "register_buffer", None)
+    if register is None:
+        raise RuntimeError("cuFile is not available: this ferry was built without cuFile "
+                           "support")
+    address = _ferry.buffer_info(buf, False)[0]
+    registration = register(buf)
+    with _lock:
+        old = _registered.pop(address, None)
+        _registered[address] = registration
+    if old is not None:
+        old.close()
+
+
+def memory_deregister(buf: Any) -> None:
+    """Ends the registration ``memory_register(buf)`` made; RuntimeError when `buf` is not
+    registered (cuFile refuses that too)."""
+    address = _ferry.buffer_info(buf, False)[0]
+    with _lock:
+        registration = _registered.pop(address, None)
+    if registration is None:
+        raise RuntimeError(f"kvikio.buffer.memory_deregister: the buffer at {address:#x} was not "
+                           "registered with memory_register")
+    registration.close()
+
+
+def bounce_buffer_free() -> int:
+    """KvikIO frees its bounce buffers; ferry's staging buffers belong to its runtime, which
+    keeps them for its workers: NotImplementedError."""
+    raise NotImplementedError("kvikio.buffer.bounce_buffer_free: ferry's staging buffers "
+                              "belong to its runtime and live as long as its workers "
+                              "(ferry::Runtime in C++ gives them back when destroyed)")

@@ -1,0 +1,626 @@
+"""ferry.kvikio: KvikIO's Python API on ferry (issue 16). These follow KvikIO's documented
+behaviour, on host memory (NumPy); the GPU ones (CuPy) skip without a GPU. KvikIO's own test
+files are run against the module as docs/kvikio.md describes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import ferry
+import ferry.kvikio as kvikio
+import ferry.kvikio.defaults
+import ferry.kvikio.numpy as knp
+
+
+def flags_have(x: int, y: int) -> bool:
+    return x & y == y
+
+
+@pytest.fixture(autouse=True)
+def no_limit_warnings():
+    """KvikIO's small test sizes warn (ferry.kvikio.LimitWarning); tests check it where it matters."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kvikio.LimitWarning)
+        yield
+
+
+# ---- CuFile ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [1, 10, 1000, 4096, 40960, (1 << 20) + 3])
+@pytest.mark.parametrize("nthreads", [1, 3, 16])
+@pytest.mark.parametrize("task_size", [199, 4096, 65536])
+def test_write_then_read_any_size_threads_and_task_size(tmp_path, size, nthreads, task_size):
+    path = tmp_path / "f"
+    with kvikio.defaults.set({"num_threads": nthreads, "task_size": task_size}):
+        a = np.arange(size, dtype=np.int64)
+        f = kvikio.CuFile(path, "w")
+        assert not f.closed
+        assert flags_have(f.open_flags(), os.O_WRONLY)
+        assert f.write(a) == a.nbytes
+        f.close()
+        assert f.closed
+        assert np.array_equal(np.fromfile(path, dtype=np.int64), a)
+        b = np.empty_like(a)
+        with kvikio.CuFile(path, "r") as f:
+            assert flags_have(f.open_flags(), os.O_RDONLY)
+            assert f.read(b) == b.nbytes
+        assert np.array_equal(a, b)
+
+
+def test_context_manager_read_write_and_fileno(tmp_path):
+    a = np.arange(200)
+    b = np.empty_like(a)
+    with kvikio.CuFile(tmp_path / "f", "w+") as f:
+        assert flags_have(f.open_flags(), os.O_RDWR)
+        assert os.fstat(f.fileno()).st_ino == os.stat(tmp_path / "f").st_ino
+        assert f.write(a) == a.nbytes
+        assert f.read(b) == b.nbytes
+    assert f.closed
+    assert np.array_equal(a, b)
+    f.close()  # again: nothing
+    with pytest.raises(ValueError, match="closed"):
+        f.read(b)
+
+
+def test_open_again_after_close(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"abcdef")
+    f = kvikio.CuFile(path, "r")
+    f.open()  # open already, on the same file: nothing
+    with pytest.raises(ValueError, match="close"):
+        f.open(tmp_path / "other", "w")
+    f.close()
+    f.open()
+    assert not f.closed
+    buf = bytearray(6)
+    assert f.read(buf) == 6 and bytes(buf) == b"abcdef"
+    f.close()
+    f.open(path, "r+")
+    assert flags_have(f.open_flags(), os.O_RDWR)
+    f.close()
+
+
+def test_flags(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789")
+    with kvikio.CuFile(path, "r+") as f:
+        assert flags_have(f.open_flags(), os.O_RDWR)
+        assert f.write(np.frombuffer(b"ab", np.uint8), file_offset=2) == 2
+    assert path.read_bytes() == b"01ab456789"
+    with kvikio.CuFile(str(path), "a") as f:
+        assert flags_have(f.open_flags(), os.O_WRONLY | os.O_APPEND)
+        f.write(np.frombuffer(b"XY", np.uint8))
+    assert path.read_bytes() == b"01ab456789XY"
+    with kvikio.CuFile(path, "rb") as f:  # "b" is ignored
+        assert flags_have(f.open_flags(), os.O_RDONLY)
+    with kvikio.CuFile(path, "w") as f:  # truncates
+        pass
+    assert path.read_bytes() == b""
+    with pytest.raises(ValueError, match="Unknown file open flag"):
+        kvikio.CuFile(path, "x")
+    with pytest.raises(NotImplementedError, match="'a\\+'"):
+        kvikio.CuFile(path, "a+")
+
+
+def test_pread_pwrite_futures_with_offsets_and_route(tmp_path):
+    path = tmp_path / "f"
+    a = np.arange(1 << 18, dtype=np.int32)
+    with kvikio.CuFile(path, "w+") as f:
+        futures = [f.pwrite(a[i:i + 1024], file_offset=i * 4) for i in range(0, a.size, 1024)]
+        assert sum(fut.get() for fut in futures) == a.nbytes
+        assert all(fut.done() for fut in futures)
+        b = np.zeros_like(a)
+        fut = f.pread(b, size=4000, file_offset=400, task_size=1000)
+        assert isinstance(fut, kvikio.IOFuture) and isinstance(fut, ferry.Future)
+        assert fut.get() == 4000
+        assert b.view(np.uint8)[:4000].tobytes() == a.view(np.uint8)[400:4400].tobytes()
+        # The route report stays available on every future, and on the file.
+        route = fut.last_route
+        assert route.op == "read" and route.bytes == 4000 and route.tasks == 1  # 4 KiB tasks
+        assert f.last_route is not None
+        fut = f.pread(b, task_size=1 << 16)
+        assert fut.get() == a.nbytes and fut.last_route.tasks == 16
+        assert np.array_equal(a, b)
+        assert f.read(b, file_offset=a.nbytes - 8) == 8  # fewer at the end of the file
+
+
+def test_task_size_argument_overrides_the_setting_for_that_request_only(tmp_path):
+    path = tmp_path / "f"
+    a = np.arange(1 << 16, dtype=np.int64)
+    with kvikio.CuFile(path, "w+") as f:
+        f.write(a)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", kvikio.LimitWarning)
+            with pytest.raises(kvikio.LimitWarning, match="task_size=100 "):
+                f.pread(np.empty_like(a), task_size=100)
+        fut = f.pread(np.empty_like(a), task_size=64 << 10)
+        fut.get()
+        assert fut.last_route.tasks == 8
+        fut = f.pread(np.empty_like(a))
+        fut.get()
+        assert fut.last_route.tasks == 1  # the 4 MiB default
+    assert kvikio.defaults.get("task_size") == 4 << 20
+
+
+def test_write_in_chunks_in_any_order(tmp_path):
+    a = np.arange(200)
+    f = kvikio.CuFile(tmp_path / "f", "w")
+    order = list(range(20))
+    np.random.default_rng(1).shuffle(order)
+    for i in order:
+        f.write(a[i * 10:(i + 1) * 10], file_offset=i * 80)
+    f.close()
+    b = np.empty_like(a)
+    with kvikio.CuFile(tmp_path / "f") as f:
+        assert f.read(b) == b.nbytes
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("start,end", [(0, 40960), (1, 5324), (8601, 22937)])
+def test_read_write_slices(tmp_path, start, end):
+    a = np.arange(10 * 4096)
+    b = a.copy()
+    a[start:end] = 42
+    with kvikio.CuFile(tmp_path / "f", "w") as f:
+        assert f.write(a[start:end]) == a[start:end].nbytes
+    with kvikio.CuFile(tmp_path / "f", "r") as f:
+        assert f.read(b[start:end]) == b[start:end].nbytes
+    assert np.array_equal(a, b)
+
+
+# ---- errors, as KvikIO raises them ---------------------------------------------------------
+
+def test_missing_file_is_a_runtime_error_that_is_also_ferrys(tmp_path):
+    path = tmp_path / "missing"
+    with pytest.raises(RuntimeError, match="Unable to open file.*No such file or directory") as e:
+        kvikio.CuFile(path, "r")
+    err = e.value
+    assert isinstance(err, FileNotFoundError) and isinstance(err, ferry.IoError)
+    assert err.errno == errno.ENOENT and err.filename == str(path)
+    again = pickle.loads(pickle.dumps(err))
+    assert again == err and isinstance(again, RuntimeError) and isinstance(again, FileNotFoundError)
+
+
+def test_wrong_mode_is_operation_not_permitted(tmp_path):
+    path = tmp_path / "f"
+    np.arange(10).tofile(path)
+    with kvikio.CuFile(path, "r") as f:
+        with pytest.raises(RuntimeError, match="Operation not permitted") as e:
+            f.write(np.arange(10))
+        assert isinstance(e.value, PermissionError) and isinstance(e.value, ferry.IoError)
+    with kvikio.CuFile(path, "w") as f:
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            f.read(np.arange(10))
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            f.pread(np.arange(10))
+
+
+def test_io_errors_from_a_future_are_runtime_errors_too(tmp_path):
+    """A write past RLIMIT_FSIZE fails with EFBIG in ferry's workers (in a child process, with
+    SIGXFSZ ignored): get() raises it as a RuntimeError that is also ferry's IoError."""
+    import subprocess
+    import sys
+
+    program = f"""
+import errno, resource, signal
+import numpy as np
+import ferry, ferry.kvikio as kvikio
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+with kvikio.CuFile({str(tmp_path / "f")!r}, "w") as f:
+    fut = f.pwrite(np.zeros(4 << 20, np.uint8), task_size=1 << 20)
+    try:
+        fut.get()
+    except RuntimeError as e:
+        assert isinstance(e, ferry.IoError) and e.errno == errno.EFBIG, repr(e)
+        assert e.bytes_done == 1 << 20, e.bytes_done
+        assert fut.exception() is e
+        print("ok", type(e).__name__)
+    else:
+        raise SystemExit("the write did not fail")
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+
+
+def test_raw_calls_refuse_host_memory(tmp_path):
+    a = np.arange(1024)
+    with kvikio.CuFile(tmp_path / "f", "w") as f:
+        with pytest.raises(ValueError, match="Non-CUDA buffers not supported"):
+            f.raw_write(a)
+        with pytest.raises(ValueError, match="Non-CUDA buffers not supported"):
+            f.raw_write_async(a, 0)
+    with kvikio.CuFile(tmp_path / "f", "r") as f:
+        with pytest.raises(ValueError, match="Non-CUDA buffers not supported"):
+            f.raw_read(a)
+        with pytest.raises(ValueError, match="Non-CUDA buffers not supported"):
+            f.read_async(a, stream=None)
+
+
+def test_non_contiguous_buffer_is_refused(tmp_path):
+    with kvikio.CuFile(tmp_path / "f", "w") as f:
+        with pytest.raises(ValueError, match="contiguous"):
+            f.write(np.arange(100)[::2])
+
+
+# ---- defaults ------------------------------------------------------------------------------
+
+def test_defaults_get_set_nested_and_with_a_dict():
+    with pytest.raises(KeyError):
+        kvikio.defaults.set("nonexistent_property", 123)
+    with pytest.raises(KeyError):
+        kvikio.defaults.get("nonexistent_property")
+    with pytest.raises(KeyError):
+        kvikio.defaults.set("set_task_size", 123)
+    before = kvikio.defaults.get("task_size")
+    with kvikio.defaults.set("task_size", 1 << 20):
+        assert kvikio.defaults.get("task_size") == 1 << 20
+        assert ferry.settings.task_size == 1 << 20  # the same setting
+        with kvikio.defaults.set("task_size", 2 << 20):
+            assert kvikio.defaults.get("task_size") == 2 << 20
+        assert kvikio.defaults.get("task_size") == 1 << 20
+    assert kvikio.defaults.get("task_size") == before
+    nthreads, host = ferry.settings.nthreads, ferry.settings.host_nthreads
+    with kvikio.defaults.set({"num_threads": 5, "bounce_buffer_size": 1 << 20}):
+        # KvikIO's one pool: both of ferry's thread counts
+        assert ferry.settings.nthreads == ferry.settings.host_nthreads == 5
+        assert kvikio.defaults.get("num_threads") == 5
+        assert kvikio.defaults.get("bounce_buffer_size") == 1 << 20
+    assert (ferry.settings.nthreads, ferry.settings.host_nthreads) == (nthreads, host)
+    for bad in ((), ("a", 1, 2), (1, 2), ("task_size",)):
+        with pytest.raises(ValueError, match="Valid arguments"):
+            kvikio.defaults.set(*bad)
+
+
+def test_set_without_with_is_process_wide_and_immediate():
+    kvikio.defaults.set("num_threads", 3)
+    assert kvikio.defaults.get("num_threads") == 3
+    seen = []
+    import threading
+
+    t = threading.Thread(target=lambda: seen.append(kvikio.defaults.get("num_threads")))
+    t.start()
+    t.join()
+    assert seen == [3]  # another thread sees it, as in KvikIO
+
+
+def test_values_below_ferrys_limits_run_with_ferrys_and_say_so():
+    with pytest.warns(kvikio.LimitWarning, match="task_size=199 .* 4096"):
+        cm = kvikio.defaults.set("task_size", 199)
+    with cm:
+        assert kvikio.defaults.get("task_size") == 199  # as set
+        assert ferry.settings.task_size == 4096         # as ferry runs
+    with kvikio.defaults.set("gds_threshold", 0):        # 0 and 1 route alike: no warning
+        assert kvikio.defaults.get("gds_threshold") == 0
+        assert ferry.settings.gds_threshold == 1
+    with pytest.warns(kvikio.LimitWarning, match="bounce_buffer_size=10"):
+        cm = kvikio.defaults.set("bounce_buffer_size", 10)
+    with cm:
+        assert kvikio.defaults.get("bounce_buffer_size") == 10
+    # Changed through ferry since: ferry's value is what get returns.
+    with kvikio.defaults.set("task_size", 100):
+        ferry.settings.task_size = "8KiB"
+        assert kvikio.defaults.get("task_size") == 8192
+
+
+def test_values_above_ferrys_limits_are_refused():
+    with pytest.raises(ferry.SettingError, match="from 1 to 256"):
+        kvikio.defaults.set("num_threads", 1000)
+    with pytest.raises(ValueError, match="bounce_buffer_size"):
+        kvikio.defaults.set("bounce_buffer_size", 2 << 30)
+
+
+def test_bad_values_as_kvikio_refuses_them():
+    for name in ("num_threads", "task_size", "bounce_buffer_size", "http_max_attempts"):
+        with pytest.raises(ValueError, match="positive integer"):
+            kvikio.defaults.set(name, 0)
+        with pytest.raises(OverflowError, match="negative value"):
+            kvikio.defaults.set(name, -1)
+        with pytest.raises(TypeError):
+            kvikio.defaults.set(name, 1.5)
+    with pytest.raises(OverflowError, match="negative value"):
+        kvikio.defaults.set("gds_threshold", -1)
+    with pytest.raises(TypeError):
+        kvikio.defaults.set("http_status_codes", 0)
+    with pytest.raises(TypeError):
+        kvikio.defaults.set("http_status_codes", ["a"])
+    with pytest.raises(ValueError, match="positive integer"):
+        kvikio.defaults.set("http_timeout", 0)
+
+
+def test_a_bad_value_in_a_dict_changes_nothing():
+    before = kvikio.defaults.get("num_threads"), kvikio.defaults.get("task_size")
+    with pytest.raises(ValueError):
+        kvikio.defaults.set({"task_size": 1 << 20, "num_threads": 0})
+    assert (kvikio.defaults.get("num_threads"), kvikio.defaults.get("task_size")) == before
+
+
+def test_compat_mode():
+    before = kvikio.defaults.get("compat_mode")
+    assert before == kvikio.CompatMode.AUTO and isinstance(before, kvikio.CompatMode)
+    with kvikio.defaults.set("compat_mode", kvikio.CompatMode.ON):
+        assert kvikio.defaults.get("compat_mode") == kvikio.CompatMode.ON
+        assert ferry.settings.compat_mode == "on"
+        assert kvikio.defaults.is_compat_mode_preferred()
+        kvikio.defaults.set("compat_mode", kvikio.CompatMode.OFF)
+        assert ferry.settings.compat_mode == "off"
+        assert not kvikio.defaults.is_compat_mode_preferred()
+        kvikio.defaults.set("compat_mode", "auto")
+        assert kvikio.defaults.get("compat_mode") == kvikio.CompatMode.AUTO
+        kvikio.defaults.set("compat_mode", True)  # KvikIO's old API: True is ON
+        assert kvikio.defaults.get("compat_mode") == kvikio.CompatMode.ON
+    assert kvikio.defaults.get("compat_mode") == before
+    assert (kvikio.CompatMode.OFF, kvikio.CompatMode.ON, kvikio.CompatMode.AUTO) == (0, 1, 2)
+    with pytest.raises(ValueError, match="compatibility mode"):
+        kvikio.defaults.set("compat_mode", "sometimes")
+
+
+def test_http_settings_are_kept_for_remote_files():
+    before = kvikio.defaults.get("http_status_codes")
+    with kvikio.defaults.set({"http_status_codes": [500], "http_max_attempts": 5,
+                              "http_timeout": 1}):
+        assert kvikio.defaults.get("http_status_codes") == [500]
+        assert kvikio.defaults.get("http_max_attempts") == 5
+        assert kvikio.defaults.get("http_timeout") == 1
+    assert kvikio.defaults.get("http_status_codes") == before == [429, 500, 502, 503, 504]
+
+
+def test_deprecated_functions_warn_and_still_work():
+    with pytest.warns(FutureWarning):
+        assert kvikio.defaults.num_threads() == ferry.settings.nthreads
+    with pytest.warns(FutureWarning):
+        cm = kvikio.defaults.set_num_threads(6)
+    with cm:  # KvikIO <= 24's context manager form
+        assert kvikio.defaults.get("num_threads") == 6
+    with pytest.warns(FutureWarning):
+        kvikio.defaults.task_size_reset(1 << 20)
+    assert kvikio.defaults.get("task_size") == 1 << 20
+    with pytest.warns(FutureWarning):
+        assert kvikio.defaults.compat_mode() == kvikio.CompatMode.AUTO
+
+
+@pytest.mark.parametrize("name", ["auto_direct_io_read", "auto_direct_io_write",
+                                  "remote_io_backend", "thread_pool_per_block_device",
+                                  "num_bounce_buffers_per_cache"])
+def test_kvikio_settings_ferry_lacks_raise_not_implemented_naming_them(name):
+    with pytest.raises(NotImplementedError, match=name):
+        kvikio.defaults.get(name)
+    with pytest.raises(NotImplementedError, match=name):
+        kvikio.defaults.set(name, True)
+
+
+# ---- numpy ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["u1", "int64", "float32", "float64"])
+def test_tofile_fromfile(tmp_path, dtype):
+    path = str(tmp_path / "f")
+    src = np.arange(100, dtype=dtype)
+    knp.tofile(src, path)
+    assert np.array_equal(np.fromfile(path, dtype=dtype), src)
+    knp.tofile(src[::2], path)  # C order, whatever the layout
+    assert np.array_equal(knp.fromfile(path, dtype=dtype), src[::2])
+    like = knp.LikeWrapper(like=np.empty(()))
+    src.tofile(path)
+    assert np.array_equal(np.fromfile(path, dtype, like=like), src)
+    assert np.array_equal(np.fromfile(file=path, dtype=dtype, count=58, like=like), src[:58])
+    assert np.array_equal(np.fromfile(path, dtype=dtype, offset=src.itemsize, like=like), src[1:])
+    assert len(np.fromfile(path, dtype=dtype, offset=1, count=10, like=like)) == 10
+    assert np.array_equal(np.fromfile(path, dtype="u1", offset=7, like=like),
+                          src.view("u1")[7:])
+    with open(path, "rb") as f:
+        assert np.array_equal(np.fromfile(f, dtype=dtype, like=like), src)
+        f.seek(src.itemsize)  # from the current position, as numpy.fromfile
+        assert np.array_equal(knp.fromfile(f, dtype=dtype), src[1:])
+
+
+def test_fromfile_errors(tmp_path):
+    path = str(tmp_path / "f")
+    np.arange(1, dtype="u1").tofile(path)
+    like = knp.LikeWrapper(like=np.empty(()))
+    with pytest.raises(FileNotFoundError, match="no file"):
+        np.fromfile("no file", like=like)
+    with pytest.raises(NotImplementedError, match="Non-default value of the `sep`"):
+        np.fromfile(file=path, sep=",", like=like)
+    with pytest.raises(ValueError, match="[Nn]egative dimensions are not allowed"):
+        np.fromfile(file=path, like=like, count=-42)
+
+
+# ---- page cache ----------------------------------------------------------------------------
+
+def _fs_type(path) -> str:
+    import subprocess
+
+    done = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_page_cache_info_and_drop(tmp_path):
+    path = tmp_path / "f"
+    with kvikio.CuFile(path, "w") as f:
+        f.write(np.random.default_rng(0).integers(0, 255, 1 << 20, dtype=np.uint8))
+    pages = (1 << 20) // os.sysconf("SC_PAGE_SIZE")
+    for arg in (path, str(path)):
+        cached, total = kvikio.get_page_cache_info(arg)
+        assert total == pages and 0 <= cached <= total
+    with open(path, "rb") as f:
+        assert kvikio.get_page_cache_info(f)[1] == pages
+        assert kvikio.get_page_cache_info(f.fileno())[1] == pages
+    with kvikio.CuFile(path) as f:
+        f.read(np.empty(1 << 20, np.uint8))
+    assert kvikio.get_page_cache_info(path) == (pages, pages)  # just read: all resident
+    kvikio.drop_file_page_cache(path)  # fdatasync, then DONTNEED
+    dropped, _ = kvikio.get_page_cache_info(path)
+    if _fs_type(path) != "tmpfs":  # on tmpfs the page cache is the file: nothing drops
+        assert dropped < pages
+    kvikio.drop_file_page_cache(str(path), offset=4096, length=8192, sync_first=False)
+
+
+def test_page_cache_info_errors(tmp_path):
+    with pytest.raises(RuntimeError, match="Unable to open file") as e:
+        kvikio.get_page_cache_info(tmp_path / "missing")
+    assert isinstance(e.value, FileNotFoundError)
+    for bad in (123.456, ["path_in_a_list"], None):
+        with pytest.raises(ValueError):
+            kvikio.get_page_cache_info(bad)
+    (tmp_path / "empty").write_bytes(b"")
+    assert kvikio.get_page_cache_info(tmp_path / "empty") == (0, 0)
+    with pytest.raises(RuntimeError, match="Unable to open file"):
+        kvikio.drop_file_page_cache(tmp_path / "missing")
+
+
+def test_page_cache_of_a_write_only_descriptor(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"y" * 10000)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        cached, total = kvikio.get_page_cache_info(fd)
+    finally:
+        os.close(fd)
+    assert total == 3 and 0 <= cached <= 3
+
+
+# ---- cuFile driver, buffers, and what ferry does not have -----------------------------------
+
+def test_cufile_driver_where_cufile_is_missing():
+    status = ferry.cufile_status(open_driver=False) if hasattr(ferry, "cufile_status") else None
+    if status is not None and status["loaded"]:
+        pytest.skip("libcufile loads here: test_cufile_driver_where_present covers it")
+    assert kvikio.cufile_driver.libcufile_version() == (0, 0)
+    with pytest.raises(RuntimeError, match="cuFile is not available"):
+        kvikio.cufile_driver.driver_open()
+    with pytest.raises(RuntimeError, match="cuFile is not available"):
+        kvikio.cufile_driver.get("is_gds_available")
+    with pytest.raises(RuntimeError, match="no driver_open"):
+        kvikio.cufile_driver.driver_close()
+    with pytest.raises(NotImplementedError, match="poll_mode"):
+        kvikio.cufile_driver.set("poll_mode", True)
+    with pytest.raises(KeyError):
+        kvikio.cufile_driver.get("no_such_property")
+
+
+def test_cufile_driver_where_present():
+    status = ferry.cufile_status(open_driver=False) if hasattr(ferry, "cufile_status") else None
+    if status is None or not status["loaded"]:
+        pytest.skip("libcufile does not load here")
+    major, minor = kvikio.cufile_driver.libcufile_version()
+    assert major >= 1
+    try:
+        kvikio.cufile_driver.driver_open()
+    except RuntimeError as e:
+        pytest.skip(f"cuFile's driver does not open here: {e}")
+    assert isinstance(kvikio.cufile_driver.get("is_gds_available"), bool)
+    kvikio.cufile_driver.driver_close()
+
+
+def test_what_ferry_does_not_have_raises_not_implemented_naming_it(tmp_path):
+    for call, name in [
+        (lambda: kvikio.RemoteFile.open_http("http://127.0.0.1/x"), "RemoteFile.open_http"),
+        (lambda: kvikio.RemoteFile.open_s3("bucket", "key"), "RemoteFile.open_s3"),
+        (lambda: kvikio.RemoteFile(), "RemoteFile"),
+        (lambda: kvikio.stream_register(0, 0), "stream_register"),
+        (lambda: kvikio.stream_deregister(0), "stream_deregister"),
+        (lambda: kvikio.buffer.bounce_buffer_free(), "bounce_buffer_free"),
+        (lambda: kvikio.Mmap, "Mmap"),
+        (lambda: kvikio.zarr.GDSStore, "zarr.GDSStore"),
+        (lambda: kvikio.nvcomp.LZ4Manager, "nvcomp.LZ4Manager"),
+    ]:
+        with pytest.raises(NotImplementedError, match=name):
+            call()
+    assert not kvikio.is_remote_file_available()
+    assert not hasattr(kvikio, "Mmap")  # hasattr answers "absent", it does not raise
+    with pytest.raises(AttributeError):
+        kvikio.no_such_name
+
+
+def test_clear_page_cache_is_deprecated(monkeypatch):
+    monkeypatch.setattr(kvikio.cufile, "drop_system_page_cache", lambda *a: False)
+    with pytest.warns(FutureWarning, match="drop_system_page_cache"):
+        kvikio.clear_page_cache()
+
+
+def test_stream_handles():
+    from ferry.kvikio.cufile import stream_handle
+
+    class CupyLike:
+        ptr = 1234
+
+    class TorchLike:
+        cuda_stream = 99
+
+    class Protocol:
+        def __cuda_stream__(self):
+            return (0, 77)
+
+    assert stream_handle(None) == 0 and stream_handle(5) == 5
+    assert stream_handle(CupyLike()) == 1234
+    assert stream_handle(TorchLike()) == 99
+    assert stream_handle(Protocol()) == 77
+    with pytest.raises(TypeError, match="stream"):
+        stream_handle("default")
+
+
+def test_as_kvikio_makes_import_kvikio_give_ferrys():
+    import subprocess
+    import sys
+
+    program = ("import ferry.kvikio.as_kvikio\n"
+               "import kvikio, kvikio.defaults, ferry.kvikio\n"
+               "from kvikio.numpy import fromfile\n"
+               "assert kvikio is ferry.kvikio and kvikio.CuFile is ferry.kvikio.CuFile\n"
+               "assert fromfile is ferry.kvikio.numpy.fromfile\n"
+               "assert kvikio.defaults.get('num_threads') == 8\n"
+               "print('ok')\n")
+    env = {k: v for k, v in os.environ.items() if "THREADS" not in k}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stdout + done.stderr
+
+
+def test_version_is_ferrys():
+    assert kvikio.__version__ == ferry.__version__
+
+
+# ---- GPU memory (CuPy), run on the GPU machine -----------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_read_write_pread_and_raw(tmp_path, cupy):
+    a = cupy.arange(1 << 20, dtype=cupy.int64)
+    with kvikio.CuFile(tmp_path / "f", "w+") as f:
+        assert f.write(a) == a.nbytes
+        b = cupy.empty_like(a)
+        fut = f.pread(b)
+        assert fut.get() == a.nbytes and fut.last_route.memory in ("gpu", "gpu-managed")
+        assert bool((a == b).all())
+        c = cupy.zeros_like(a)
+        assert f.raw_read(c) == c.nbytes
+        assert bool((a == c).all())
+        d = cupy.zeros(1000, dtype=cupy.uint8)
+        assert f.raw_read(d, size=100, file_offset=8, dev_offset=16) == 100
+        assert bytes(d[16:116].get()) == bytes(a.view(cupy.uint8)[8:108].get())
+        assert int(d[:16].sum()) == 0 and int(d[116:].sum()) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_raw_async_synchronises_the_stream_first(tmp_path, cupy):
+    n = 1 << 22
+    src = cupy.arange(n, dtype=cupy.float32)
+    with kvikio.CuFile(tmp_path / "f", "w+") as f:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            data = src * 2  # queued on `stream`
+        fut = f.raw_write_async(data, stream.ptr)  # synchronises, then writes
+        assert fut.check_bytes_done() == data.nbytes and fut.last_route.bytes == data.nbytes
+        out = cupy.empty_like(src)
+        fut = f.read_async(out, stream=stream)
+        assert fut.check_bytes_done() == out.nbytes
+        with stream:
+            total = float((out - src * 2).sum())  # queued after: sees the data
+        stream.synchronize()
+        assert total == 0.0
