@@ -106,20 +106,22 @@ TEST(Faults, WriteThatMovesNothingIsAnErrorNotALoop) {
 TEST(Faults, SlowTaskBesideAFailingOneFinishesBeforeTheRequestReturns) {
   TempDir dir;
   auto path = dir / "slow.bin";
-  test::write_file(path, test::random_bytes(4 << 20, 4));
+  // 256 tasks, the 17th failing: under TSan on a loaded machine the other workers ran all of 64
+  // tasks before the failure was seen (twice in one afternoon), so the margin is wide.
+  test::write_file(path, test::random_bytes(16 << 20, 4));
   ScriptedIo io;
   io.slow_offset = 0;
   io.slow = std::chrono::milliseconds(300);
   io.fail_offset = 1 << 20;
   File f = test::open_scripted(io, path, "r", "64KiB", "4");
-  std::vector<unsigned char> buf(4 << 20);
+  std::vector<unsigned char> buf(16 << 20);
   IoFuture fut = f.pread(buf.data(), buf.size(), 0);
   EXPECT_THROW(fut.get(), IoError);
   // No task of the request is still inside a system call once it has returned, and the tasks
-  // not yet started were dropped (64 tasks in all).
+  // not yet started were dropped (256 tasks in all).
   EXPECT_EQ(io.in_flight.load(), 0);
   int calls = io.calls.load();
-  EXPECT_LT(calls, 64);
+  EXPECT_LT(calls, 256);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(io.calls.load(), calls) << "a task of the failed request ran after it returned";
 }
