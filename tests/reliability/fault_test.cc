@@ -106,19 +106,22 @@ TEST(Faults, WriteThatMovesNothingIsAnErrorNotALoop) {
 TEST(Faults, SlowTaskBesideAFailingOneFinishesBeforeTheRequestReturns) {
   TempDir dir;
   auto path = dir / "slow.bin";
-  // 256 tasks, the 17th failing: under TSan on a loaded machine the other workers ran all of 64
-  // tasks before the failure was seen (twice in one afternoon), so the margin is wide.
+  // 256 tasks, the 17th failing. Every transfer takes 4 ms, so the three workers beside the slow
+  // one need about 340 ms to run all 255 others: the failure (seen after about 20 ms) stops them
+  // unless its worker stalls for a third of a second. Without the 4 ms a loaded CI machine ran
+  // all 256 page-cached reads before the failing worker had recorded its error.
   test::write_file(path, test::random_bytes(16 << 20, 4));
   ScriptedIo io;
   io.slow_offset = 0;
-  io.slow = std::chrono::milliseconds(300);
+  io.slow = std::chrono::milliseconds(500);
+  io.every = std::chrono::microseconds(4000);
   io.fail_offset = 1 << 20;
   File f = test::open_scripted(io, path, "r", "64KiB", "4");
   std::vector<unsigned char> buf(16 << 20);
   IoFuture fut = f.pread(buf.data(), buf.size(), 0);
   EXPECT_THROW(fut.get(), IoError);
   // No task of the request is still inside a system call once it has returned, and the tasks
-  // not yet started were dropped (256 tasks in all).
+  // not yet started were dropped.
   EXPECT_EQ(io.in_flight.load(), 0);
   int calls = io.calls.load();
   EXPECT_LT(calls, 256);

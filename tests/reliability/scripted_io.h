@@ -32,6 +32,7 @@ class ScriptedIo final : public posix::IoSeam {
   bool zero_writes = false;       // pwrite returns 0 (moves nothing)
   std::int64_t slow_offset = -1;  // a transfer covering it first sleeps `slow`
   std::chrono::milliseconds slow{0};
+  std::chrono::microseconds every{0};    // every transfer first sleeps this long
   std::int64_t truncate_at_offset = -1;  // a pread covering it first truncates
   std::filesystem::path truncate_path;   // this file to `truncate_to` bytes (a file cut short
   std::uint64_t truncate_to = 0;         // mid-read by another process)
@@ -121,6 +122,7 @@ class ScriptedIo final : public posix::IoSeam {
 
   ssize_t fault(size_t size, off_t offset) {
     if (covers(slow_offset, size, offset)) std::this_thread::sleep_for(slow);
+    if (every.count() > 0) std::this_thread::sleep_for(every);
     if (transient_left.fetch_sub(1) > 0) {
       errno = transient_errno;
       return -1;
