@@ -57,13 +57,33 @@ def open(path: Union[str, "os.PathLike[str]"], mode: str = "r", direct: bool = F
 
 
 class _StatsAccessor:
-    """``ferry.stats()`` returns the process counters; ``ferry.stats.reset()`` clears them."""
+    """``ferry.stats()`` returns the process counters; ``ferry.stats.reset()`` clears them.
+    ``ferry.stats.publish(False)`` stops publishing them for ``ferry stats -p PID`` (and
+    ``publish(True)`` starts again); ``ferry.stats.of(pid)`` reads another process's."""
 
     def __call__(self) -> Stats:
         return _ferry.stats()
 
     def reset(self) -> None:
         _ferry.reset_stats()
+
+    def publish(self, flag: bool = True) -> "_ferry.PublishStatus":
+        """Publishes (True) or withdraws (False) this process's counters now, in its segment
+        /dev/shm/ferry.<uid>.<pid> (docs/stats.md); the counting goes on either way. Returns the
+        status, which is falsy (with ``why_not``) when publishing failed."""
+        return _ferry.publish_stats(bool(flag))
+
+    @property
+    def published(self) -> "_ferry.PublishStatus":
+        """Whether this process's counters are published now, where, or why not."""
+        return _ferry.publish_status()
+
+    def of(self, pid: int, directory: str = "") -> dict[str, Any]:
+        """Process `pid`'s published counters, as ``ferry stats -p PID --json`` prints them
+        under "process". Raises ferry.Error (permission denied, no such process...)."""
+        import json
+        result: dict[str, Any] = json.loads(_ferry.process_stats_json(int(pid), directory))
+        return result
 
     def __repr__(self) -> str:
         return repr(_ferry.stats())

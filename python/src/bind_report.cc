@@ -208,7 +208,38 @@ void bind_report(py::module_& m) {
       .def("__repr__", [](const Stats& s) { return "Stats(" + s.to_json() + ")"; });
   m.def(
       "stats", [] { return stats(); }, "The process-wide counters.");
-  m.def("reset_stats", &reset_stats, "Sets every counter to zero.");
+  m.def("reset_stats", &reset_stats,
+        "Sets every counter of stats() to zero (what the process publishes only grows).");
+
+  Record<PublishStatus>(m, "PublishStatus",
+                        "Whether this process publishes its counters for `ferry stats -p PID`.")
+      .field("wanted", &PublishStatus::wanted)
+      .field("published", &PublishStatus::published)
+      .field("path", &PublishStatus::path, "The segment's file, when published.")
+      .field("why_not", &PublishStatus::why_not, "Why it is not published, when it is not.")
+      .done()
+      .def("__bool__", [](const PublishStatus& s) { return s.published; })
+      .def("__repr__", [](const PublishStatus& s) {
+        return s.published ? "<PublishStatus: published at " + s.path + ">"
+                           : "<PublishStatus: not published: " + s.why_not + ">";
+      });
+  m.def(
+      "publish_stats",
+      [](bool on) {
+        py::gil_scoped_release release;
+        return publish_stats(on);
+      },
+      py::arg("on"),
+      "Publishes (True) or withdraws (False) this process's counters (docs/stats.md).");
+  m.def("publish_status", &publish_status, "Whether this process publishes its counters.");
+  m.def(
+      "process_stats_json",
+      [](int pid, const std::string& directory) {
+        py::gil_scoped_release release;
+        return read_process_stats(pid, directory).to_json();
+      },
+      py::arg("pid"), py::arg("directory") = "",
+      "Another process's published counters, as the JSON of `ferry stats -p PID --json`.");
 
   Record<GpuInfo>(m, "GpuInfo", "One GPU the CUDA driver sees.")
       .field("ordinal", &GpuInfo::ordinal)

@@ -272,6 +272,7 @@ struct Job : std::enable_shared_from_this<Job> {
     backend = nullptr;
     owned_backend.reset();
     record_request(report, e != nullptr);
+    note_request_ended(expected);
     file->set_last_route(report);
     file->end_request();
     // Drop the file before the caller can see completion: pool threads keep this Job alive a
@@ -468,13 +469,15 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     job->report = report;
     // Last before the first task runs, so the window holds this request's cuFile calls only.
     if (route.path == Path::kCufile) job->observation = accelerated_path().observe(op);
+    ThreadPool& pool = file->runtime().pool();
+    if (job->tasks.count() > 0) pool.ensure_threads(jobs);
+    // From here the job completes (and ends what it started) whatever happens.
+    note_request_started(job->expected);
     if (job->tasks.count() == 0) {
       job->jobs_left = 1;
       job->complete();
       return future;
     }
-    ThreadPool& pool = file->runtime().pool();
-    pool.ensure_threads(jobs);
     job->jobs_left = jobs;
     for (std::size_t j = 0; j < jobs; ++j) pool.submit([job] { job->run_one(); });
   } catch (...) {
@@ -573,6 +576,7 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
                          direct_tasks,
                          cold_refused};
   std::size_t bytes = 0;
+  note_request_started(size);
   try {
     if (op == Op::kRead && size >= host_path().cold_task_min()) {
       // Large enough for the cold rule: measure, as submit() does.
@@ -590,6 +594,7 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
     RouteReport report = small_report(file, route);
     record_request(report, true);
+    note_request_ended(size);
     file.set_last_route(report);
     throw;
   }
@@ -598,7 +603,12 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
   route.cold_refused = cold_refused.load(std::memory_order_relaxed);
   route.nanoseconds = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct);
+  // The same bucket record_request() picks: host memory, a GPU's, or a GPU not known.
+  const int device = !is_gpu(memory.kind) ? -1
+                     : memory.device >= 0 ? memory.device
+                                          : kDeviceNotRecorded;
+  record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device);
+  note_request_ended(size);
   file.set_last_route(route);
   return bytes;
 }

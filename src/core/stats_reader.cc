@@ -1,0 +1,480 @@
+// Reading other processes' segments (docs/stats.md): finding them, refusing any file that is not
+// a regular 0600 file owned by the uid its name says, telling live owners from dead ones (a pid
+// that no longer exists, a zombie, or a pid reused by a process of another start time), and
+// removing the segments of dead ones.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "core/stats_layout.h"
+#include "core/stats_publish.h"
+#include "core/stats_segment.h"
+#include "ferry/route.h"
+#include "ferry/stats.h"
+
+namespace ferry {
+namespace {
+
+namespace L = core::stats_layout;
+using Kind = StatsError::Kind;
+using State = ProcessEntry::State;
+
+constexpr std::size_t kReasonCodes = L::kReasonCodeCount;
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+class FileSource : public core::SegmentSource {
+ public:
+  explicit FileSource(int fd) : fd_(fd) {}
+  std::uint64_t size() override {
+    struct stat st {};
+    return ::fstat(fd_, &st) == 0 && st.st_size > 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  }
+  bool read(std::uint64_t offset, std::size_t count, std::uint64_t* out) override {
+    char* p = reinterpret_cast<char*>(out);
+    std::size_t left = count * 8;
+    while (left > 0) {
+      const ssize_t n = ::pread(fd_, p, left, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      p += n;
+      left -= static_cast<std::size_t>(n);
+      offset += static_cast<std::uint64_t>(n);
+    }
+    return true;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string mode_text(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// Is process `pid` (whose segment says it started at `start_ticks`, 0 when unknown) alive?
+bool owner_alive(int pid, std::uint64_t start_ticks, std::string* why_dead) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) {
+    *why_dead = "process " + std::to_string(pid) + " has exited";
+    return false;
+  }
+  char state = '?';
+  const std::uint64_t now = core::read_start_ticks(pid, &state);
+  if (state == 'Z' || state == 'X') {
+    *why_dead = "process " + std::to_string(pid) + " has exited (a zombie not yet reaped)";
+    return false;
+  }
+  if (start_ticks != 0 && now != 0 && now != start_ticks) {
+    *why_dead = "process " + std::to_string(pid) +
+                " has exited (its pid now belongs to a process started later)";
+    return false;
+  }
+  return true;
+}
+
+std::string comm_of(const std::array<std::uint64_t, L::kPageWords>& h) {
+  char raw[L::kCommWords * 8 + 1] = {};
+  std::memcpy(raw, &h[L::kHComm], L::kCommWords * 8);
+  std::string out;
+  for (std::size_t i = 0; i < L::kCommWords * 8 && raw[i] != '\0'; ++i) {
+    const unsigned char c = static_cast<unsigned char>(raw[i]);
+    out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  }
+  return out;
+}
+
+RouteCounters route_counters(const core::SlotSum& t, std::size_t bucket, std::size_t route) {
+  RouteCounters c;
+  c.reads = t[L::route_word(bucket, route, L::kReads)];
+  c.writes = t[L::route_word(bucket, route, L::kWrites)];
+  c.failed = t[L::route_word(bucket, route, L::kFailed)];
+  c.bytes_read = t[L::route_word(bucket, route, L::kBytesRead)];
+  c.bytes_written = t[L::route_word(bucket, route, L::kBytesWritten)];
+  c.tasks = t[L::route_word(bucket, route, L::kTasks)];
+  return c;
+}
+
+void add_into(RouteCounters& to, const RouteCounters& c) {
+  to.reads += c.reads;
+  to.writes += c.writes;
+  to.failed += c.failed;
+  to.bytes_read += c.bytes_read;
+  to.bytes_written += c.bytes_written;
+  to.tasks += c.tasks;
+}
+
+std::string memory_name(std::size_t bucket) {
+  if (bucket == L::kHostBucket) return "host";
+  if (bucket == L::kOtherGpuBucket) return "gpu " + std::to_string(L::kMaxGpus) + "+";
+  if (bucket == L::kUnrecordedBucket) return "not recorded";
+  return "gpu " + std::to_string(bucket - 1);
+}
+
+int memory_device(std::size_t bucket) {
+  if (bucket == L::kHostBucket) return MemoryCounters::kHost;
+  if (bucket == L::kOtherGpuBucket) return MemoryCounters::kHigherGpu;
+  if (bucket == L::kUnrecordedBucket) return MemoryCounters::kUnrecorded;
+  return static_cast<int>(bucket - 1);
+}
+
+ProcessStats to_process_stats(const core::SegmentRead& r, const std::string& path) {
+  const auto& h = r.header;
+  const core::SlotSum& t = r.sum;
+  ProcessStats p;
+  p.pid = static_cast<int>(h[L::kHPid]);
+  p.uid = static_cast<std::uint32_t>(h[L::kHUid]);
+  p.command = comm_of(h);
+  p.path = path;
+  p.layout_version = h[L::kHVersion];
+  const std::uint64_t v = h[L::kHFerryVersion];
+  p.ferry_version = std::to_string((v >> 32) & 0xffffffff) + "." +
+                    std::to_string((v >> 16) & 0xffff) + "." + std::to_string(v & 0xffff);
+  p.process_started = static_cast<double>(h[L::kHProcessStartedNs]) / 1e9;
+  p.counting_since = static_cast<double>(h[L::kHCountingSinceNs]) / 1e9;
+  p.read_at = static_cast<double>(core::unix_now_ns()) / 1e9;
+  p.totals = core::stats_from_sum(t);
+  PathCounters* paths[] = {&p.posix, &p.cufile};
+  for (std::size_t b = 0; b < L::kBuckets; ++b) {
+    MemoryCounters m;
+    m.device = memory_device(b);
+    m.name = memory_name(b);
+    m.posix = route_counters(t, b, 0);
+    m.cufile = route_counters(t, b, 1);
+    m.nvfs_pieces = t[L::bucket_word(b, L::kNvfs)];
+    m.compat_pieces = t[L::bucket_word(b, L::kCompat)];
+    m.p2p_pieces = t[L::bucket_word(b, L::kP2p)];
+    m.shared_windows = t[L::bucket_word(b, L::kSharedWindows)];
+    add_into(p.posix.counts, m.posix);
+    add_into(p.cufile.counts, m.cufile);
+    if (m.posix.requests() + m.cufile.requests() + m.posix.tasks + m.cufile.tasks + m.nvfs_pieces +
+            m.compat_pieces + m.p2p_pieces !=
+        0) {
+      p.memories.push_back(std::move(m));
+    }
+  }
+  for (std::size_t route = 0; route < L::kRoutes; ++route) {
+    PathCounters& pc = *paths[route];
+    for (std::size_t c = 0; c < kReasonCodes; ++c) {
+      const std::uint64_t n = t[L::reason_word(route, c)];
+      if (n != 0) pc.reasons[to_string(static_cast<ReasonCode>(c))] = n;
+    }
+    for (std::size_t b = 0; b < L::kHistBuckets; ++b) {
+      pc.read_latency.counts[b] = t[L::hist_word(route, 0, b)];
+      pc.write_latency.counts[b] = t[L::hist_word(route, 1, b)];
+    }
+    pc.read_seconds = static_cast<double>(t[L::op_ns_word(route, 0)]) / 1e9;
+    pc.write_seconds = static_cast<double>(t[L::op_ns_word(route, 1)]) / 1e9;
+  }
+  p.direct_tasks = t[L::kSlotDirectTasks];
+  p.inflight_known = (h[L::kHFlags] & L::kFlagInflightFed) != 0;
+  const std::uint64_t started = t[L::kSlotStartedRequests], ended = t[L::kSlotEndedRequests];
+  const std::uint64_t sb = t[L::kSlotStartedBytes], eb = t[L::kSlotEndedBytes];
+  // Slots are read one after another: an end may be seen without its start. Never below zero.
+  p.inflight_requests = started > ended ? started - ended : 0;
+  p.inflight_bytes = sb > eb ? sb - eb : 0;
+  return p;
+}
+
+// What one directory entry holds.
+struct Inspection {
+  State state = State::kReadable;
+  std::string detail;
+  std::optional<ProcessStats> stats;
+  bool removed = false;
+  bool exited = false;
+};
+
+// Removes `name` if it is still the file `st` describes and this user may.
+bool remove_segment(int dirfd, const std::string& name, const struct stat& st) {
+  if (::geteuid() != 0 && st.st_uid != ::geteuid()) return false;
+  struct stat now {};
+  if (::fstatat(dirfd, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (now.st_dev != st.st_dev || now.st_ino != st.st_ino) return false;
+  return ::unlinkat(dirfd, name.c_str(), 0) == 0;
+}
+
+Inspection inspect(int dirfd, const std::string& dir, const std::string& name, std::uint32_t uid,
+                   int pid) {
+  Inspection out;
+  const std::string path = dir + "/" + name;
+  Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd.fd < 0) {
+    const int e = errno;
+    if (e == EACCES || e == EPERM) {
+      out.state = State::kPermissionDenied;
+      out.detail = "permission denied: " + path + " belongs to uid " + std::to_string(uid) +
+                   " and is readable by its owner only";
+      std::string why_dead;
+      if (!owner_alive(pid, 0, &why_dead)) {
+        out.state = State::kStale;
+        out.exited = true;
+        out.detail = why_dead + "; its segment " + path + " belongs to uid " + std::to_string(uid) +
+                     ", who (or root) can remove it";
+      }
+    } else if (e == ELOOP) {
+      out.state = State::kCorrupt;
+      out.detail = path + " is a symbolic link, not a segment: refusing it";
+    } else if (e == ENOENT) {
+      out.state = State::kRemoved;  // gone between listing and opening
+      out.detail = path + " was removed meanwhile";
+    } else {
+      out.state = State::kCorrupt;
+      out.detail = "cannot open " + path + ": " + std::strerror(e);
+    }
+    return out;
+  }
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0) {
+    out.state = State::kCorrupt;
+    out.detail = "cannot stat " + path + ": " + std::strerror(errno);
+    return out;
+  }
+  std::string refuse;
+  if (!S_ISREG(st.st_mode)) {
+    refuse = path + " is not a regular file: refusing it";
+  } else if ((st.st_mode & 07777) != 0600) {
+    refuse = path + " has mode " + mode_text(st.st_mode) +
+             ", not 0600 (readable by its owner only): refusing it";
+  } else if (st.st_uid != uid) {
+    refuse = path + " is owned by uid " + std::to_string(st.st_uid) + ", not uid " +
+             std::to_string(uid) + " as its name says: refusing it";
+  } else if (::geteuid() != 0 && st.st_uid != ::geteuid()) {
+    out.state = State::kPermissionDenied;
+    out.detail = "permission denied: " + path + " belongs to uid " + std::to_string(uid) +
+                 " and is readable by its owner only";
+    return out;
+  }
+  core::SegmentRead read;
+  if (refuse.empty()) {
+    FileSource source(fd.fd);
+    core::ReadPolicy policy;
+    policy.pause = [](int attempt) {
+      if (attempt < 100) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+    };
+    read = core::read_segment(source, policy);
+    if (read.problem == core::SegmentProblem::kNone &&
+        (read.header[L::kHPid] != static_cast<std::uint64_t>(pid) ||
+         read.header[L::kHUid] != uid)) {
+      read.problem = core::SegmentProblem::kLayout;
+      read.message = "corrupt header: it names pid " + std::to_string(read.header[L::kHPid]) +
+                     " and uid " + std::to_string(read.header[L::kHUid]) + ", its file name pid " +
+                     std::to_string(pid) + " and uid " + std::to_string(uid);
+    }
+  }
+  const bool valid = refuse.empty() && read.problem == core::SegmentProblem::kNone;
+  std::string why_dead;
+  const bool alive = owner_alive(pid, valid ? read.header[L::kHStartTicks] : 0, &why_dead);
+  if (!alive) {
+    out.exited = true;
+    out.removed = remove_segment(dirfd, name, st);
+  }
+  if (!valid) {
+    out.state = read.problem == core::SegmentProblem::kBusy ? State::kBusy : State::kCorrupt;
+    out.detail = !refuse.empty() ? refuse : path + ": " + read.message;
+  } else {
+    out.stats = to_process_stats(read, path);
+    out.stats->exited = !alive;
+  }
+  if (!alive) {
+    if (out.removed) {
+      out.state = State::kRemoved;
+      out.detail = why_dead + "; its segment " + path + " was removed" +
+                   (valid ? "" : " (" + out.detail + ")");
+    } else {
+      out.state = State::kStale;
+      out.detail = why_dead + "; its segment " + path + " could not be removed by this user";
+    }
+  }
+  return out;
+}
+
+Fd open_directory(const std::string& dir, int pid) {
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.fd < 0) {
+    throw StatsError(Kind::kUnavailable, pid,
+                     "cannot read the stats directory " + dir + ": " + std::strerror(errno));
+  }
+  return d;
+}
+
+struct Named {
+  std::string name;
+  std::uint32_t uid;
+  int pid;
+};
+
+std::vector<Named> segment_names(int dirfd) {
+  std::vector<Named> out;
+  const int copy = ::dup(dirfd);
+  if (copy < 0) return out;
+  DIR* d = ::fdopendir(copy);
+  if (d == nullptr) {
+    ::close(copy);
+    return out;
+  }
+  while (dirent* e = ::readdir(d)) {
+    Named n{e->d_name, 0, 0};
+    if (core::parse_segment_name(n.name, &n.uid, &n.pid)) out.push_back(std::move(n));
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+StatsError::StatsError(Kind kind, int pid, const std::string& message)
+    : Error(message), kind_(kind), pid_(pid) {}
+
+std::string to_string(StatsError::Kind kind) {
+  switch (kind) {
+    case Kind::kNoProcess:
+      return "no_process";
+    case Kind::kNotPublished:
+      return "not_published";
+    case Kind::kPermissionDenied:
+      return "permission_denied";
+    case Kind::kCorrupt:
+      return "corrupt";
+    case Kind::kBusy:
+      return "busy";
+    case Kind::kUnavailable:
+      return "unavailable";
+  }
+  return "?";
+}
+
+std::string to_string(ProcessEntry::State state) {
+  switch (state) {
+    case State::kReadable:
+      return "readable";
+    case State::kPermissionDenied:
+      return "permission_denied";
+    case State::kCorrupt:
+      return "corrupt";
+    case State::kBusy:
+      return "busy";
+    case State::kRemoved:
+      return "removed";
+    case State::kStale:
+      return "stale";
+  }
+  return "?";
+}
+
+ProcessStats read_process_stats(int pid, const std::string& directory) {
+  const std::string dir = directory.empty() ? stats_directory() : directory;
+  if (pid <= 0) throw StatsError(Kind::kNoProcess, pid, "no process " + std::to_string(pid));
+  Fd d = open_directory(dir, pid);
+  // This user's segment of that pid first, then one of another user's.
+  Named target{core::segment_name(::geteuid(), static_cast<std::uint64_t>(pid)),
+               static_cast<std::uint32_t>(::geteuid()), pid};
+  struct stat st {};
+  if (::fstatat(d.fd, target.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    bool found = false;
+    for (const Named& n : segment_names(d.fd)) {
+      if (n.pid == pid) {
+        target = n;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      std::string why_dead;
+      if (!owner_alive(pid, 0, &why_dead)) {
+        throw StatsError(
+            Kind::kNoProcess, pid,
+            "no process " + std::to_string(pid) + " (and no segment of it in " + dir + ")");
+      }
+      throw StatsError(Kind::kNotPublished, pid,
+                       "process " + std::to_string(pid) + " publishes no ferry counters in " + dir +
+                           " (it has made no request through ferry yet, or publishing is off: "
+                           "FERRY_STATS_PUBLISH=0, ferry::publish_stats(false), "
+                           "ferry.stats.publish(False))");
+    }
+  }
+  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid);
+  if (in.stats) return std::move(*in.stats);
+  switch (in.state) {
+    case State::kPermissionDenied:
+      throw StatsError(Kind::kPermissionDenied, pid, in.detail);
+    case State::kBusy:
+      throw StatsError(Kind::kBusy, pid, in.detail);
+    case State::kRemoved:
+    case State::kStale:
+      if (in.exited) throw StatsError(Kind::kNoProcess, pid, in.detail);
+      [[fallthrough]];
+    default:
+      throw StatsError(Kind::kCorrupt, pid, in.detail);
+  }
+}
+
+namespace core {
+
+std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid) {
+  Fd d(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.fd < 0) return 0;
+  std::size_t removed = 0;
+  for (const Named& n : segment_names(d.fd)) {
+    if (n.uid != uid || n.pid == ::getpid()) continue;
+    struct stat st {};
+    if (::fstatat(d.fd, n.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != uid) {
+      continue;
+    }
+    // Without reading the segment: a pid that is gone, or a zombie, is dead whatever it says.
+    std::string why;
+    if (!owner_alive(n.pid, 0, &why) && remove_segment(d.fd, n.name, st)) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace core
+
+std::vector<ProcessEntry> list_process_stats(const std::string& directory) {
+  const std::string dir = directory.empty() ? stats_directory() : directory;
+  Fd d = open_directory(dir, 0);
+  std::vector<ProcessEntry> out;
+  for (const Named& n : segment_names(d.fd)) {
+    Inspection in = inspect(d.fd, dir, n.name, n.uid, n.pid);
+    if (in.state == State::kRemoved && !in.exited) continue;  // gone meanwhile
+    ProcessEntry e;
+    e.pid = n.pid;
+    e.uid = n.uid;
+    e.state = in.state;
+    e.path = dir + "/" + n.name;
+    e.detail = in.detail;
+    e.stats = std::move(in.stats);
+    out.push_back(std::move(e));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ProcessEntry& a, const ProcessEntry& b) { return a.pid < b.pid; });
+  return out;
+}
+
+}  // namespace ferry
