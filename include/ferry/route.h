@@ -47,7 +47,13 @@ struct RouteReason {
 struct CufileCounts {
   bool observable = false;
   std::string why_not;
+  // The window: shared with another request counted in the same entry (cuFile's entry of the
+  // request's GPU, or every entry when the GPU's cannot be named).
   bool shared_window = false;
+  // The GPU whose per-GPU entry of cuFile's counters held this request's pieces, matched by
+  // UUID; -1 when they were summed over every GPU's entry (`counted_over` says why).
+  int gpu_entry = -1;
+  std::string counted_over;
   std::uint64_t nvfs = 0;
   std::uint64_t posix = 0;
   std::uint64_t p2p = 0;

@@ -130,6 +130,9 @@ void bind_report(py::module_& m) {
       .field("observable", &CufileCounts::observable)
       .field("why_not", &CufileCounts::why_not)
       .field("shared_window", &CufileCounts::shared_window)
+      .field("gpu_entry", &CufileCounts::gpu_entry,
+             "The GPU whose entry of cuFile's per-GPU counters held the pieces; -1: summed.")
+      .field("counted_over", &CufileCounts::counted_over)
       .field("nvfs", &CufileCounts::nvfs)
       .field("posix", &CufileCounts::posix)
       .field("p2p", &CufileCounts::p2p)

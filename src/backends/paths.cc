@@ -39,7 +39,7 @@ class PosixPath final : public HostPath {
 
 class CufileWindow final : public Layer2Window {
  public:
-  explicit CufileWindow(Op op) : observation_(cufile::Observation::begin(op)) {}
+  CufileWindow(Op op, int device) : observation_(cufile::Observation::begin(op, device)) {}
   void end(CufileCounts& out) override { observation_->end(out); }
 
  private:
@@ -61,8 +61,8 @@ class CufilePath final : public AcceleratedPath {
     out.compat_refused = p.compat_refused;
     return out;
   }
-  std::unique_ptr<Layer2Window> observe(Op op) const override {
-    return std::make_unique<CufileWindow>(op);
+  std::unique_ptr<Layer2Window> observe(Op op, int device) const override {
+    return std::make_unique<CufileWindow>(op, device);
   }
   MemoryInfo route_view(const MemoryInfo& memory) const override {
     return cufile::testing::route_view(memory);

@@ -51,7 +51,9 @@ class AcceleratedPath {
   virtual std::optional<std::string> compat_only(int fd) const = 0;
   // Opens what it needs (library, driver, the file's handle): the backend, or why not.
   virtual AcceleratedProbe probe(OpenFile& file, const Settings& settings) const = 0;
-  virtual std::unique_ptr<Layer2Window> observe(Op op) const = 0;
+  // `device`: the GPU the request's memory is on (-1: not known), whose own entry of the
+  // counters it is judged on where the path can name it.
+  virtual std::unique_ptr<Layer2Window> observe(Op op, int device) const = 0;
   // Test hooks of the cuFile test double: the memory layer 1 decides on, and whether host
   // memory stands in for GPU memory (small requests then never run inline).
   virtual MemoryInfo route_view(const MemoryInfo& memory) const = 0;

@@ -468,7 +468,9 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     }
     job->report = report;
     // Last before the first task runs, so the window holds this request's cuFile calls only.
-    if (route.path == Path::kCufile) job->observation = accelerated_path().observe(op);
+    if (route.path == Path::kCufile) {
+      job->observation = accelerated_path().observe(op, route_memory.device);
+    }
     ThreadPool& pool = file->runtime().pool();
     if (job->tasks.count() > 0) pool.ensure_threads(jobs);
     // From here the job completes (and ends what it started) whatever happens.

@@ -96,6 +96,9 @@ std::string RouteReport::to_text() const {
     text +=
         fmt::format("  layer 2 (cuFile): nvfs={} posix={} p2p={}{}\n", cufile.nvfs, cufile.posix,
                     cufile.p2p, cufile.shared_window ? " (window shared with other requests)" : "");
+    if (!cufile.counted_over.empty()) {
+      text += fmt::format("    counted on: {}\n", cufile.counted_over);
+    }
     if (!cufile.compat_why.empty()) {
       text += fmt::format("    compatibility path: {}\n", cufile.compat_why);
     }
@@ -143,6 +146,8 @@ std::string RouteReport::to_json() const {
        {{"observable", cufile.observable},
         {"why_not", cufile.why_not},
         {"shared_window", cufile.shared_window},
+        {"gpu_entry", cufile.gpu_entry},
+        {"counted_over", cufile.counted_over},
         {"unjudged", cufile.unjudged},
         {"nvfs", cufile.nvfs},
         {"posix", cufile.posix},

@@ -75,9 +75,10 @@ std::optional<std::string> refuse_layer2(const Settings& settings, const RouteRe
   if (c.posix == 0 && c.p2p == 0) return std::nullopt;
   if (c.shared_window) {
     *unjudged = fmt::format(
-        "require=gds could not judge this request alone: its window on cuFile's counters was "
-        "shared with other requests, and {} of its {} piece(s) went through cuFile's POSIX "
+        "require=gds could not judge this request alone: its window on cuFile's counters ({}) "
+        "was shared with other requests, and {} of its {} piece(s) went through cuFile's POSIX "
         "compatibility path or PCI P2PDMA (they may be the other requests')",
+        c.gpu_entry >= 0 ? fmt::format("GPU {}'s entry", c.gpu_entry) : "every GPU's, summed",
         c.posix + c.p2p, c.nvfs + c.posix + c.p2p);
     return std::nullopt;
   }

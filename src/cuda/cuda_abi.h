@@ -27,6 +27,12 @@ using Context = ContextImpl*;          // CUcontext
 using Stream = StreamImpl*;            // CUstream
 using Event = EventImpl*;              // CUevent
 
+// CUuuid: a GPU's 16-byte UUID, as cuDeviceGetUuid writes it and cuFile's per-GPU counters name
+// the GPU they count.
+struct Uuid {
+  char bytes[16];
+};
+
 // CUpointer_attribute.
 enum PointerAttribute : unsigned int {
   kPointerAttributeMemoryType = 2,
@@ -59,6 +65,7 @@ using DeviceGetFn = Result (*)(Device* device, int ordinal);
 using DeviceGetNameFn = Result (*)(char* name, int len, Device device);
 using DeviceGetPCIBusIdFn = Result (*)(char* bus_id, int len, Device device);
 using DeviceTotalMemFn = Result (*)(std::size_t* bytes, Device device);
+using DeviceGetUuidFn = Result (*)(Uuid* uuid, Device device);
 using DevicePrimaryCtxRetainFn = Result (*)(Context* context, Device device);
 using DevicePrimaryCtxReleaseFn = Result (*)(Device device);
 using DevicePrimaryCtxResetFn = Result (*)(Device device);
@@ -101,6 +108,7 @@ using EventSynchronizeFn = Result (*)(Event event);
   X(DeviceGetName, cuDeviceGetName, "cuDeviceGetName")                                  \
   X(DeviceGetPCIBusId, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                      \
   X(DeviceTotalMem, cuDeviceTotalMem, "cuDeviceTotalMem_v2")                            \
+  X(DeviceGetUuid, cuDeviceGetUuid, "cuDeviceGetUuid_v2")                               \
   X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")       \
   X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") \
   X(DevicePrimaryCtxReset, cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2")       \

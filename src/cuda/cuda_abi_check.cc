@@ -29,6 +29,10 @@ struct Ours<::CUpointer_attribute> {
   using type = PointerAttribute;
 };
 template <>
+struct Ours<::CUuuid> {
+  using type = Uuid;
+};
+template <>
 struct Ours<::CUctx_st> {
   using type = ContextImpl;
 };
@@ -67,6 +71,8 @@ static_assert(std::is_same_v<::CUdeviceptr, DevicePtr>);
 static_assert(std::is_same_v<Ours<::CUcontext>::type, Context>);
 static_assert(std::is_same_v<Ours<::CUstream>::type, Stream>);
 static_assert(std::is_same_v<Ours<::CUevent>::type, Event>);
+static_assert(sizeof(::CUuuid) == sizeof(Uuid) && alignof(::CUuuid) == alignof(Uuid));
+static_assert(sizeof(::CUuuid::bytes) == sizeof(Uuid::bytes));
 
 #define FERRY_SAME_VALUE(ours, theirs) \
   static_assert(static_cast<long long>(ours) == static_cast<long long>(theirs), #theirs)

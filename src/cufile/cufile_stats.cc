@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "cuda/cuda_driver.h"
 #include "cufile/cufile_abi.h"
 #include "cufile/cufile_driver.h"
 #include "cufile/cufile_testing.h"
@@ -19,15 +21,30 @@
 namespace ferry::cufile {
 namespace {
 
+// Requests whose windows are open on one set of counters.
+struct Windows {
+  long active = 0;
+  std::uint64_t begun = 0;
+};
+
+// What the driver said of one GPU's UUID, asked once per process.
+struct UuidLookup {
+  std::optional<std::array<char, 16>> uuid;
+  std::string why_not;
+};
+
 struct StatsState {
   std::mutex mu;
   bool started = false;
   std::string why_not = "the cuFile driver is not open";
   StatsLayout layout = StatsLayout::kUnknown;
   const Library* library = nullptr;
-  // Attribution of overlapping requests.
-  long active = 0;
-  std::uint64_t begun = 0;
+  // Attribution of overlapping requests: every request, those counted on one GPU's entry (by
+  // ordinal), and those whose GPU's entry cannot be named (their pieces may be in any entry).
+  Windows all;
+  std::map<int, Windows> per_gpu;
+  Windows unnamed;
+  std::map<int, UuidLookup> uuids;
 };
 
 StatsState* stats_instance = nullptr;
@@ -51,18 +68,49 @@ template <typename Level3>
 StatsSnapshot sum(const Level3& l3) {
   StatsSnapshot out;
   std::uint32_t n = std::min<std::uint32_t>(l3.num_gpus, abi::kMaxGpus);
+  out.gpus.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     const abi::PerGpuStats& g = l3.per_gpu_stats[i];
-    out.reads.total += g.n_total_reads;
-    out.reads.nvfs += g.n_nvfs_reads;
-    out.reads.posix += g.n_posix_reads;
-    out.reads.p2p += g.n_p2p_reads;
-    out.writes.total += g.n_total_writes;
-    out.writes.nvfs += g.n_nvfs_writes;
-    out.writes.posix += g.n_posix_writes;
-    out.writes.p2p += g.n_p2p_writes;
+    GpuCounts& e = out.gpus.emplace_back();
+    std::memcpy(e.uuid.data(), g.uuid, e.uuid.size());
+    e.reads = {g.n_total_reads, g.n_nvfs_reads, g.n_posix_reads, g.n_p2p_reads};
+    e.writes = {g.n_total_writes, g.n_nvfs_writes, g.n_posix_writes, g.n_p2p_writes};
+    for (auto [to, from] : {std::pair{&out.reads, &e.reads}, std::pair{&out.writes, &e.writes}}) {
+      to->total += from->total;
+      to->nvfs += from->nvfs;
+      to->posix += from->posix;
+      to->p2p += from->p2p;
+    }
   }
   return out;
+}
+
+// GPU `device`'s UUID: the test hook's, else the driver's. Under s.mu.
+const UuidLookup& uuid_of(StatsState& s, int device) {
+  auto [it, added] = s.uuids.try_emplace(device);
+  UuidLookup& u = it->second;
+  if (std::optional<std::array<char, 16>> fake = testing::gpu_uuid(device)) {
+    u.uuid = fake;  // asked again each time: a test may change it
+    return u;
+  }
+  if (!added) return u;
+  std::string why;
+  const cuda::Driver* d = cuda::driver_or_null(&why);
+  if (d == nullptr) {
+    u.why_not = why;
+    return u;
+  }
+  cuda::abi::Device dev = 0;
+  cuda::abi::Uuid uuid{};
+  cuda::abi::Result r = d->DeviceGet(&dev, device);
+  if (r == cuda::abi::kSuccess) r = d->DeviceGetUuid(&uuid, dev);
+  if (r != cuda::abi::kSuccess) {
+    u.why_not = cuda::describe(r, "cuDeviceGetUuid");
+    return u;
+  }
+  u.uuid.emplace();
+  std::memcpy(u.uuid->data(), uuid.bytes, u.uuid->size());
+  return u;
 }
 
 // Reads the counters; empty with `why` set when cuFile refuses.
@@ -159,30 +207,85 @@ std::string stats_unavailable() {
   return s.why_not;
 }
 
+const GpuCounts* StatsSnapshot::find(const std::array<char, 16>& uuid) const {
+  for (const GpuCounts& g : gpus) {
+    if (g.uuid == uuid) return &g;
+  }
+  return nullptr;
+}
+
 struct Observation::Impl {
   Op op;
+  int device = -1;
+  std::optional<std::array<char, 16>> uuid;  // set: counted on that GPU's entry where found
+  std::string unnamed_why;                   // why not, when not set
   const Library* library = nullptr;
   StatsLayout layout = StatsLayout::kUnknown;
   std::string why_not;
-  bool shared = false;
-  std::uint64_t seq = 0;
+  bool shared_all = false;  // another request overlapped (any GPU)
+  bool shared_gpu = false;  // another on this GPU, or one counted on no entry, overlapped
+  std::uint64_t seq_all = 0;
+  std::uint64_t seq_gpu = 0;
+  std::uint64_t seq_unnamed = 0;
   std::optional<StatsSnapshot> before;
   bool nvfs_loaded = false;
   platform::NvfsSnapshot nvfs_before;
-  bool counted = true;  // still in StatsState::active
+  bool counted = true;  // still in StatsState's windows
 };
 
-std::unique_ptr<Observation> Observation::begin(Op op) {
+namespace {
+
+// Under s.mu: the request leaves the windows it entered; notes whether others began meanwhile.
+void leave(StatsState& s, Observation::Impl& m) {
+  if (!m.counted) return;
+  m.counted = false;
+  if (s.all.begun != m.seq_all) m.shared_all = true;
+  --s.all.active;
+  if (m.uuid) {
+    Windows& w = s.per_gpu[m.device];
+    if (w.begun != m.seq_gpu || s.unnamed.begun != m.seq_unnamed) m.shared_gpu = true;
+    --w.active;
+  } else {
+    --s.unnamed.active;
+  }
+}
+
+PathCounts of(const GpuCounts* g, Op op) {
+  if (g == nullptr) return {};
+  return op == Op::kRead ? g->reads : g->writes;
+}
+
+}  // namespace
+
+std::unique_ptr<Observation> Observation::begin(Op op, int device) {
   std::unique_ptr<Observation> o(new Observation());
   o->impl_ = std::make_unique<Impl>();
   Impl& m = *o->impl_;
   m.op = op;
+  m.device = device;
   StatsState& s = stats_state();
   {
     std::lock_guard lock(s.mu);
-    m.shared = s.active > 0;
-    ++s.active;
-    m.seq = ++s.begun;
+    if (device >= 0) {
+      const UuidLookup& u = uuid_of(s, device);
+      m.uuid = u.uuid;
+      if (!m.uuid) m.unnamed_why = fmt::format("GPU {}'s UUID is not known: {}", device, u.why_not);
+    } else {
+      m.unnamed_why = "the request's GPU is not known";
+    }
+    m.shared_all = s.all.active > 0;
+    ++s.all.active;
+    m.seq_all = ++s.all.begun;
+    if (m.uuid) {
+      Windows& w = s.per_gpu[device];
+      m.shared_gpu = w.active > 0 || s.unnamed.active > 0;
+      ++w.active;
+      m.seq_gpu = ++w.begun;
+      m.seq_unnamed = s.unnamed.begun;
+    } else {
+      ++s.unnamed.active;
+      ++s.unnamed.begun;
+    }
     m.library = s.started ? s.library : nullptr;
     m.layout = s.layout;
     m.why_not = s.why_not;
@@ -194,11 +297,9 @@ std::unique_ptr<Observation> Observation::begin(Op op) {
 }
 
 Observation::~Observation() {
-  if (impl_->counted) {
-    StatsState& s = stats_state();
-    std::lock_guard lock(s.mu);
-    --s.active;
-  }
+  StatsState& s = stats_state();
+  std::lock_guard lock(s.mu);
+  leave(s, *impl_);
 }
 
 void Observation::end(CufileCounts& out) {
@@ -209,11 +310,7 @@ void Observation::end(CufileCounts& out) {
   {
     StatsState& s = stats_state();
     std::lock_guard lock(s.mu);
-    // Another request began after this one: it shared the window. One that began before this
-    // one was seen as `active` at begin().
-    if (s.begun != m.seq) m.shared = true;
-    --s.active;
-    m.counted = false;
+    leave(s, m);
   }
   if (m.nvfs_loaded) {
     platform::NvfsDelta d = platform::delta(platform::read_nvfs(testing::root()), m.nvfs_before);
@@ -229,11 +326,29 @@ void Observation::end(CufileCounts& out) {
     out.why_not = m.why_not;
     return;
   }
-  PathCounts d = m.op == Op::kRead ? minus(after->reads, m.before->reads)
-                                   : minus(after->writes, m.before->writes);
+  // The GPU's own entry where cuFile has one of its UUID (a GPU cuFile had not served before
+  // the request may have had none then: it counted from zero).
+  const GpuCounts* entry = m.uuid ? after->find(*m.uuid) : nullptr;
+  PathCounts d;
+  if (entry != nullptr) {
+    d = minus(of(entry, m.op), of(m.before->find(*m.uuid), m.op));
+    out.shared_window = m.shared_gpu;
+    out.gpu_entry = m.device;
+    out.counted_over =
+        fmt::format("GPU {}'s entry of cuFile's per-GPU counters (by UUID)", m.device);
+  } else {
+    d = m.op == Op::kRead ? minus(after->reads, m.before->reads)
+                          : minus(after->writes, m.before->writes);
+    out.shared_window = m.shared_all;
+    out.gpu_entry = -1;
+    const std::string why =
+        m.uuid ? fmt::format("none of cuFile's {} per-GPU entries has GPU {}'s UUID",
+                             after->gpus.size(), m.device)
+               : m.unnamed_why;
+    out.counted_over = fmt::format("every GPU's entry of cuFile's counters, summed ({})", why);
+  }
   out.observable = true;
   out.why_not.clear();
-  out.shared_window = m.shared;
   out.nvfs = d.nvfs;
   out.posix = d.posix;
   out.p2p = d.p2p;

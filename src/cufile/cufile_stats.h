@@ -1,14 +1,17 @@
 // Layer 2: what cuFile did with the requests ferry gave it, from cuFile's own level-3 counters
 // (per GPU: pieces served through nvidia-fs, its POSIX compatibility path or PCI P2PDMA), with
 // /proc/driver/nvidia-fs/stats as a second, system-wide witness where the module is loaded.
-// The counters are process-wide, so a request's delta is exact only when no other ferry cuFile
-// request overlapped it; otherwise the report says the window was shared (docs/data-paths.md).
+// The counters are per GPU and process-wide, so a request's delta is exact only when no other
+// ferry cuFile request on the same GPU overlapped it; otherwise the report says the window was
+// shared (docs/data-paths.md).
 // Thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cufile/cufile_library.h"
 #include "ferry/route.h"
@@ -26,11 +29,20 @@ struct PathCounts {
   std::uint64_t posix = 0;
   std::uint64_t p2p = 0;
 };
-struct StatsSnapshot {
+// One entry of per_gpu_stats: the GPU's UUID (as cuDeviceGetUuid writes it) and its counts.
+struct GpuCounts {
+  std::array<char, 16> uuid{};
   PathCounts reads;
   PathCounts writes;
 };
-// Sums per_gpu_stats[0, num_gpus) of a level-3 struct of `layout` (not kUnknown).
+struct StatsSnapshot {
+  PathCounts reads;  // summed over every GPU's entry
+  PathCounts writes;
+  std::vector<GpuCounts> gpus;  // per_gpu_stats[0, num_gpus), in cuFile's order
+  // The entry whose UUID is `uuid`, or null.
+  const GpuCounts* find(const std::array<char, 16>& uuid) const;
+};
+// Reads per_gpu_stats[0, num_gpus) of a level-3 struct of `layout` (not kUnknown).
 StatsSnapshot sum_per_gpu(const void* level3, StatsLayout layout);
 
 // Called once, right after the driver opens: cuFileSetStatsLevel(3) and cuFileStatsStart().
@@ -39,16 +51,19 @@ void start_stats(const Library& library);
 std::string stats_unavailable();
 
 // One request's window on the counters. begin() before the first cuFile call, end() after the
-// last; end() fills report.cufile.
+// last; end() fills report.cufile. With the request's GPU (`device` >= 0) and that GPU's UUID
+// from the driver, the request is counted on its GPU's entry and its window is shared only with
+// requests counted on the same entry (or on none); otherwise over every entry, shared with any
+// request that overlapped it.
 class Observation {
  public:
-  static std::unique_ptr<Observation> begin(Op op);
+  static std::unique_ptr<Observation> begin(Op op, int device);
   ~Observation();
   void end(CufileCounts& out);
+  struct Impl;  // defined in cufile_stats.cc only
 
  private:
   Observation() = default;
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

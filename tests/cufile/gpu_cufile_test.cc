@@ -134,6 +134,8 @@ TEST_F(GpuCufile, CompatOffSends256RequestsThatCufileServesThroughPosix) {
   EXPECT_EQ(r.posix_tasks, 0u);
   ASSERT_TRUE(r.cufile.observable) << r.cufile.why_not;
   EXPECT_FALSE(r.cufile.shared_window);
+  // cuDeviceGetUuid's bytes name cuFile's per-GPU entry of this GPU (issue 11).
+  EXPECT_EQ(r.cufile.gpu_entry, 0) << r.cufile.counted_over;
   EXPECT_EQ(r.cufile.posix, 256u);
   EXPECT_EQ(r.cufile.nvfs, 0u);
   EXPECT_EQ(r.cufile.p2p, 0u);

@@ -25,10 +25,26 @@ void check_sum(cufile::StatsLayout layout) {
   l3->per_gpu_stats[1].n_nvfs_reads = 3;
   l3->per_gpu_stats[0].n_p2p_writes = 2;
   l3->per_gpu_stats[2].n_posix_reads = 1000;  // beyond num_gpus: not counted
+  std::memcpy(l3->per_gpu_stats[0].uuid, "0123456789abcdef", 16);
+  std::memcpy(l3->per_gpu_stats[1].uuid, "fedcba9876543210", 16);
+  std::memcpy(l3->per_gpu_stats[2].uuid, "beyond-num-gpus!", 16);
   cufile::StatsSnapshot s = cufile::sum_per_gpu(l3.get(), layout);
   EXPECT_EQ(s.reads.posix, 12u);
   EXPECT_EQ(s.reads.nvfs, 3u);
   EXPECT_EQ(s.writes.p2p, 2u);
+  // Each GPU's own entry, found by its UUID.
+  ASSERT_EQ(s.gpus.size(), 2u);
+  auto uuid = [](const char* text) {
+    std::array<char, 16> u{};
+    std::memcpy(u.data(), text, 16);
+    return u;
+  };
+  const cufile::GpuCounts* second = s.find(uuid("fedcba9876543210"));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->reads.posix, 7u);
+  EXPECT_EQ(second->reads.nvfs, 3u);
+  EXPECT_EQ(s.find(uuid("0123456789abcdef"))->writes.p2p, 2u);
+  EXPECT_EQ(s.find(uuid("beyond-num-gpus!")), nullptr);
 }
 
 TEST(CufileLayer2, SumsPerGpuCountersInBothLayouts) {

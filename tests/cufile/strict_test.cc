@@ -1,6 +1,8 @@
 // Strict mode (require=gds and require=cufile) on the test double.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "fake_cufile_env.h"
 #include "ferry/cufile.h"
 #include "ferry/error.h"
@@ -112,6 +114,140 @@ TEST(CufileStrict, GdsNeverFailsARequestBecauseOfAnotherRequestsPieces) {
        {"FERRY_FAKE_CUFILE_NVFS", "FERRY_FAKE_CUFILE_POSIX_FILES", "FERRY_FAKE_CUFILE_DELAY_US"}) {
     unsetenv(v);
   }
+}
+
+// Issue 11: strict mode judges a request on its own GPU's entry of cuFile's per-GPU counters,
+// matched by UUID, so another GPU's requests neither hide its pieces nor make it unjudged.
+class CufileStrictPerGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("FERRY_FAKE_CUFILE_NVFS", "1", 1);
+    setenv("FERRY_FAKE_CUFILE_POSIX_FILES", "posix-only", 1);  // served through the compat path
+    setenv("FERRY_FAKE_CUFILE_GPU1_FILES", "posix-only", 1);   // ...into GPU 1's memory
+    setenv("FERRY_FAKE_CUFILE_DELAY_US", "20000", 1);
+    test::use_fake_cufile();
+    cufile::testing::set_gpu_uuid(0, "fake-cufile-gpu0");
+    cufile::testing::set_gpu_uuid(1, "fake-cufile-gpu1");
+    posix_path_ = f_.path().parent_path() / "posix-only.bin";
+    std::filesystem::copy_file(f_.path(), posix_path_,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  void TearDown() override {
+    for (const char* v : {"FERRY_FAKE_CUFILE_NVFS", "FERRY_FAKE_CUFILE_POSIX_FILES",
+                          "FERRY_FAKE_CUFILE_GPU1_FILES", "FERRY_FAKE_CUFILE_DELAY_US"}) {
+      unsetenv(v);
+    }
+    cufile::testing::set_gpu_uuid(0, std::nullopt);
+    cufile::testing::set_gpu_uuid(1, std::nullopt);
+  }
+  // Submits a read of `file` as a request into GPU `device`'s memory, from a thread of its own.
+  static IoFuture read_on_gpu(File& file, std::vector<unsigned char>& buf, int device) {
+    IoFuture out;
+    std::thread([&] {
+      cufile::testing::set_thread_gpu(device);
+      out = file.pread(buf.data(), buf.size());
+    }).join();
+    return out;
+  }
+  // Strict requests as the test above; the others with compat_mode=off, so they go to cuFile.
+  static SettingsOverride one_thread(Require require) {
+    SettingsOverride o = require == Require::kAny
+                             ? test::with(4 * kMiB)
+                             : test::with(4 * kMiB, CompatMode::kAuto, require);
+    o.nthreads = 1;
+    return o;
+  }
+
+  DataFile f_{16 * kMiB};
+  std::filesystem::path posix_path_;
+};
+
+TEST_F(CufileStrictPerGpu, ARequestOnOneGpuIsJudgedAloneWhileAnotherGpusPiecesGoToTheCompatPath) {
+  File strict(f_.path(), "r", {false, one_thread(Require::kGds)});
+  File other(posix_path_, "r", {false, one_thread(Require::kAny)});
+  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
+  IoFuture fa = read_on_gpu(strict, a, 0);
+  IoFuture fb = read_on_gpu(other, b, 1);  // runs while the strict one does
+  EXPECT_EQ(fb.get(), b.size());
+  ASSERT_NO_THROW(fa.get());
+  EXPECT_EQ(a, f_.data());
+  RouteReport r = fa.route();
+  EXPECT_EQ(r.cufile.gpu_entry, 0) << r.to_text();
+  EXPECT_FALSE(r.cufile.shared_window) << "GPU 1's request is not in GPU 0's entry";
+  EXPECT_EQ(r.cufile.nvfs, 4u);
+  EXPECT_EQ(r.cufile.posix, 0u) << "GPU 1's pieces are not counted for GPU 0";
+  EXPECT_TRUE(r.cufile.unjudged.empty()) << r.cufile.unjudged;
+  EXPECT_NE(r.to_text().find("counted on: GPU 0's entry of cuFile's per-GPU counters (by UUID)"),
+            std::string::npos)
+      << r.to_text();
+  RouteReport rb = fb.route();
+  EXPECT_EQ(rb.cufile.gpu_entry, 1) << "found by UUID though cuFile lists GPU 1's entry first";
+  EXPECT_FALSE(rb.cufile.shared_window);
+  EXPECT_EQ(rb.cufile.posix, 4u);
+  EXPECT_EQ(rb.cufile.nvfs, 0u);
+}
+
+TEST_F(CufileStrictPerGpu, AStrictRequestWhosePiecesWentToTheCompatPathFailsBesideAnotherGpus) {
+  // Over the summed counters this request's window was shared with GPU 0's, so it was not
+  // judged and passed; on its own GPU's entry its compatibility pieces are its own.
+  File strict(posix_path_, "r", {false, one_thread(Require::kGds)});
+  File other(f_.path(), "r", {false, one_thread(Require::kAny)});
+  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
+  IoFuture fb = read_on_gpu(other, b, 0);
+  IoFuture fa = read_on_gpu(strict, a, 1);
+  EXPECT_EQ(fb.get(), b.size());
+  try {
+    fa.get();
+    FAIL() << "a strict request served through the compatibility path passed";
+  } catch (const RouteError& e) {
+    EXPECT_NE(std::string(e.what()).find("through its POSIX compatibility path"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(fa.route().cufile.gpu_entry, 1);
+  EXPECT_FALSE(fa.route().cufile.shared_window);
+}
+
+TEST_F(CufileStrictPerGpu, AGpuWhoseUuidCuFileDoesNotListIsCountedOverEveryEntryAndSaysSo) {
+  cufile::testing::set_gpu_uuid(1, "not-cufile's-gpu");
+  File strict(posix_path_, "r", {false, one_thread(Require::kGds)});
+  File other(f_.path(), "r", {false, one_thread(Require::kAny)});
+  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
+  IoFuture fb = read_on_gpu(other, b, 0);
+  IoFuture fa = read_on_gpu(strict, a, 1);
+  EXPECT_EQ(fb.get(), b.size());
+  ASSERT_NO_THROW(fa.get()) << "over the summed counters the window was shared: not judged";
+  RouteReport r = fa.route();
+  EXPECT_EQ(r.cufile.gpu_entry, -1);
+  EXPECT_TRUE(r.cufile.shared_window);
+  EXPECT_NE(r.cufile.counted_over.find("none of cuFile's 2 per-GPU entries has GPU 1's UUID"),
+            std::string::npos)
+      << r.cufile.counted_over;
+  EXPECT_NE(r.cufile.unjudged.find("every GPU's, summed"), std::string::npos) << r.cufile.unjudged;
+  // GPU 0's request is still counted on its own entry, which no other request shared: GPU 1's
+  // pieces went to an entry of another UUID.
+  EXPECT_EQ(fb.route().cufile.gpu_entry, 0);
+  EXPECT_FALSE(fb.route().cufile.shared_window);
+  EXPECT_EQ(fb.route().cufile.nvfs, 4u);
+}
+
+TEST_F(CufileStrictPerGpu, ARequestOnAGpuOfUnknownUuidSharesTheWindowOfEveryGpu) {
+  cufile::testing::set_gpu_uuid(1, std::nullopt);  // no driver here: GPU 1's UUID is not known
+  File named(f_.path(), "r", {false, one_thread(Require::kAny)});
+  File unnamed(posix_path_, "r", {false, one_thread(Require::kAny)});
+  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
+  IoFuture fa = read_on_gpu(named, a, 0);
+  IoFuture fb = read_on_gpu(unnamed, b, 1);
+  EXPECT_EQ(fa.get(), a.size());
+  EXPECT_EQ(fb.get(), b.size());
+  RouteReport rb = fb.route();
+  EXPECT_EQ(rb.cufile.gpu_entry, -1);
+  EXPECT_TRUE(rb.cufile.shared_window);
+  EXPECT_NE(rb.cufile.counted_over.find("GPU 1's UUID is not known"), std::string::npos)
+      << rb.cufile.counted_over;
+  // Its pieces may be in any entry, GPU 0's too: GPU 0's window is shared.
+  RouteReport ra = fa.route();
+  EXPECT_EQ(ra.cufile.gpu_entry, 0);
+  EXPECT_TRUE(ra.cufile.shared_window);
 }
 
 TEST(CufileStrict, RequireCufileRefusesLayer1FallbackOnly) {

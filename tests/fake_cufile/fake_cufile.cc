@@ -9,6 +9,10 @@
 //   FERRY_FAKE_CUFILE_POSIX_FILES=TEXT   ...except for files whose path contains TEXT (read at
 //                                        registration), counted under posix as cuFile would
 //                                        for a file nvidia-fs cannot serve
+//   FERRY_FAKE_CUFILE_GPU1_FILES=TEXT    files whose path contains TEXT (read at registration)
+//                                        are counted on a second GPU's entry, UUID
+//                                        "fake-cufile-gpu1", listed before GPU 0's
+//                                        ("fake-cufile-gpu0"), as if their buffers were GPU 1's
 //   FERRY_FAKE_CUFILE_DRIVER_OPEN_ERROR  cuFileDriverOpen fails with this code (e.g. 5001)
 //   FERRY_FAKE_CUFILE_HANDLE_ERROR       cuFileHandleRegister fails with this code (e.g. 5027)
 //   FERRY_FAKE_CUFILE_IO_RESULT          cuFileRead/Write return this (-1 sets errno EIO, -5044)
@@ -56,6 +60,7 @@ struct Fake {
   int stats_level = 0;
   bool stats_started = false;
   abi::PerGpuStats gpu{};
+  abi::PerGpuStats gpu1{};  // FERRY_FAKE_CUFILE_GPU1_FILES's
   long read_calls = 0;
   long write_calls = 0;
   long handles = 0;
@@ -69,6 +74,7 @@ Fake& fake() {
 struct FakeHandle {
   int fd;                   // the same file without O_DIRECT, so host buffers need no alignment
   bool posix_only = false;  // FERRY_FAKE_CUFILE_POSIX_FILES matched its path
+  bool gpu1 = false;        // FERRY_FAKE_CUFILE_GPU1_FILES matched its path
 };
 
 bool counts_as_nvfs() {
@@ -88,7 +94,7 @@ void count(bool read, std::size_t size, ssize_t result, const FakeHandle& handle
   Fake& f = fake();
   std::lock_guard lock(f.mu);
   if (!f.stats_started || f.stats_level < 3) return;
-  abi::PerGpuStats& g = f.gpu;
+  abi::PerGpuStats& g = handle.gpu1 ? f.gpu1 : f.gpu;
   std::uint64_t n = pieces(size);
   bool nvfs = counts_as_nvfs() && !handle.posix_only;
   if (read) {
@@ -115,13 +121,28 @@ ssize_t injected_failure(off_t file_offset) {
   return static_cast<ssize_t>(result);
 }
 
+// The path of a registered descriptor contains the text of environment variable `name`.
+bool path_has(const char* fd_path, const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return false;
+  char target[4096];
+  ssize_t n = ::readlink(fd_path, target, sizeof target - 1);
+  return n > 0 && std::string(target, static_cast<std::size_t>(n)).find(text) != std::string::npos;
+}
+
 template <typename Level3>
-void fill(void* out, const abi::PerGpuStats& gpu) {
+void fill(void* out, const Fake& f) {
   auto* l3 = static_cast<Level3*>(out);
   std::memset(l3, 0, sizeof(Level3));
-  l3->num_gpus = 1;
-  l3->per_gpu_stats[0] = gpu;
-  std::memcpy(l3->per_gpu_stats[0].uuid, "fake-cufile-gpu0", abi::kGpuUuidLen);
+  std::uint32_t i = 0;
+  if (const char* g1 = std::getenv("FERRY_FAKE_CUFILE_GPU1_FILES"); g1 != nullptr && *g1) {
+    l3->per_gpu_stats[i] = f.gpu1;
+    std::memcpy(l3->per_gpu_stats[i].uuid, "fake-cufile-gpu1", abi::kGpuUuidLen);
+    ++i;
+  }
+  l3->per_gpu_stats[i] = f.gpu;
+  std::memcpy(l3->per_gpu_stats[i].uuid, "fake-cufile-gpu0", abi::kGpuUuidLen);
+  l3->num_gpus = i + 1;
 }
 
 }  // namespace
@@ -181,14 +202,8 @@ __attribute__((visibility("default"))) abi::Error cuFileHandleRegister(abi::Hand
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", descr->handle.fd);
   int fd = ::open(path, (flags & O_ACCMODE) | O_CLOEXEC);
   if (fd < 0) return status(abi::kInvalidFileType);
-  bool posix_only = false;
-  if (const char* only = std::getenv("FERRY_FAKE_CUFILE_POSIX_FILES"); only != nullptr && *only) {
-    char target[4096];
-    ssize_t n = ::readlink(path, target, sizeof target - 1);
-    posix_only =
-        n > 0 && std::string(target, static_cast<std::size_t>(n)).find(only) != std::string::npos;
-  }
-  *fh = new FakeHandle{fd, posix_only};
+  *fh = new FakeHandle{fd, path_has(path, "FERRY_FAKE_CUFILE_POSIX_FILES"),
+                       path_has(path, "FERRY_FAKE_CUFILE_GPU1_FILES")};
   std::lock_guard lock(fake().mu);
   ++fake().handles;
   return status(abi::kSuccess);
@@ -296,9 +311,9 @@ __attribute__((visibility("default"))) abi::Error cuFileGetStatsL3(void* stats) 
   std::lock_guard lock(f.mu);
   if (!f.stats_started || f.stats_level < 3) return status(abi::kInvalidValue);
   if (env_long("FERRY_FAKE_CUFILE_VERSION", 1150) >= 1190) {
-    fill<abi::StatsLevel3V2>(stats, f.gpu);
+    fill<abi::StatsLevel3V2>(stats, f);
   } else {
-    fill<abi::StatsLevel3V1>(stats, f.gpu);
+    fill<abi::StatsLevel3V1>(stats, f);
   }
   return status(abi::kSuccess);
 }
