@@ -131,6 +131,7 @@ struct Job : std::enable_shared_from_this<Job> {
   std::vector<std::size_t> done;  // bytes moved per task; each slot written by one job
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> jobs_left{0};
+  std::atomic<bool> begun{false};  // a job of this request has run (the pool was told)
   std::mutex error_mu;
   std::exception_ptr error;  // the first failure
   std::size_t failed_task = SIZE_MAX;
@@ -185,9 +186,17 @@ struct Job : std::enable_shared_from_this<Job> {
   }
 
   // One job: takes tasks until none is left. Between tasks it yields to jobs that wait in the
-  // pool (other requests, which would otherwise wait for this whole request): it completes its
-  // work in flight and queues its continuation behind them.
+  // pool: at once to a request that has not started (it would otherwise wait for this whole
+  // request), and to other requests' continuations once it has held its thread for a turn
+  // (kTurn). A yield completes the work in flight and queues the continuation behind them; it
+  // finishes the worker (for GPU memory: waits for its copies and gives back its staging), which
+  // after every task would stop each copy from overlapping the next task's read (bench/NOTES.md
+  // §15), hence the turn.
+  static constexpr std::chrono::milliseconds kTurn{10};
   void run_one() {
+    ThreadPool& pool = context.file.runtime().pool();
+    if (!begun.exchange(true, std::memory_order_relaxed)) pool.note_request_started();
+    const Clock::time_point turn_start = Clock::now();
     try {
       std::unique_ptr<Worker> worker = backend->make_worker(context);
       for (;;) {
@@ -201,8 +210,8 @@ struct Job : std::enable_shared_from_this<Job> {
           fail(std::current_exception(), i, e.bytes_done());
           break;
         }
-        ThreadPool& pool = context.file.runtime().pool();
-        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count()) {
+        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
+            (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn)) {
           worker->finish();
           worker.reset();
           pool.submit([job = shared_from_this()] { job->run_one(); });
@@ -481,6 +490,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       return future;
     }
     job->jobs_left = jobs;
+    pool.note_request_queued();
     for (std::size_t j = 0; j < jobs; ++j) pool.submit([job] { job->run_one(); });
   } catch (...) {
     return fail_now(std::current_exception());

@@ -31,6 +31,7 @@ void ThreadPool::submit(std::function<void()> job) {
     jobs_.push_back(std::move(job));
     queued_.store(jobs_.size(), std::memory_order_relaxed);
   }
+  submitted_.fetch_add(1, std::memory_order_relaxed);
   cv_.notify_one();
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -27,6 +28,15 @@ class ThreadPool {
   void submit(std::function<void()> job);
   // Jobs queued and not yet started (no lock: a hint that may be a moment old).
   std::size_t waiting() const { return queued_.load(std::memory_order_relaxed); }
+  // Jobs submitted since the pool was made (a request's jobs, and their continuations).
+  std::uint64_t submitted() const { return submitted_.load(std::memory_order_relaxed); }
+
+  // Requests whose jobs are queued and none of which has started: the ones a running request
+  // yields its threads to. Queued before a request's first job is submitted, started when the
+  // first of its jobs runs (each exactly once).
+  void note_request_queued() { unstarted_.fetch_add(1, std::memory_order_relaxed); }
+  void note_request_started() { unstarted_.fetch_sub(1, std::memory_order_relaxed); }
+  bool requests_waiting_to_start() const { return unstarted_.load(std::memory_order_relaxed) > 0; }
 
  private:
   void work();
@@ -37,6 +47,8 @@ class ThreadPool {
   std::vector<std::thread> threads_;
   bool stopping_ = false;
   std::atomic<std::size_t> queued_{0};
+  std::atomic<std::uint64_t> submitted_{0};
+  std::atomic<long> unstarted_{0};
 };
 
 }  // namespace ferry::core
