@@ -1,6 +1,7 @@
 // Strict mode (require=gds and require=cufile) on the test double.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <thread>
 
 #include "fake_cufile_env.h"
@@ -158,8 +159,24 @@ class CufileStrictPerGpu : public ::testing::Test {
     return o;
   }
 
+  // A strict read of the compatibility-only file into GPU 1, begun while a lenient read of the
+  // other file into GPU 0 runs; the lenient one's future is checked, the strict one's returned.
+  IoFuture strict_on_gpu1_beside_gpu0() {
+    strict_.emplace(posix_path_, "r", FileOptions{false, one_thread(Require::kGds)});
+    other_.emplace(f_.path(), "r", FileOptions{false, one_thread(Require::kAny)});
+    IoFuture other = read_on_gpu(*other_, b_, 0);
+    IoFuture strict = read_on_gpu(*strict_, a_, 1);
+    EXPECT_EQ(other.get(), b_.size());
+    other_route_ = other.route();
+    return strict;
+  }
+
   DataFile f_{16 * kMiB};
   std::filesystem::path posix_path_;
+  std::optional<File> strict_, other_;
+  std::vector<unsigned char> a_ = std::vector<unsigned char>(16 * kMiB);
+  std::vector<unsigned char> b_ = std::vector<unsigned char>(16 * kMiB);
+  RouteReport other_route_;
 };
 
 TEST_F(CufileStrictPerGpu, ARequestOnOneGpuIsJudgedAloneWhileAnotherGpusPiecesGoToTheCompatPath) {
@@ -190,12 +207,7 @@ TEST_F(CufileStrictPerGpu, ARequestOnOneGpuIsJudgedAloneWhileAnotherGpusPiecesGo
 TEST_F(CufileStrictPerGpu, AStrictRequestWhosePiecesWentToTheCompatPathFailsBesideAnotherGpus) {
   // Over the summed counters this request's window was shared with GPU 0's, so it was not
   // judged and passed; on its own GPU's entry its compatibility pieces are its own.
-  File strict(posix_path_, "r", {false, one_thread(Require::kGds)});
-  File other(f_.path(), "r", {false, one_thread(Require::kAny)});
-  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
-  IoFuture fb = read_on_gpu(other, b, 0);
-  IoFuture fa = read_on_gpu(strict, a, 1);
-  EXPECT_EQ(fb.get(), b.size());
+  IoFuture fa = strict_on_gpu1_beside_gpu0();
   try {
     fa.get();
     FAIL() << "a strict request served through the compatibility path passed";
@@ -209,12 +221,7 @@ TEST_F(CufileStrictPerGpu, AStrictRequestWhosePiecesWentToTheCompatPathFailsBesi
 
 TEST_F(CufileStrictPerGpu, AGpuWhoseUuidCuFileDoesNotListIsCountedOverEveryEntryAndSaysSo) {
   cufile::testing::set_gpu_uuid(1, "not-cufile's-gpu");
-  File strict(posix_path_, "r", {false, one_thread(Require::kGds)});
-  File other(f_.path(), "r", {false, one_thread(Require::kAny)});
-  std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
-  IoFuture fb = read_on_gpu(other, b, 0);
-  IoFuture fa = read_on_gpu(strict, a, 1);
-  EXPECT_EQ(fb.get(), b.size());
+  IoFuture fa = strict_on_gpu1_beside_gpu0();
   ASSERT_NO_THROW(fa.get()) << "over the summed counters the window was shared: not judged";
   RouteReport r = fa.route();
   EXPECT_EQ(r.cufile.gpu_entry, -1);
@@ -225,9 +232,9 @@ TEST_F(CufileStrictPerGpu, AGpuWhoseUuidCuFileDoesNotListIsCountedOverEveryEntry
   EXPECT_NE(r.cufile.unjudged.find("every GPU's, summed"), std::string::npos) << r.cufile.unjudged;
   // GPU 0's request is still counted on its own entry, which no other request shared: GPU 1's
   // pieces went to an entry of another UUID.
-  EXPECT_EQ(fb.route().cufile.gpu_entry, 0);
-  EXPECT_FALSE(fb.route().cufile.shared_window);
-  EXPECT_EQ(fb.route().cufile.nvfs, 4u);
+  EXPECT_EQ(other_route_.cufile.gpu_entry, 0);
+  EXPECT_FALSE(other_route_.cufile.shared_window);
+  EXPECT_EQ(other_route_.cufile.nvfs, 4u);
 }
 
 TEST_F(CufileStrictPerGpu, ARequestOnAGpuOfUnknownUuidSharesTheWindowOfEveryGpu) {

@@ -315,6 +315,14 @@ bool wait_in_flight(const test::ScriptedIo& io) {
   return io.in_flight.load() > 0;
 }
 
+// What is in flight now, against `before`: `requests` more requests of `bytes` more bytes.
+void expect_in_flight(const ProcessStats& before, std::uint64_t requests, std::uint64_t bytes) {
+  ProcessStats now = mine();
+  EXPECT_TRUE(now.inflight_known);
+  EXPECT_EQ(now.inflight_requests, before.inflight_requests + requests);
+  EXPECT_EQ(now.inflight_bytes, before.inflight_bytes + bytes);
+}
+
 TEST(Publish, APooledRequestIsInFlightFromSubmitUntilItCompletes) {
   test::TempDir dir;
   auto path = dir / "pooled.bin";
@@ -329,14 +337,9 @@ TEST(Publish, APooledRequestIsInFlightFromSubmitUntilItCompletes) {
   // 2 MiB asked for, 1 MiB in the file: the request's tasks hold 1 MiB.
   IoFuture fut = f.pread(buf.data(), buf.size(), 0);
   ASSERT_TRUE(wait_in_flight(io));
-  ProcessStats during = mine();
-  EXPECT_TRUE(during.inflight_known);
-  EXPECT_EQ(during.inflight_requests, before.inflight_requests + 1);
-  EXPECT_EQ(during.inflight_bytes, before.inflight_bytes + (1u << 20));
+  expect_in_flight(before, 1, 1 << 20);
   EXPECT_EQ(fut.get(), 1u << 20);
-  ProcessStats after = mine();
-  EXPECT_EQ(after.inflight_requests, before.inflight_requests);
-  EXPECT_EQ(after.inflight_bytes, before.inflight_bytes);
+  expect_in_flight(before, 0, 0);
 }
 
 TEST(Publish, ASmallRequestIsInFlightInItsCallersThreadAndCountsAsHostMemory) {
@@ -358,23 +361,16 @@ TEST(Publish, ASmallRequestIsInFlightInItsCallersThreadAndCountsAsHostMemory) {
   };
   std::thread reader([&] { EXPECT_EQ(f.read(buf.data(), buf.size(), 4096), 4096u); });
   ASSERT_TRUE(wait_in_flight(io));
-  ProcessStats during = mine();
-  EXPECT_TRUE(during.inflight_known);
-  EXPECT_EQ(during.inflight_requests, before.inflight_requests + 1);
-  EXPECT_EQ(during.inflight_bytes, before.inflight_bytes + 4096);
+  expect_in_flight(before, 1, 4096);
   reader.join();
   EXPECT_EQ(f.last_route().tasks, 1u);
-  ProcessStats after = mine();
-  EXPECT_EQ(after.inflight_requests, before.inflight_requests);
-  EXPECT_EQ(after.inflight_bytes, before.inflight_bytes);
-  EXPECT_EQ(host_reads(after), host_reads(before) + 1) << "a small read of host memory";
+  expect_in_flight(before, 0, 0);
+  EXPECT_EQ(host_reads(mine()), host_reads(before) + 1) << "a small read of host memory";
   // A small request that fails ends too.
   io.slow_offset = -1;
   io.fail_offset = 0;
   EXPECT_THROW(f.read(buf.data(), buf.size(), 0), IoError);
-  after = mine();
-  EXPECT_EQ(after.inflight_requests, before.inflight_requests);
-  EXPECT_EQ(after.inflight_bytes, before.inflight_bytes);
+  expect_in_flight(before, 0, 0);
 }
 
 TEST(Publish, TheReaderOfACopyAgreesAndRejectsDamage) {
