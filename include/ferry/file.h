@@ -63,8 +63,17 @@ struct ReadRange {
   void* buffer = nullptr;
 };
 
+// One piece of a scattered write (File::pwrite_scatter): `size` bytes from `buffer` to
+// `file_offset`.
+struct WriteRange {
+  std::uint64_t file_offset = 0;
+  std::size_t size = 0;
+  const void* buffer = nullptr;
+};
+
 // One piece of a gathered read into one buffer (File::pread_ranges): `size` bytes at
-// `file_offset` into the buffer at `buffer_offset`.
+// `file_offset` into the buffer at `buffer_offset`. For File::pwrite_ranges: from the buffer at
+// `buffer_offset` to `file_offset`.
 struct ByteRange {
   std::uint64_t file_offset = 0;
   std::size_t size = 0;
@@ -112,6 +121,18 @@ class File {
   // A range outside the buffer is IoError(EINVAL) naming it, before any I/O. The report counts
   // the ranges and the runs.
   IoFuture pread_ranges(void* buffer, std::size_t buffer_size, std::span<const ByteRange> ranges);
+  // Writes every range in one request (tensors of a checkpoint, rows of a table), cut into tasks
+  // and run on the workers like one large write, with one route report. The ranges must not
+  // overlap in the file (the file grows to the end of the last); every buffer must be memory of
+  // one kind on one GPU; not in append mode: else IoError (EINVAL, EBADF) naming the ranges,
+  // before any I/O. On failure, bytes_done counts the ranges in the order given, up to the first
+  // byte not known to have reached the file. The span is copied before this returns. get()
+  // returns the total bytes.
+  IoFuture pwrite_scatter(std::span<const WriteRange> ranges);
+  // The same from one buffer of `buffer_size` bytes, ranges adjacent both in the buffer and in
+  // the file coalesced into one run first.
+  IoFuture pwrite_ranges(const void* buffer, std::size_t buffer_size,
+                         std::span<const ByteRange> ranges);
   std::size_t read(void* buf, std::size_t size, std::uint64_t file_offset = 0);
   std::size_t write(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
   // Writes at the end of the file, in any writable mode. Appends from several threads on one File

@@ -38,6 +38,12 @@ class File(_ferry.File):
         offset, in bytes) into `buf`; see ``read_ranges``. The Future's result is the bytes read."""
         return Future(super().pread_ranges(buf, ranges))
 
+    def pwrite_ranges(self, buf: Any, ranges: Any) -> Future:
+        """Starts a scattered write of `ranges` ((n, 3) integers: file offset, length, buffer
+        offset, in bytes) from `buf`; see ``write_ranges``. The Future's result is the bytes
+        written."""
+        return Future(super().pwrite_ranges(buf, ranges))
+
     def pwrite(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
         """Starts writing `buf` (or its first `size` bytes) at `file_offset`; the Future's
         result is the bytes written. The buffer is kept alive until the write ends."""

@@ -252,24 +252,28 @@ class PyFile {
     return pending;
   }
 
-  std::size_t run_ranges(const py::object& buf, const py::handle& ranges) {
-    std::size_t n = submit_ranges(buf, ranges)->get();
+  std::size_t run_ranges(Op op, const py::object& buf, const py::handle& ranges) {
+    std::size_t n = submit_ranges(op, buf, ranges)->get();
     any_done_ = true;
     return n;
   }
 
-  // A gathered read of many ranges into one buffer (File::pread_ranges).
-  std::shared_ptr<Pending> submit_ranges(const py::object& buf, const py::handle& ranges_obj) {
+  // A gathered read of many ranges into one buffer (File::pread_ranges), or a scattered write
+  // of many ranges from one (File::pwrite_ranges).
+  std::shared_ptr<Pending> submit_ranges(Op op, const py::object& buf,
+                                         const py::handle& ranges_obj) {
     check_open();
     std::vector<ByteRange> ranges = ranges_arg(ranges_obj);
     auto pending = std::make_shared<Pending>();
-    pending->op = Op::kRead;
-    pending->buffer = BufferView::of(buf, true);
+    pending->op = op;
+    pending->buffer = BufferView::of(buf, op == Op::kRead);
     for (const ByteRange& r : ranges) pending->nbytes += r.size;
     {
       py::gil_scoped_release release;
-      pending->future =
-          file_.pread_ranges(pending->buffer->data(), pending->buffer->nbytes(), ranges);
+      void* data = pending->buffer->data();
+      const std::size_t size = pending->buffer->nbytes();
+      pending->future = op == Op::kRead ? file_.pread_ranges(data, size, ranges)
+                                        : file_.pwrite_ranges(data, size, ranges);
     }
     forget_finished();
     pending_.push_back(pending);
@@ -417,7 +421,7 @@ void bind_file(py::module_& m) {
       .def(
           "read_ranges",
           [](PyFile& f, const py::object& buf, const py::object& ranges) {
-            return f.run_ranges(buf, ranges);
+            return f.run_ranges(Op::kRead, buf, ranges);
           },
           arg("buf"), arg("ranges"),
           "Reads many ranges of the file into `buf` in one request and returns the bytes read. "
@@ -428,7 +432,24 @@ void bind_file(py::module_& m) {
       .def(
           "pread_ranges",
           [](PyFile& f, const py::object& buf, const py::object& ranges) {
-            return PyRequest(f.submit_ranges(buf, ranges));
+            return PyRequest(f.submit_ranges(Op::kRead, buf, ranges));
+          },
+          arg("buf"), arg("ranges"))
+      .def(
+          "write_ranges",
+          [](PyFile& f, const py::object& buf, const py::object& ranges) {
+            return f.run_ranges(Op::kWrite, buf, ranges);
+          },
+          arg("buf"), arg("ranges"),
+          "Writes many ranges of `buf` to the file in one request and returns the bytes "
+          "written. `ranges`: as for read_ranges, (file_offset, length, buffer_offset); ranges "
+          "adjacent in the file and in the buffer are coalesced. A range outside the buffer, "
+          "ranges that overlap in the file, or a file opened in append mode are errors before "
+          "any I/O.")
+      .def(
+          "pwrite_ranges",
+          [](PyFile& f, const py::object& buf, const py::object& ranges) {
+            return PyRequest(f.submit_ranges(Op::kWrite, buf, ranges));
           },
           arg("buf"), arg("ranges"))
       .def(

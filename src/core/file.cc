@@ -113,25 +113,27 @@ IoFuture File::pread_gather(std::span<const ReadRange> ranges) {
   return core::submit_gather(file_, ranges);
 }
 
-IoFuture File::pread_ranges(void* buffer, std::size_t buffer_size,
-                            std::span<const ByteRange> ranges) {
-  core::OpenFile& f = open_or_throw(file_, "pread_ranges");
+namespace {
+
+// The ranges of one buffer as runs for the engine: each checked against the buffer, ranges that
+// follow each other both in the file and in the buffer coalesced into one.
+std::vector<ReadRange> runs_of(const core::OpenFile& f, const char* op, const void* buffer,
+                               std::size_t buffer_size, std::span<const ByteRange> ranges) {
   std::vector<ReadRange> runs;
   runs.reserve(ranges.size());
-  char* base = static_cast<char*>(buffer);
+  char* base = static_cast<char*>(const_cast<void*>(buffer));
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const ByteRange& r = ranges[i];
     if (r.size == 0) continue;
     if (r.buffer_offset > buffer_size || r.size > buffer_size - r.buffer_offset) {
-      throw IoError(EINVAL, "pread_ranges", f.path(), r.file_offset, r.size, 0,
-                    "range " + std::to_string(i) + " lands at buffer bytes [" +
+      throw IoError(EINVAL, op, f.path(), r.file_offset, r.size, 0,
+                    "range " + std::to_string(i) + " is buffer bytes [" +
                         std::to_string(r.buffer_offset) + ", " +
                         std::to_string(r.buffer_offset + r.size) + "), outside the buffer of " +
                         std::to_string(buffer_size) + " B");
     }
-    if (base == nullptr) {
-      throw IoError(EFAULT, "pread_ranges", f.path(), r.file_offset, r.size, 0, "null buffer");
-    }
+    if (base == nullptr)
+      throw IoError(EFAULT, op, f.path(), r.file_offset, r.size, 0, "null buffer");
     ReadRange* last = runs.empty() ? nullptr : &runs.back();
     if (last != nullptr && last->file_offset + last->size == r.file_offset &&
         static_cast<char*>(last->buffer) + last->size == base + r.buffer_offset) {
@@ -140,7 +142,44 @@ IoFuture File::pread_ranges(void* buffer, std::size_t buffer_size,
       runs.push_back({r.file_offset, r.size, base + r.buffer_offset});
     }
   }
+  return runs;
+}
+
+// A scattered write names its offsets: in append mode every write goes to the end instead.
+void refuse_append(const core::OpenFile& f, const char* op) {
+  if (appends(f)) {
+    throw IoError(EBADF, op, f.path(), 0, 0, 0,
+                  "a scattered write names its file offsets: not in append mode (\"a\")");
+  }
+}
+
+}  // namespace
+
+IoFuture File::pread_ranges(void* buffer, std::size_t buffer_size,
+                            std::span<const ByteRange> ranges) {
+  core::OpenFile& f = open_or_throw(file_, "pread_ranges");
+  std::vector<ReadRange> runs = runs_of(f, "pread_ranges", buffer, buffer_size, ranges);
   return core::submit_gather(file_, runs, buffer, ranges.size());
+}
+
+IoFuture File::pwrite_scatter(std::span<const WriteRange> ranges) {
+  core::OpenFile& f = open_or_throw(file_, "pwrite_scatter");
+  refuse_append(f, "pwrite_scatter");
+  // The engine never writes through a write request's buffers.
+  std::vector<ReadRange> runs;
+  runs.reserve(ranges.size());
+  for (const WriteRange& r : ranges) {
+    runs.push_back({r.file_offset, r.size, const_cast<void*>(r.buffer)});
+  }
+  return core::submit_gather(file_, runs, nullptr, 0, Op::kWrite);
+}
+
+IoFuture File::pwrite_ranges(const void* buffer, std::size_t buffer_size,
+                             std::span<const ByteRange> ranges) {
+  core::OpenFile& f = open_or_throw(file_, "pwrite_ranges");
+  refuse_append(f, "pwrite_ranges");
+  std::vector<ReadRange> runs = runs_of(f, "pwrite_ranges", buffer, buffer_size, ranges);
+  return core::submit_gather(file_, runs, buffer, ranges.size(), Op::kWrite);
 }
 
 std::size_t File::read(void* buf, std::size_t size, std::uint64_t file_offset) {

@@ -317,18 +317,48 @@ void check_range(const OpenFile& file, Op op, const void* buffer, std::uint64_t 
   }
 }
 
-// The tasks of a gathered read, after checking every range against the file; sets the spec's
-// envelope (lowest offset, lowest buffer address, total bytes). Ranges of zero bytes are skipped.
+const char* gathered_name(Op op) { return op == Op::kRead ? "pread_gather" : "pwrite_scatter"; }
+
+// A scattered write's ranges must not overlap in the file: its tasks run in any order, so the
+// bytes of an overlap would be whichever task came last. Throws naming two that overlap.
+void check_no_overlap(const OpenFile& file, std::span<const ReadRange> ranges) {
+  std::vector<std::size_t> order;
+  order.reserve(ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].size > 0) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return ranges[a].file_offset < ranges[b].file_offset;
+  });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const ReadRange& before = ranges[order[k - 1]];
+    const ReadRange& r = ranges[order[k]];
+    if (before.file_offset + before.size > r.file_offset) {
+      const std::size_t a = std::min(order[k - 1], order[k]);
+      const std::size_t b = std::max(order[k - 1], order[k]);
+      throw IoError(EINVAL, "pwrite_scatter", file.path(), r.file_offset, r.size, 0,
+                    fmt::format("range {} (file bytes [{}, {})) overlaps range {} ([{}, {})): "
+                                "the ranges of one scattered write must not overlap",
+                                a, ranges[a].file_offset, ranges[a].file_offset + ranges[a].size, b,
+                                ranges[b].file_offset, ranges[b].file_offset + ranges[b].size));
+    }
+  }
+}
+
+// The tasks of a gathered read or a scattered write, after checking every range (a read's inside
+// the file, a write's apart from each other); sets the spec's envelope (lowest offset, lowest
+// buffer address, total bytes). Ranges of zero bytes are skipped.
 RequestTasks gather_tasks(OpenFile& file, RequestSpec& spec, std::size_t task_size) {
-  const std::uint64_t file_size = file.size();
+  const bool read = spec.op == Op::kRead;
+  const std::uint64_t file_size = read ? file.size() : 0;
   std::uintptr_t base = UINTPTR_MAX;
   std::uint64_t low = UINT64_MAX;
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < spec.ranges.size(); ++i) {
     const ReadRange& r = spec.ranges[i];
     if (r.size == 0) continue;
-    check_range(file, Op::kRead, r.buffer, r.file_offset, r.size);
-    if (r.file_offset + r.size > file_size) {
+    check_range(file, spec.op, r.buffer, r.file_offset, r.size);
+    if (read && r.file_offset + r.size > file_size) {
       throw IoError(ENXIO, "pread_gather", file.path(), r.file_offset, r.size, 0,
                     fmt::format("range {} ends at {}, past the end of the file ({} B)", i,
                                 r.file_offset + r.size, file_size));
@@ -337,6 +367,7 @@ RequestTasks gather_tasks(OpenFile& file, RequestSpec& spec, std::size_t task_si
     low = std::min(low, r.file_offset);
     total += r.size;
   }
+  if (!read) check_no_overlap(file, spec.ranges);
   std::vector<Task> list;
   for (const ReadRange& r : spec.ranges) {
     const std::size_t at = reinterpret_cast<std::uintptr_t>(r.buffer) - base;
@@ -350,8 +381,8 @@ RequestTasks gather_tasks(OpenFile& file, RequestSpec& spec, std::size_t task_si
   return RequestTasks(std::move(list), total);
 }
 
-// Every buffer of a gathered read must be memory of one kind on one device: the workers stage
-// and copy for one. Returns that kind.
+// Every buffer of a gathered read (or a scattered write) must be memory of one kind on one
+// device: the workers stage and copy for one. Returns that kind.
 MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
   if (spec.one_buffer != nullptr) return classify_memory(spec.one_buffer);
   MemoryInfo first;
@@ -363,11 +394,13 @@ MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
     if (last == nullptr) {
       first = std::move(m);
     } else if (m.kind != first.kind || m.device != first.device) {
-      throw IoError(
-          EINVAL, "pread_gather", file.path(), r.file_offset, r.size, 0,
-          fmt::format("range {} reads into {} memory (device {}) but range 0 into {} "
-                      "(device {}): one request moves bytes into one kind of memory",
-                      i, to_string(m.kind), m.device, to_string(first.kind), first.device));
+      const bool read = spec.op == Op::kRead;
+      throw IoError(EINVAL, gathered_name(spec.op), file.path(), r.file_offset, r.size, 0,
+                    fmt::format("range {} {} {} memory (device {}) but range 0 {} {} (device "
+                                "{}): one request moves bytes {} one kind of memory",
+                                i, read ? "reads into" : "writes from", to_string(m.kind), m.device,
+                                read ? "into" : "from", to_string(first.kind), first.device,
+                                read ? "into" : "from"));
     }
     last = r.buffer;
   }
@@ -511,8 +544,9 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
 }
 
 IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges,
-                       const void* one_buffer, std::size_t ranges_given) {
+                       const void* one_buffer, std::size_t ranges_given, Op op) {
   RequestSpec spec;
+  spec.op = op;
   spec.ranges = ranges;
   spec.gathered = true;
   spec.one_buffer = one_buffer;

@@ -53,13 +53,16 @@ class RequestState {
 IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
                 std::uint64_t offset);
 
-// Starts a gathered read: every range in one request, its tasks cut from each range. The ranges
-// are checked (inside the file, one kind of memory) before any I/O and copied: the caller's span
-// may go once this returns.
-// `one_buffer`: every range reads into that one allocation (classified once); `ranges_given`:
-// how many ranges the caller named before adjacent ones were coalesced (for the report).
+// Starts a gathered read (or, with op = kWrite, a scattered write from the ranges' buffers):
+// every range in one request, its tasks cut from each range. The ranges are checked (a read's
+// inside the file, a write's not overlapping each other; one kind of memory) before any I/O and
+// copied: the caller's span may go once this returns.
+// `one_buffer`: every range reads into (writes from) that one allocation (classified once);
+// `ranges_given`: how many ranges the caller named before adjacent ones were coalesced (for the
+// report).
 IoFuture submit_gather(std::shared_ptr<OpenFile> file, std::span<const ReadRange> ranges,
-                       const void* one_buffer = nullptr, std::size_t ranges_given = 0);
+                       const void* one_buffer = nullptr, std::size_t ranges_given = 0,
+                       Op op = Op::kRead);
 
 // Small requests run in the caller's thread, without a hand-off to the workers, a future, a
 // heap allocation or the text of a report: a request qualifies when it is one task of at most

@@ -230,6 +230,28 @@ TEST(CufileRouting, WritesGoThroughCufileWrite) {
   EXPECT_EQ(test::read_file(dir / "w.bin"), data);
 }
 
+TEST(CufileRouting, AScatteredWriteGoesThroughCufileWriteAsOneRequest) {
+  test::use_fake_cufile();
+  test::TempDir dir(std::filesystem::current_path().string());
+  auto a = test::random_bytes(8 * kMiB, 4);
+  auto b = test::random_bytes(4 * kMiB + 100, 5);
+  const WriteRange ranges[] = {{20 * kMiB, b.size(), b.data()}, {0, a.size(), a.data()}};
+  {
+    File out(dir / "s.bin", "w", {false, test::with(4 * kMiB)});
+    ASSERT_EQ(out.pwrite_scatter(ranges).get(), a.size() + b.size());
+    RouteReport r = out.last_route();
+    EXPECT_EQ(r.op, Op::kWrite);
+    EXPECT_EQ(r.ranges, 2u);
+    EXPECT_EQ(r.cufile_tasks, 2u + 2u) << r.to_text();  // 8 MiB, and 4 MiB + 100 B
+    EXPECT_EQ(r.cufile.posix, 4u);
+  }
+  EXPECT_EQ(test::fake_write_calls(), 4);
+  auto bytes = test::read_file(dir / "s.bin");
+  ASSERT_EQ(bytes.size(), 20 * kMiB + b.size());
+  EXPECT_EQ(0, std::memcmp(bytes.data(), a.data(), a.size()));
+  EXPECT_EQ(0, std::memcmp(bytes.data() + 20 * kMiB, b.data(), b.size()));
+}
+
 TEST(CufileRouting, RegisteredBufferIsPassedAsBasePlusOffset) {
   test::use_fake_cufile();
   DataFile f(16 * kMiB);

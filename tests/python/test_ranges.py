@@ -58,3 +58,42 @@ def test_bad_ranges_are_clear_errors_before_any_io(rows_file):
         with pytest.raises(ferry.IoError, match="past the end of the file"):
             f.read_ranges(out, [(os.path.getsize(path) - 1, 2, 0)])
     assert (out == 0xEE).all()
+
+
+def test_write_ranges_scatters_rows_and_the_holes_stay_zero(tmp_path):
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, 256, 300 * 4096, dtype=np.uint8)
+    slots = rng.permutation(1000)[:300]  # 300 rows into 1000 slots of the file, in any order
+    ranges = np.stack([slots * 4096, np.full(300, 4096), np.arange(300) * 4096], axis=1)
+    path = tmp_path / "scatter.bin"
+    with ferry.open(path, "w") as f:
+        assert f.write_ranges(src, ranges.astype(np.int64)) == src.nbytes
+        r = f.last_route
+        assert r.op == "write" and r.ranges == 300
+    out = np.fromfile(path, np.uint8)
+    assert out.nbytes == (slots.max() + 1) * 4096
+    table = out.reshape(-1, 4096)
+    assert np.array_equal(table[slots], src.reshape(300, 4096))
+    holes = np.setdiff1d(np.arange(len(table)), slots)
+    assert not table[holes].any()
+
+
+def test_pwrite_ranges_future_and_errors_before_any_io(tmp_path):
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"x" * 10000)
+    src = bytes(range(256)) * 16
+    with ferry.open(path, "r+") as f:
+        fut = f.pwrite_ranges(src, [(0, 100, 0), (100, 100, 100), (5000, 50, 200)])
+        assert fut.result() == 250
+        assert fut.last_route.ranges == 3 and fut.last_route.runs == 2
+        with pytest.raises(ferry.IoError, match=r"overlaps range") as e:
+            f.write_ranges(src, [(0, 100, 0), (50, 100, 100)])
+        assert e.value.bytes_done == 0
+        with pytest.raises(ferry.IoError, match=r"outside the buffer"):
+            f.write_ranges(src, [(0, 100, len(src) - 50)])
+    data = path.read_bytes()
+    assert data[:200] == src[:200] and data[5000:5050] == src[200:250]
+    assert data[200:5000] == b"x" * 4800, "nothing else was written"
+    with ferry.open(path, "a") as f:
+        with pytest.raises(ferry.IoError, match=r"not in append mode"):
+            f.write_ranges(src, [(0, 10, 0)])
