@@ -22,39 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
-
-void make_cached_file(const std::string& path, std::size_t size) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create " + path);
-  std::vector<char> chunk(std::size_t{1} << 20);
-  std::mt19937_64 rng(11);
-  for (std::size_t done = 0; done < size; done += chunk.size()) {
-    for (auto& c : chunk) c = static_cast<char>(rng());
-    if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
-      throw std::runtime_error("cannot write " + path);
-    }
-  }
-  for (std::size_t done = 0; done < size; done += chunk.size()) {
-    if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
-      throw std::runtime_error("cannot read " + path);
-    }
-  }
-  ::close(fd);
-}
+using ferry::bench::arg;
+using ferry::bench::Clock;
+using ferry::bench::make_cached_file;
+using ferry::bench::since;
 
 struct Case {
   std::string name;
@@ -138,7 +113,7 @@ int main(int argc, char** argv) try {
   const std::string path = arg(argc, argv, "--file", "/tmp/ferry-gather-bench.bin");
   const std::size_t file_size = std::stoull(arg(argc, argv, "--file-mib", "1024")) << 20;
   const std::size_t n = std::stoull(arg(argc, argv, "--ranges", "200000"));
-  make_cached_file(path, file_size);
+  make_cached_file(path, file_size, 11);
   std::vector<Case> cases;
   const bool have_gpu = !ferry::cuda_status().gpus.empty();
   for (bool gpu : {false, true}) {

@@ -25,43 +25,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda/cuda_driver.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ferry::bench::arg;
+using ferry::bench::Clock;
+using ferry::bench::since;
 namespace abi = ferry::cuda::abi;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
-
-void make_file(const std::string& path, std::size_t size) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create " + path);
-  std::vector<char> chunk(std::size_t{1} << 20);
-  std::mt19937_64 rng(7);
-  for (std::size_t done = 0; done < size; done += chunk.size()) {
-    for (auto& c : chunk) c = static_cast<char>(rng());
-    if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
-      throw std::runtime_error("cannot write " + path);
-    }
-  }
-  // Read it once so every case finds it in the page cache.
-  for (std::size_t done = 0; done < size; done += chunk.size()) {
-    if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(done)) < 0) {
-      throw std::runtime_error("cannot read " + path);
-    }
-  }
-  ::close(fd);
-}
 
 std::vector<std::uint64_t> offsets(std::size_t count, std::uint64_t file_size, std::size_t io,
                                    unsigned seed) {
@@ -135,7 +107,7 @@ int main(int argc, char** argv) {
       2, std::stoull(arg(argc, argv, "--threads",
                          std::to_string(std::thread::hardware_concurrency()).c_str())));
   const std::string gpu_arg = arg(argc, argv, "--gpu", "auto");
-  make_file(path, file_size);
+  ferry::bench::make_cached_file(path, file_size, 7);
 
   std::vector<Row> rows;
   auto emit = [](const std::string& name, nlohmann::json j) {

@@ -22,16 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda/cuda_driver.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ferry::bench::Clock;
+using ferry::bench::since;
 namespace cu = ferry::cuda;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void report(const std::string& what, double seconds, const std::string& note = "") {
   nlohmann::json j = {{"case", what}, {"ms", seconds * 1e3}};
