@@ -26,6 +26,10 @@ class Runtime {
   std::size_t threads() const;
   // Sets of staging buffers kept for reuse (one per worker that needed them).
   std::size_t idle_staging() const;
+  // Frees the staging buffers no request is using (pinned memory for GPU reads and writes,
+  // aligned buffers for O_DIRECT) and returns their bytes; later requests make new ones, which
+  // costs milliseconds each. KvikIO's bounce_buffer_free().
+  std::size_t free_idle_staging();
   // Open Files that use this runtime.
   std::size_t files() const;
 
@@ -35,5 +39,9 @@ class Runtime {
  private:
   std::unique_ptr<core::RuntimeState> state_;
 };
+
+// The same for the process's default runtime (the one Files use unless FileOptions::runtime
+// names another).
+std::size_t free_idle_staging();
 
 }  // namespace ferry

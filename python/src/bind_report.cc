@@ -10,6 +10,7 @@
 
 #include "bindings.h"
 #include "ferry/memory.h"
+#include "ferry/runtime.h"
 #include "ferry/stats.h"
 #include "ferry/warm_up.h"
 
@@ -272,6 +273,14 @@ void bind_report(py::module_& m) {
       py::arg("device") = 0,
       "Pay the first GPU read's one-time costs now: the GPU's context, the worker threads and "
       "their pinned staging buffers. Optional; raises CudaError without a driver or GPU.");
+  m.def(
+      "free_idle_staging",
+      [] {
+        py::gil_scoped_release release;
+        return free_idle_staging();
+      },
+      "Frees the staging buffers no request is using (pinned memory for GPU reads and writes, "
+      "aligned buffers for O_DIRECT) and returns their bytes; later requests make new ones.");
 }
 
 }  // namespace ferry::python

@@ -63,6 +63,8 @@ Runtime::Runtime() : state_(std::make_unique<core::RuntimeState>()) {}
 Runtime::~Runtime() = default;
 std::size_t Runtime::threads() const { return state_->pool().size(); }
 std::size_t Runtime::idle_staging() const { return state_->staging().idle(); }
+std::size_t Runtime::free_idle_staging() { return state_->staging().free_idle(); }
+std::size_t free_idle_staging() { return core::default_runtime().staging().free_idle(); }
 std::size_t Runtime::files() const { return state_->attached(); }
 
 }  // namespace ferry

@@ -141,6 +141,20 @@ std::size_t BouncePool::idle() const {
   return free_.size();
 }
 
+std::size_t BouncePool::free_idle() {
+  std::vector<std::unique_ptr<Stager>> idle;
+  {
+    std::lock_guard lock(mu_);
+    idle.swap(free_);
+  }
+  std::size_t bytes = 0;
+  for (auto& s : idle) {
+    bytes += s->size * s->slots.size();
+    destroy(*s);
+  }
+  return bytes;
+}
+
 BouncePool::~BouncePool() {
   for (auto& s : free_) destroy(*s);
 }

@@ -44,6 +44,8 @@ class BouncePool {
   Handle acquire(int device, std::size_t size);
   // Stagers waiting for reuse.
   std::size_t idle() const;
+  // Frees the stagers waiting for reuse (those in use stay); returns the bytes of their buffers.
+  std::size_t free_idle();
 
   BouncePool() = default;
   ~BouncePool();

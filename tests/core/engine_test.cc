@@ -415,6 +415,37 @@ TEST(Runtimes, DestroyingARuntimeWaitsForItsFilesToClose) {
   EXPECT_TRUE(destroyed.load());
 }
 
+// Staging no request uses can be given back (KvikIO's bounce_buffer_free): O_DIRECT reads into
+// host memory stage through aligned buffers, kept for reuse until freed.
+TEST(Runtimes, IdleStagingIsFreedOnRequestAndMadeAgainWhenNeeded) {
+  TempDir dir(std::filesystem::current_path().string());  // a file system that takes O_DIRECT
+  const auto data = test::random_bytes(1 << 20, 24);
+  test::write_file(dir / "d.bin", data);
+  Runtime runtime;
+  FileOptions options;
+  options.runtime = &runtime;
+  options.direct = true;
+  options.settings.set("host_nthreads", "1");
+  options.settings.set("bounce_buffer_size", "64KiB");
+  std::vector<unsigned char> buf(1 << 20);
+  {
+    File f(dir / "d.bin", "r", options);
+    ASSERT_EQ(f.read(buf.data(), buf.size(), 0), buf.size());
+    if (!f.last_route().direct) GTEST_SKIP() << "O_DIRECT refused: " << f.last_route().to_text();
+  }
+  EXPECT_EQ(buf, data);
+  ASSERT_EQ(runtime.idle_staging(), 1u);
+  EXPECT_EQ(runtime.free_idle_staging(), 2u * (64u << 10)) << "two 64 KiB buffers";
+  EXPECT_EQ(runtime.idle_staging(), 0u);
+  EXPECT_EQ(runtime.free_idle_staging(), 0u) << "nothing left to free";
+  File again(dir / "d.bin", "r", options);
+  std::fill(buf.begin(), buf.end(), 0);
+  EXPECT_EQ(again.read(buf.data(), buf.size(), 0), buf.size());
+  EXPECT_EQ(buf, data);
+  again.close();
+  EXPECT_EQ(runtime.idle_staging(), 1u) << "made again for the next O_DIRECT read";
+}
+
 // Runs `child` in a fork() child with a time limit; returns its exit status text.
 template <typename Body>
 std::string in_child(Body child) {

@@ -526,7 +526,6 @@ def test_what_ferry_does_not_have_raises_not_implemented_naming_it(tmp_path):
         (lambda: kvikio.RemoteFile(), "RemoteFile"),
         (lambda: kvikio.stream_register(0, 0), "stream_register"),
         (lambda: kvikio.stream_deregister(0), "stream_deregister"),
-        (lambda: kvikio.buffer.bounce_buffer_free(), "bounce_buffer_free"),
         (lambda: kvikio.Mmap, "Mmap"),
         (lambda: kvikio.zarr.GDSStore, "zarr.GDSStore"),
         (lambda: kvikio.nvcomp.LZ4Manager, "nvcomp.LZ4Manager"),
@@ -537,6 +536,29 @@ def test_what_ferry_does_not_have_raises_not_implemented_naming_it(tmp_path):
     assert not hasattr(kvikio, "Mmap")  # hasattr answers "absent", it does not raise
     with pytest.raises(AttributeError):
         kvikio.no_such_name
+
+
+def test_bounce_buffer_free_gives_back_idle_staging_and_says_how_much(tmp_path):
+    # O_DIRECT reads into host memory stage through aligned buffers of ferry's default runtime:
+    # two of bounce_buffer_size per worker, kept until freed.
+    path = os.path.join(os.getcwd(), f"ferry-bounce-{os.getpid()}.bin")  # not tmpfs: O_DIRECT
+    data = np.random.default_rng(8).integers(0, 256, 1 << 20, dtype=np.uint8)
+    try:
+        data.tofile(path)
+        kvikio.buffer.bounce_buffer_free()
+        assert kvikio.buffer.bounce_buffer_free() == 0
+        out = np.empty_like(data)
+        with ferry.open(path, direct=True, bounce_buffer_size="64KiB", host_nthreads="1") as f:
+            assert f.read(out) == out.nbytes
+            direct = f.last_route.direct
+        assert np.array_equal(out, data)
+        if not direct:
+            pytest.skip("O_DIRECT refused on this file system")
+        assert kvikio.buffer.bounce_buffer_free() == 2 * (64 << 10)
+        assert kvikio.buffer.bounce_buffer_free() == 0
+        assert ferry.free_idle_staging() == 0
+    finally:
+        os.unlink(path)
 
 
 def test_clear_page_cache_is_deprecated(monkeypatch):

@@ -42,8 +42,8 @@ def memory_deregister(buf: Any) -> None:
 
 
 def bounce_buffer_free() -> int:
-    """KvikIO frees its bounce buffers; ferry's staging buffers belong to its runtime, which
-    keeps them for its workers: NotImplementedError."""
-    raise NotImplementedError("kvikio.buffer.bounce_buffer_free: ferry's staging buffers "
-                              "belong to its runtime and live as long as its workers "
-                              "(ferry::Runtime in C++ gives them back when destroyed)")
+    """KvikIO's bounce_buffer_free: frees the staging buffers of ferry's default runtime that no
+    request is using and returns their bytes (``ferry.free_idle_staging()``). ferry keeps two
+    buffers of ``bounce_buffer_size`` (at least 4 KiB) per worker that needed them, so the count
+    differs from KvikIO's one buffer per thread."""
+    return int(_ferry.free_idle_staging())
