@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -147,11 +148,18 @@ std::size_t BouncePool::free_idle() {
     std::lock_guard lock(mu_);
     idle.swap(free_);
   }
+  // destroy() makes each GPU stager's context current: the caller's is put back after.
+  const bool any_gpu =
+      std::any_of(idle.begin(), idle.end(), [](const auto& s) { return s->device >= 0; });
+  const cuda::Driver* d = any_gpu ? cuda::driver_or_null() : nullptr;
+  cuda::abi::Context saved = nullptr;
+  if (d != nullptr && d->CtxGetCurrent(&saved) != cuda::abi::kSuccess) saved = nullptr;
   std::size_t bytes = 0;
   for (auto& s : idle) {
     bytes += s->size * s->slots.size();
     destroy(*s);
   }
+  if (d != nullptr) d->CtxSetCurrent(saved);
   return bytes;
 }
 

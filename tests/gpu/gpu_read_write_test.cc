@@ -135,6 +135,39 @@ TEST_F(Gpu, ScatterFromManyDeviceAllocationsWritesEveryRange) {
   }
 }
 
+// Idle pinned staging is given back on request, the caller's CUDA context is left as it was,
+// and the next read into GPU memory makes new staging.
+TEST_F(Gpu, IdleStagingIsFreedAndTheCallersContextIsKept) {
+  TempDir dir;
+  const auto data = test::pattern_bytes(64 << 20, 54);
+  test::write_file(dir / "f.bin", data);
+  Runtime runtime;
+  FileOptions options;
+  options.runtime = &runtime;
+  options.settings.set("bounce_buffer_size", "4MiB");
+  Buffer gpu(MemoryKind::kDevice, data.size(), 0);
+  {
+    File f(dir / "f.bin", "r", options);
+    ASSERT_EQ(f.read(gpu.data(), data.size(), 0), data.size());
+  }
+  const std::size_t idle = runtime.idle_staging();
+  ASSERT_GT(idle, 0u);
+  const cuda::Driver& d = cuda::driver();
+  cuda::abi::Context before = nullptr;
+  ASSERT_EQ(d.CtxGetCurrent(&before), cuda::abi::kSuccess);
+  EXPECT_EQ(runtime.free_idle_staging(), idle * 2 * (4u << 20));
+  cuda::abi::Context after = nullptr;
+  ASSERT_EQ(d.CtxGetCurrent(&after), cuda::abi::kSuccess);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(runtime.idle_staging(), 0u);
+  gpu.fill(0);
+  {
+    File f(dir / "f.bin", "r", options);
+    ASSERT_EQ(f.read(gpu.data(), data.size(), 0), data.size());
+  }
+  EXPECT_EQ(copy_back(gpu, 0, data.size()), data);
+}
+
 TEST_F(Gpu, ReadsUnalignedSizesAtBufferOffsetsIntoEveryKind) {
   TempDir dir;
   const std::size_t file_size = (64 << 20) + 4099;
