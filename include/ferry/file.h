@@ -25,7 +25,8 @@ class OpenFile;
 
 // The result of an asynchronous request. get() waits and returns the byte count, or throws
 // the request's error (IoError, CudaError, RouteError). Destroying an IoFuture waits for the
-// request, so a buffer is never written after its future is gone.
+// request, so a buffer is never written after its future is gone; except for a stream-ordered
+// request (File::read_async), whose stream orders the buffer's use instead.
 class IoFuture {
  public:
   IoFuture() = default;
@@ -110,6 +111,21 @@ class File {
   IoFuture pread(void* buf, std::size_t size, std::uint64_t file_offset = 0);
   // Writes all `size` bytes or fails with IoError carrying the bytes that reached the file.
   IoFuture pwrite(const void* buf, std::size_t size, std::uint64_t file_offset = 0);
+  // Stream-ordered: reads `size` bytes at `file_offset` into `buf` (GPU or host memory) after
+  // the work queued on `stream` (a CUstream / cudaStream_t; nullptr is the legacy default
+  // stream) before this call, and before the work queued on it after, without blocking the
+  // caller or synchronising the stream. The I/O runs on the workers, which wait for the stream's
+  // earlier work before they write the buffer; the stream's later work waits for the request to
+  // complete (cuStreamWaitValue32 on a flag in mapped host memory). The future completes with
+  // the bytes or the error; a failed or cancelled request releases the stream too, so the
+  // stream's later work then sees whatever the buffer holds: check the future. Dropping the
+  // future does not wait: the buffer must stay allocated until the stream has passed the read
+  // (free it with cudaFreeAsync on the stream, or after synchronising it). Throws CudaError
+  // (no driver, a bad stream) before any I/O; other errors complete the future.
+  IoFuture read_async(void* buf, std::size_t size, std::uint64_t file_offset, void* stream);
+  // The same for a write of `buf`: it reads the buffer after the stream's earlier work, and the
+  // stream's later work (which may overwrite the buffer) waits for the write to complete.
+  IoFuture write_async(const void* buf, std::size_t size, std::uint64_t file_offset, void* stream);
   // Reads every range in one request (the tensors of a checkpoint, rows of a table): the ranges
   // are cut into tasks of at most task_size and run on the workers like one large read, with one
   // route report for all. Every range must lie inside the file, and every buffer must be memory

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional, Union
 
 from . import _ferry
 from ._future import Future, off_loop
+from ._streams import stream_handle
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -48,6 +49,24 @@ class File(_ferry.File):
         """Starts writing `buf` (or its first `size` bytes) at `file_offset`; the Future's
         result is the bytes written. The buffer is kept alive until the write ends."""
         return Future(super().pwrite(buf, size, file_offset))
+
+    def read_async(self, buf: Any, stream: Any = None, size: Optional[int] = None,
+                   file_offset: int = 0) -> Future:
+        """Stream-ordered read into `buf` (GPU or host memory) on `stream`: a CuPy or PyTorch
+        stream, an object with ``__cuda_stream__``, or a CUstream int; None is the legacy
+        default stream. The bytes land after the work queued on the stream before this call,
+        and the work queued after sees them; this thread is not blocked and the stream is not
+        synchronised. The Future completes with the bytes read (or the error: a failed read
+        still lets the stream go on). Keep `buf` allocated until the stream has passed the
+        read: the Future holds it until the read completes."""
+        return Future(super().read_async(buf, stream_handle(stream), size, file_offset))
+
+    def write_async(self, buf: Any, stream: Any = None, size: Optional[int] = None,
+                    file_offset: int = 0) -> Future:
+        """Stream-ordered write of `buf` (or its first `size` bytes) at `file_offset`: it writes
+        what the work queued on `stream` before left in the buffer, and the work queued after
+        waits until the write has read it. See ``read_async``."""
+        return Future(super().write_async(buf, stream_handle(stream), size, file_offset))
 
     async def aread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> int:
         """``await f.aread(buf)``: reads like ``read`` and returns the bytes read, without ever

@@ -252,6 +252,28 @@ class PyFile {
     return pending;
   }
 
+  // A stream-ordered request (File::read_async): the buffer is kept until the request completes;
+  // the stream orders its use by the GPU.
+  std::shared_ptr<Pending> submit_stream(Op op, const py::object& buf, std::uintptr_t stream,
+                                         const py::handle& size, const py::handle& offset_arg) {
+    check_open();
+    const std::uint64_t offset = *index_arg(offset_arg, "file_offset");
+    auto pending = std::make_shared<Pending>();
+    pending->op = op;
+    pending->buffer = BufferView::of(buf, op == Op::kRead);
+    pending->nbytes = checked_size(*pending->buffer, size);
+    {
+      py::gil_scoped_release release;
+      void* data = pending->buffer->data();
+      void* s = reinterpret_cast<void*>(stream);
+      pending->future = op == Op::kRead ? file_.read_async(data, pending->nbytes, offset, s)
+                                        : file_.write_async(data, pending->nbytes, offset, s);
+    }
+    forget_finished();
+    pending_.push_back(pending);
+    return pending;
+  }
+
   std::size_t run_ranges(Op op, const py::object& buf, const py::handle& ranges) {
     std::size_t n = submit_ranges(op, buf, ranges)->get();
     any_done_ = true;
@@ -418,6 +440,24 @@ void bind_file(py::module_& m) {
             return PyRequest(f.submit(Op::kRead, buf, size, off));
           },
           arg("buf"), arg("size") = none, arg("file_offset") = 0)
+      .def(
+          "read_async",
+          [](PyFile& f, const py::object& buf, std::uintptr_t stream, const py::object& size,
+             const py::object& off) {
+            return PyRequest(f.submit_stream(Op::kRead, buf, stream, size, off));
+          },
+          arg("buf"), arg("stream"), arg("size") = none, arg("file_offset") = 0,
+          "Stream-ordered read into `buf` on the CUstream `stream` (an int; 0 is the legacy "
+          "default stream): after the work queued on it before, before the work queued after, "
+          "without blocking or synchronising. The Future completes with the bytes read.")
+      .def(
+          "write_async",
+          [](PyFile& f, const py::object& buf, std::uintptr_t stream, const py::object& size,
+             const py::object& off) {
+            return PyRequest(f.submit_stream(Op::kWrite, buf, stream, size, off));
+          },
+          arg("buf"), arg("stream"), arg("size") = none, arg("file_offset") = 0,
+          "Stream-ordered write of `buf` on the CUstream `stream`; see read_async.")
       .def(
           "read_ranges",
           [](PyFile& f, const py::object& buf, const py::object& ranges) {

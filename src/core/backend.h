@@ -9,6 +9,7 @@
 
 #include "core/open_file.h"
 #include "core/task_splitter.h"
+#include "cuda/stream_order.h"
 #include "ferry/memory.h"
 #include "ferry/route.h"
 #include "ferry/settings.h"
@@ -29,6 +30,12 @@ struct RequestContext {
   // A gathered read: tasks name ranges of the file that need not touch, into buffers that need
   // not be one allocation (buffer + task.buffer_offset is each task's address).
   bool gathered = false;
+  // A stream-ordered request (File::read_async): workers call before_buffer() before they first
+  // write into (read from) the buffer, and copy on non-blocking streams.
+  const cuda::StreamOrder* stream_order = nullptr;
+  void before_buffer() const {
+    if (stream_order != nullptr) stream_order->wait_before();
+  }
 };
 
 class Worker {

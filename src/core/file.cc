@@ -15,12 +15,12 @@ namespace ferry {
 IoFuture::IoFuture(std::shared_ptr<core::RequestState> state) : state_(std::move(state)) {}
 
 IoFuture::~IoFuture() {
-  if (state_) state_->wait();
+  if (state_ && !state_->stream_ordered()) state_->wait();
 }
 
 IoFuture& IoFuture::operator=(IoFuture&& other) noexcept {
   if (this != &other) {
-    if (state_) state_->wait();
+    if (state_ && !state_->stream_ordered()) state_->wait();
     state_ = std::move(other.state_);
   }
   return *this;
@@ -106,6 +106,27 @@ IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offs
       core::submit_small(file_, Op::kWrite, data, size, file_offset, core::kSmallAsync);
   if (small.valid()) return small;
   return core::submit(file_, Op::kWrite, data, size, file_offset);
+}
+
+IoFuture File::read_async(void* buf, std::size_t size, std::uint64_t file_offset, void* stream) {
+  open_or_throw(file_, "read_async");
+  return core::submit_stream_ordered(file_, Op::kRead, buf, size, file_offset, stream);
+}
+
+IoFuture File::write_async(const void* buf, std::size_t size, std::uint64_t file_offset,
+                           void* stream) {
+  core::OpenFile& f = open_or_throw(file_, "write_async");
+  std::optional<core::RequestHold> hold;
+  try {
+    if (appends(f)) {
+      hold.emplace(f, "write_async");
+      file_offset = f.reserve_append(size);
+    }
+  } catch (const IoError&) {
+    // As pwrite: submit puts the error in the future.
+  }
+  return core::submit_stream_ordered(file_, Op::kWrite, const_cast<void*>(buf), size, file_offset,
+                                     stream);
 }
 
 IoFuture File::pread_gather(std::span<const ReadRange> ranges) {

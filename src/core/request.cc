@@ -142,6 +142,8 @@ struct Job : std::enable_shared_from_this<Job> {
   std::shared_ptr<Backend> owned_backend;
   std::unique_ptr<Layer2Window> observation;
   bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
+  // A stream-ordered request: the stream's later work waits until complete() releases it.
+  std::unique_ptr<cuda::StreamOrder> order;
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
       MemoryInfo memory, Settings settings, RequestTasks t)
@@ -287,6 +289,8 @@ struct Job : std::enable_shared_from_this<Job> {
     // Drop the file before the caller can see completion: pool threads keep this Job alive a
     // little longer, and the file (with its I/O seam) must not outlive what the caller awaits.
     file.reset();
+    // Every copy has completed (each worker synchronised its stream): the stream may go on.
+    if (order) order->release();
     state->complete(bytes, e, report);
   }
 };
@@ -303,6 +307,9 @@ struct RequestSpec {
   // gave before adjacent ones were coalesced.
   const void* one_buffer = nullptr;
   std::size_t ranges_given = 0;
+  // A stream-ordered request on this CUstream (File::read_async).
+  bool stream_ordered = false;
+  void* stream = nullptr;
 };
 
 void check_range(const OpenFile& file, Op op, const void* buffer, std::uint64_t offset,
@@ -409,6 +416,7 @@ MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
 
 IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
   auto state = std::make_shared<RequestState>();
+  if (spec.stream_ordered) state->set_stream_ordered();
   IoFuture future(state);
   Clock::time_point start = Clock::now();
   const Op op = spec.op;
@@ -492,6 +500,11 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(spec.buffer),
                                      memory, settings, std::move(*tasks));
     job->start = start;
+    if (spec.stream_ordered && job->tasks.count() > 0) {
+      job->order = std::make_unique<cuda::StreamOrder>(static_cast<cuda::abi::Stream>(spec.stream),
+                                                       is_gpu(memory.kind) ? memory.device : -1);
+      job->context.stream_order = job->order.get();
+    }
     job->owned_backend = std::move(cufile_backend);
     job->compat_refused = cufile_probe.compat_refused;
     job->context.residency = report.page_cache;
@@ -501,7 +514,15 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
         {threads, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
     job->context.workers = jobs;
     report.workers = report.tasks == 0 ? 0 : jobs;
-    report.reasons.push_back({ReasonCode::kEngine, backend->describe(job->context)});
+    std::string engine = backend->describe(job->context);
+    if (job->order) {
+      engine += fmt::format(
+          "; stream-ordered on stream {}: after the work queued on it before the call (an "
+          "event the workers wait for), before the work queued after (the stream waits for a "
+          "flag set once the last byte is in place)",
+          fmt::ptr(spec.stream));
+    }
+    report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
     if (route.path == Path::kCufile) {
       report.cufile_tasks = report.tasks;
     } else {
@@ -540,6 +561,18 @@ IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t
   spec.buffer = buffer;
   spec.offset = offset;
   spec.size = size;
+  return submit_spec(std::move(file), spec);
+}
+
+IoFuture submit_stream_ordered(std::shared_ptr<OpenFile> file, Op op, void* buffer,
+                               std::size_t size, std::uint64_t offset, void* stream) {
+  RequestSpec spec;
+  spec.op = op;
+  spec.buffer = buffer;
+  spec.offset = offset;
+  spec.size = size;
+  spec.stream_ordered = true;
+  spec.stream = stream;
   return submit_spec(std::move(file), spec);
 }
 

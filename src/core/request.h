@@ -33,11 +33,16 @@ class RequestState {
   bool cancel();
   std::atomic<bool>& stop_flag() { return stop_; }
   bool cancel_requested() const { return cancel_requested_.load(std::memory_order_relaxed); }
+  // A stream-ordered request (File::read_async): its IoFuture does not wait when destroyed, the
+  // stream being what orders the buffer's use.
+  void set_stream_ordered() { stream_ordered_ = true; }
+  bool stream_ordered() const { return stream_ordered_; }
 
  private:
   std::atomic<std::uint64_t> progress_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_requested_{false};
+  bool stream_ordered_ = false;  // set before the future is handed out
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -52,6 +57,11 @@ class RequestState {
 // with that error at once.
 IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
                 std::uint64_t offset);
+
+// Starts a stream-ordered request on `stream` (cuda/stream_order.h): never in the caller's
+// thread; the caller is not blocked and the stream is not synchronised.
+IoFuture submit_stream_ordered(std::shared_ptr<OpenFile> file, Op op, void* buffer,
+                               std::size_t size, std::uint64_t offset, void* stream);
 
 // Starts a gathered read (or, with op = kWrite, a scattered write from the ranges' buffers):
 // every range in one request, its tasks cut from each range. The ranges are checked (a read's

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ferry::cuda::abi {
 
@@ -49,11 +50,14 @@ enum MemoryType : unsigned int {
 // Flags: CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_PORTABLE, CU_MEM_ATTACH_GLOBAL,
 // CUstream_flags and CUevent_flags.
 constexpr unsigned int kMemHostAllocPortable = 0x1;
+constexpr unsigned int kMemHostAllocDeviceMap = 0x2;
 constexpr unsigned int kMemHostRegisterPortable = 0x1;
 constexpr unsigned int kMemAttachGlobal = 0x1;
 constexpr unsigned int kStreamDefault = 0x0;
 constexpr unsigned int kStreamNonBlocking = 0x1;
 constexpr unsigned int kEventDisableTiming = 0x2;
+// CU_STREAM_WAIT_VALUE_GEQ: wait until (int32_t)(*addr - value) >= 0.
+constexpr unsigned int kStreamWaitValueGeq = 0x0;
 
 // The entry points, as cuda.h declares them (CUDAAPI is empty on Linux).
 using InitFn = Result (*)(unsigned int flags);
@@ -93,6 +97,11 @@ using EventCreateFn = Result (*)(Event* event, unsigned int flags);
 using EventDestroyFn = Result (*)(Event event);
 using EventRecordFn = Result (*)(Event event, Stream stream);
 using EventSynchronizeFn = Result (*)(Event event);
+using StreamGetCtxFn = Result (*)(Stream stream, Context* context);
+using StreamWaitValue32Fn = Result (*)(Stream stream, DevicePtr address, std::uint32_t value,
+                                       unsigned int flags);
+using MemHostGetDevicePointerFn = Result (*)(DevicePtr* device_ptr, void* host_ptr,
+                                             unsigned int flags);
 
 // X(Field, api, "symbol") for every entry point: the Driver table's field (typed FieldFn), the
 // name in cuda.h and the symbol libcuda exports for it, which for a versioned entry point is
@@ -133,7 +142,10 @@ using EventSynchronizeFn = Result (*)(Event event);
   X(EventCreate, cuEventCreate, "cuEventCreate")                                        \
   X(EventDestroy, cuEventDestroy, "cuEventDestroy_v2")                                  \
   X(EventRecord, cuEventRecord, "cuEventRecord")                                        \
-  X(EventSynchronize, cuEventSynchronize, "cuEventSynchronize")
+  X(EventSynchronize, cuEventSynchronize, "cuEventSynchronize")                         \
+  X(StreamGetCtx, cuStreamGetCtx, "cuStreamGetCtx")                                     \
+  X(StreamWaitValue32, cuStreamWaitValue32, "cuStreamWaitValue32_v2")                   \
+  X(MemHostGetDevicePointer, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2")
 
 // The CUDA_VERSION of the cuda.h these declarations were checked against when this library was
 // built, or 0 where the build had no cuda.h (then nothing was checked).

@@ -49,6 +49,7 @@ class PosixWorker final : public core::Worker {
     if (gpu_) {
       cuda::use_device(c.memory.device);
       stager_ = c.file.runtime().staging().acquire(c.memory.device, bounce_size(c.settings));
+      stream_ = c.stream_order != nullptr ? stager_->unordered_stream() : stager_->stream;
     } else if (dfd_ >= 0) {
       stager_ = c.file.runtime().staging().acquire(-1, bounce_size(c.settings));
     }
@@ -58,7 +59,7 @@ class PosixWorker final : public core::Worker {
   ~PosixWorker() override {
     // Copies may still read from the bounce buffers after a failure: drain them before the
     // stager goes back to the pool.
-    if (stager_ && stager_->stream != nullptr) cuda::driver().StreamSynchronize(stager_->stream);
+    if (stream_ != nullptr) cuda::driver().StreamSynchronize(stream_);
   }
 
   std::size_t run(const core::Task& task) override {
@@ -72,8 +73,8 @@ class PosixWorker final : public core::Worker {
   }
 
   void finish() override {
-    if (stager_ && stager_->stream != nullptr) {
-      cuda::check(cuda::driver().StreamSynchronize(stager_->stream),
+    if (stream_ != nullptr) {
+      cuda::check(cuda::driver().StreamSynchronize(stream_),
                   "cuStreamSynchronize (copies from bounce buffers)");
       std::fill(stager_->pending.begin(), stager_->pending.end(), false);
     }
@@ -171,6 +172,7 @@ class PosixWorker final : public core::Worker {
     char* dst = target(task, begin);
     if (!gpu_ && (!direct || (reinterpret_cast<std::uintptr_t>(dst) % kAlignment == 0 &&
                               begin % kAlignment == 0 && task.size % kAlignment == 0))) {
+      c_.before_buffer();
       moved_ = read_full(fd, dst, task.size, begin, direct);
       return;
     }
@@ -186,13 +188,14 @@ class PosixWorker final : public core::Worker {
       const std::uint64_t use_end = std::min(pos + n, end);
       if (use_end > use_begin) {
         const std::size_t use = use_end - use_begin;
+        c_.before_buffer();
         if (gpu_) {
           const cuda::Driver& d = cuda::driver();
           cuda::check(
               d.MemcpyHtoDAsync(reinterpret_cast<cuda::abi::DevicePtr>(target(task, use_begin)),
-                                bounce + (use_begin - pos), use, stager_->stream),
+                                bounce + (use_begin - pos), use, stream_),
               "cuMemcpyHtoDAsync");
-          cuda::check(d.EventRecord(stager_->events[slot], stager_->stream), "cuEventRecord");
+          cuda::check(d.EventRecord(stager_->events[slot], stream_), "cuEventRecord");
           stager_->pending[slot] = true;
         } else {
           std::memcpy(target(task, use_begin), bounce + (use_begin - pos), use);
@@ -208,6 +211,7 @@ class PosixWorker final : public core::Worker {
   // the bounce buffers when the source is GPU memory or O_DIRECT needs an aligned source.
   void write_segment(const core::Task& task, int fd, std::uint64_t off, std::size_t len) {
     const char* src = target(task, off);
+    c_.before_buffer();
     const bool aligned_src = reinterpret_cast<std::uintptr_t>(src) % kAlignment == 0;
     if (!gpu_ && (dfd_ < 0 || fd != dfd_ || aligned_src)) {
       write_full(fd, src, len, off);
@@ -220,9 +224,9 @@ class PosixWorker final : public core::Worker {
       if (gpu_) {
         const cuda::Driver& d = cuda::driver();
         cuda::check(d.MemcpyDtoHAsync(bounce, reinterpret_cast<cuda::abi::DevicePtr>(src + done), n,
-                                      stager_->stream),
+                                      stream_),
                     "cuMemcpyDtoHAsync");
-        cuda::check(d.StreamSynchronize(stager_->stream), "cuStreamSynchronize");
+        cuda::check(d.StreamSynchronize(stream_), "cuStreamSynchronize");
       } else {
         std::memcpy(bounce, src + done, n);
       }
@@ -253,6 +257,7 @@ class PosixWorker final : public core::Worker {
   const int fd_;
   const int dfd_;
   BouncePool::Handle stager_{nullptr, BouncePool::Release{nullptr}};
+  cuda::abi::Stream stream_ = nullptr;  // the stager's copy stream for this request (GPU only)
   std::size_t moved_ = 0;
   bool may_go_cold_ = false;  // a buffered read, on a file system that takes O_DIRECT
 };

@@ -158,3 +158,33 @@ TEST(FileErrors, ClosedFileIsAnError) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Stream-ordered requests need the CUDA driver even into host memory (a stream is a CUDA
+// object): without one, the future holds a CudaError saying why, and nothing was read.
+TEST(FileErrors, StreamOrderedRequestsWithoutACudaDriverAreAClearCudaError) {
+  CudaStatus cuda = cuda_status();
+  if (cuda.available) GTEST_SKIP() << "a CUDA driver is present: tests/gpu covers read_async";
+  test::TempDir dir;
+  test::write_file(dir / "f.bin", test::pattern_bytes(1 << 20, 5));
+  std::vector<unsigned char> buf(1 << 20, 0xEE);
+  File f(dir / "f.bin", "r+");
+  IoFuture r = f.read_async(buf.data(), buf.size(), 0, nullptr);
+  try {
+    r.get();
+    FAIL() << "read_async without a driver succeeded";
+  } catch (const CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA driver"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(buf, std::vector<unsigned char>(1 << 20, 0xEE));
+  IoFuture w = f.write_async(buf.data(), buf.size(), 0, nullptr);
+  EXPECT_THROW(w.get(), CudaError);
+  EXPECT_EQ(test::read_file(dir / "f.bin"), test::pattern_bytes(1 << 20, 5));
+  // A read of nothing (at the end of the file) has nothing to order and succeeds.
+  EXPECT_EQ(f.read_async(buf.data(), 16, 1 << 20, nullptr).get(), 0u);
+}
+
+}  // namespace
+}  // namespace ferry

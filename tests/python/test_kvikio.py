@@ -630,19 +630,20 @@ def test_gpu_read_write_pread_and_raw(tmp_path, cupy):
 
 
 @pytest.mark.gpu
-def test_gpu_raw_async_synchronises_the_stream_first(tmp_path, cupy):
+def test_gpu_raw_async_is_stream_ordered(tmp_path, cupy):
     n = 1 << 22
     src = cupy.arange(n, dtype=cupy.float32)
     with kvikio.CuFile(tmp_path / "f", "w+") as f:
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
             data = src * 2  # queued on `stream`
-        fut = f.raw_write_async(data, stream.ptr)  # synchronises, then writes
+        fut = f.raw_write_async(data, stream.ptr)  # after the multiplication, on the stream
         assert fut.check_bytes_done() == data.nbytes and fut.last_route.bytes == data.nbytes
         out = cupy.empty_like(src)
-        fut = f.read_async(out, stream=stream)
-        assert fut.check_bytes_done() == out.nbytes
         with stream:
-            total = float((out - src * 2).sum())  # queued after: sees the data
-        stream.synchronize()
-        assert total == 0.0
+            out.fill(-1)  # queued before the read: the read lands on top of it
+        fut = f.read_async(out, stream=stream)
+        with stream:
+            diff = out - src * 2  # queued after, before anything waits: sees the data
+        assert fut.check_bytes_done() == out.nbytes  # waits, then synchronises the stream
+        assert float(abs(diff).sum()) == 0.0

@@ -19,11 +19,11 @@ import io
 import mmap
 import operator
 import os
-import threading
 from typing import Any, Optional, Union
 
 from .. import _errors as ferry_errors
 from .. import _ferry
+from .. import _streams
 from .._file import File
 from .._future import Future
 from ._errors import EPERM, io_error, kvikio_error
@@ -59,27 +59,34 @@ class IOFuture(Future):
 
 
 class IOFutureStream:
-    """What the stream-taking calls return. The I/O has finished when it is returned (they are
-    not yet stream-ordered; see the module's documentation): ``check_bytes_done()`` returns the
-    bytes moved at once."""
+    """What the stream-taking calls return: a stream-ordered request in flight.
+    ``check_bytes_done()`` waits for it and synchronises its stream (as KvikIO's does), then
+    returns the bytes moved or raises the request's error."""
 
-    __slots__ = ("_nbytes", "_route")
+    __slots__ = ("_future", "_stream")
 
-    def __init__(self, nbytes: int, route: Optional[_ferry.RouteReport]) -> None:
-        self._nbytes = nbytes
-        self._route = route
+    def __init__(self, future: Future, stream: Any) -> None:
+        self._future = future
+        self._stream = stream
 
     def check_bytes_done(self) -> int:
-        """The bytes read or written."""
-        return self._nbytes
+        """Waits for the request and its stream; the bytes read or written."""
+        n = self._future.result()
+        synchronize(self._stream)
+        return n
+
+    def done(self) -> bool:
+        """Whether the request has completed (the stream may still be running earlier work)."""
+        return self._future.done()
 
     @property
     def last_route(self) -> Optional[_ferry.RouteReport]:
-        """The route report of the read or write."""
-        return self._route
+        """The route report of the read or write (waits for it)."""
+        return self._future.last_route
 
     def __repr__(self) -> str:
-        return f"<ferry.kvikio.IOFutureStream: {self._nbytes} bytes, done>"
+        state = "done" if self._future.done() else "in flight"
+        return f"<ferry.kvikio.IOFutureStream: {state}>"
 
 
 class _DeviceSpan:
@@ -106,59 +113,10 @@ def _device_memory(buf: Any) -> bool:
     return False
 
 
-# ---- streams ----------------------------------------------------------------------------------
+# ---- streams (ferry._streams: shared with ferry.File.read_async) ------------------------------
 
-def stream_handle(stream: Any) -> int:
-    """The CUstream of `stream`: an int (KvikIO's ``raw_stream``), a CuPy stream (``.ptr``), a
-    PyTorch stream (``.cuda_stream``) or an object with ``__cuda_stream__``; None is the
-    default stream (0)."""
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    protocol = getattr(stream, "__cuda_stream__", None)
-    if protocol is not None:
-        return int(protocol()[1])
-    for attr in ("ptr", "cuda_stream"):
-        handle = getattr(stream, attr, None)
-        if handle is not None:
-            return int(handle)
-    raise TypeError(f"ferry.kvikio: stream must be an int (a CUstream), a CuPy or PyTorch stream "
-                    f"or have __cuda_stream__, not {type(stream).__name__}")
-
-
-_cuda_lock = threading.Lock()
-_libcuda: Optional[ctypes.CDLL] = None
-
-
-def _cuda() -> ctypes.CDLL:
-    global _libcuda
-    with _cuda_lock:
-        if _libcuda is None:
-            try:
-                lib = ctypes.CDLL("libcuda.so.1")
-            except OSError as e:
-                raise ferry_errors.CudaError(f"ferry.kvikio: cannot synchronise a CUDA stream: "
-                                             f"libcuda.so.1 does not load ({e})") from None
-            lib.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
-            lib.cuStreamSynchronize.restype = ctypes.c_int
-            _libcuda = lib
-        return _libcuda
-
-
-def synchronize(stream: Any) -> None:
-    """Waits for the work queued on `stream` (its own ``synchronize()``, else
-    cuStreamSynchronize), with the GIL released."""
-    sync = getattr(stream, "synchronize", None)
-    if callable(sync) and not isinstance(stream, int):
-        sync()
-        return
-    result = _cuda().cuStreamSynchronize(ctypes.c_void_p(stream_handle(stream)))
-    if result != 0:
-        e = ferry_errors.CudaError(f"ferry.kvikio: cuStreamSynchronize failed: CUDA error "
-                                   f"{result}")
-        e.code = result
-        raise e
+stream_handle = _streams.stream_handle
+synchronize = _streams.synchronize
 
 
 # ---- CuFile -----------------------------------------------------------------------------------
@@ -395,35 +353,37 @@ class CuFile:
         `buf`, as one task; the bytes written."""
         return self._raw("write", buf, size, file_offset, dev_offset)
 
+    def _stream_ordered(self, op: str, buf: Any, stream: Any, size: Optional[int],
+                        file_offset: int, dev_offset: int) -> "IOFutureStream":
+        target = self._raw_target(buf, size, dev_offset, op)
+        self._check(op)
+        handle = stream_handle(stream)
+        start = self._file.read_async if op == "read" else self._file.write_async
+        return IOFutureStream(start(target, handle, size, file_offset), stream)
+
     def raw_read_async(self, buf: Any, raw_stream: Any, size: Optional[int] = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """NOT YET STREAM-ORDERED: synchronises `raw_stream`, then reads as ``raw_read`` and
-        returns when the bytes are in place (KvikIO's behaviour in compatibility mode)."""
-        self._raw_target(buf, size, dev_offset, "read")
-        self._check("read")
-        synchronize(raw_stream)
-        n = self._raw("read", buf, size, file_offset, dev_offset)
-        return IOFutureStream(n, self._file.last_route)
+        """Stream-ordered read into GPU memory (`dev_offset` bytes into `buf`) on `raw_stream`
+        (a CUstream int): the bytes land after the work queued on the stream before, and the
+        work queued after sees them, without blocking this thread or synchronising the stream
+        (``ferry.File.read_async``)."""
+        return self._stream_ordered("read", buf, raw_stream, size, file_offset, dev_offset)
 
     def raw_write_async(self, buf: Any, raw_stream: Any, size: Optional[int] = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """NOT YET STREAM-ORDERED: synchronises `raw_stream` (so the data written is what the
-        work queued before made), then writes as ``raw_write`` and returns when it is done."""
-        self._raw_target(buf, size, dev_offset, "write")
-        self._check("write")
-        synchronize(raw_stream)
-        n = self._raw("write", buf, size, file_offset, dev_offset)
-        return IOFutureStream(n, self._file.last_route)
+        """Stream-ordered write from GPU memory on `raw_stream`: it writes what the stream's
+        earlier work left in the buffer, and the stream's later work waits for it."""
+        return self._stream_ordered("write", buf, raw_stream, size, file_offset, dev_offset)
 
     def read_async(self, buf: Any, stream: Any = None, size: Optional[int] = None,
                    file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
         """``raw_read_async`` taking a stream object (CuPy, PyTorch, ``__cuda_stream__``) or a
-        CUstream; None is the default stream. NOT YET STREAM-ORDERED."""
+        CUstream; None is the legacy default stream."""
         return self.raw_read_async(buf, stream, size, file_offset, dev_offset)
 
     def write_async(self, buf: Any, stream: Any = None, size: Optional[int] = None,
                     file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """``raw_write_async`` taking a stream object or a CUstream. NOT YET STREAM-ORDERED."""
+        """``raw_write_async`` taking a stream object or a CUstream."""
         return self.raw_write_async(buf, stream, size, file_offset, dev_offset)
 
 
