@@ -130,6 +130,9 @@ struct Job : std::enable_shared_from_this<Job> {
   const std::uint64_t expected;   // the bytes of all tasks
   std::vector<std::size_t> done;  // bytes moved per task; each slot written by one job
   std::atomic<std::size_t> next{0};
+  // Tasks a job takes at once: consecutive small tasks (rows of a gathered read) go to one
+  // worker, which can copy adjacent ones together (posix_backend.cc); else 1.
+  std::size_t claim = 1;
   std::atomic<std::size_t> jobs_left{0};
   std::atomic<bool> begun{false};  // a job of this request has run (the pool was told)
   std::mutex error_mu;
@@ -203,15 +206,22 @@ struct Job : std::enable_shared_from_this<Job> {
       std::unique_ptr<Worker> worker = backend->make_worker(context);
       for (;;) {
         if (cancelled.load(std::memory_order_relaxed)) break;
-        std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
-        if (i >= tasks.count()) break;
-        try {
-          done[i] = worker->run(tasks[i]);
-          state->add_progress(done[i]);
-        } catch (const IoError& e) {
-          fail(std::current_exception(), i, e.bytes_done());
-          break;
+        const std::size_t first = next.fetch_add(claim, std::memory_order_relaxed);
+        if (first >= tasks.count()) break;
+        const std::size_t last = std::min(first + claim, tasks.count());
+        bool failed = false;
+        for (std::size_t i = first; i < last; ++i) {
+          if (i > first && cancelled.load(std::memory_order_relaxed)) break;
+          try {
+            done[i] = worker->run(tasks[i]);
+            state->add_progress(done[i]);
+          } catch (const IoError& e) {
+            fail(std::current_exception(), i, e.bytes_done());
+            failed = true;
+            break;
+          }
         }
+        if (failed) break;
         if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
             (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn)) {
           worker->finish();
@@ -294,6 +304,14 @@ struct Job : std::enable_shared_from_this<Job> {
     state->complete(bytes, e, report);
   }
 };
+
+// Small tasks are taken in runs of consecutive ones when there are many more than workers:
+// enough runs per worker (16) for the last ones to balance, at most 256 tasks each.
+std::size_t claim_for(std::size_t tasks, std::uint64_t bytes, std::size_t workers) {
+  constexpr std::uint64_t kSmallTask = 64 << 10;
+  if (tasks == 0 || bytes / tasks > kSmallTask) return 1;
+  return std::clamp<std::size_t>(tasks / (std::max<std::size_t>(workers, 1) * 16), 1, 256);
+}
 
 // A request as the engine receives it: one range into one buffer, or a gathered read.
 struct RequestSpec {
@@ -513,6 +531,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     const std::size_t jobs = std::min(
         {threads, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
     job->context.workers = jobs;
+    job->claim = claim_for(job->tasks.count(), job->expected, jobs);
     report.workers = report.tasks == 0 ? 0 : jobs;
     std::string engine = backend->describe(job->context);
     if (job->order) {

@@ -400,5 +400,44 @@ TEST_F(Gpu, ForkedChildSaysWhyCudaIsGoneAndStillReadsHostMemory) {
                                        "5: host read threw, 6: CUDA worked, 7: error without fork";
 }
 
+// Many small rows into one device buffer (posix_backend.cc shares a bounce slot among small
+// tasks and copies rows adjacent in the buffer together): rows back to back, rows with gaps
+// between them, rows of different sizes, larger ones among them; bytes outside the rows stay.
+TEST_F(Gpu, GatheredRowsIntoOneDeviceBufferMatchTheFile) {
+  TempDir dir;
+  const std::size_t file_size = (32 << 20) + 777;
+  const auto data = test::pattern_bytes(file_size, 57);
+  test::write_file(dir / "rows.bin", data);
+  std::mt19937_64 rng(58);
+  std::vector<ByteRange> ranges;
+  std::size_t at = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::size_t size = i % 997 == 0 ? (64 << 10) + 1 + rng() % 4096
+                             : i % 3 == 0 ? 1 + rng() % 300
+                                          : 4096;
+    ranges.push_back({rng() % (file_size - size + 1), size, at});
+    at += size + (i % 11 == 0 ? 1 + rng() % 64 : 0);  // a gap after some rows
+  }
+  Buffer gpu(MemoryKind::kDevice, at + 128, 0);
+  gpu.fill(0xEE);
+  File f(dir / "rows.bin");
+  IoFuture fut = f.pread_ranges(gpu.data(), gpu.size(), ranges);
+  std::size_t total = 0;
+  for (const ByteRange& r : ranges) total += r.size;
+  ASSERT_EQ(fut.get(), total);
+  const auto back = copy_back(gpu, 0, gpu.size());
+  std::vector<unsigned char> expect(gpu.size(), 0xEE);
+  for (const ByteRange& r : ranges) {
+    std::memcpy(expect.data() + r.buffer_offset, data.data() + r.file_offset, r.size);
+  }
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const ByteRange& r = ranges[i];
+    ASSERT_EQ(0,
+              std::memcmp(back.data() + r.buffer_offset, expect.data() + r.buffer_offset, r.size))
+        << "row " << i << " (" << r.size << " B at file offset " << r.file_offset << ")";
+  }
+  EXPECT_EQ(back, expect);  // the gaps and the tail too
+}
+
 }  // namespace
 }  // namespace ferry
