@@ -162,6 +162,8 @@ def main() -> int:
             sums.zero_()
             times[k].append(cases[k]())
             checked[k] = bool(np.array_equal(sums.cpu().numpy(), expected))
+            print(f"run {r}: {k[0]}, {k[1]}: {times[k][-1] * 1e3:.1f} ms", file=sys.stderr,
+                  flush=True)
     total = a.batch * a.batches
     bound = max(read_s, compute_s) * a.batches
     serial = (read_s + compute_s) * a.batches

@@ -222,7 +222,12 @@ struct Job : std::enable_shared_from_this<Job> {
           }
         }
         if (failed) break;
-        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
+        // A stream-ordered request never yields: the jobs of later stream-ordered requests may
+        // hold every thread, blocked until the GPU has run the work queued before them, which
+        // can wait on this request (a read earlier on the same stream): queued behind them, its
+        // continuation would never run. Without yields, jobs run in the order requests were
+        // made (the pool is FIFO), and a request only waits on requests made before it.
+        if (!order && pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
             (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn)) {
           worker->finish();
           worker.reset();

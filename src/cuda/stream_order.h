@@ -50,4 +50,10 @@ class StreamOrder {
 // The gate slots in use (tests: every slot comes back once its request completes).
 std::size_t stream_gates_in_use();
 
+namespace testing {
+// Tests only: wait_before() returns at once, so the workers no longer wait for the stream's
+// earlier work (a test shows that its check then sees the order broken).
+void skip_waits_before(bool skip);
+}  // namespace testing
+
 }  // namespace ferry::cuda

@@ -66,17 +66,20 @@ def _file(tmp_path, size, seed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("task_size", [None, "256KiB"], ids=["default-tasks", "many-tasks"])
 @pytest.mark.parametrize("own_stream", [True, False], ids=["own-stream", "default-stream"])
-def test_read_async_lands_between_kernels_in_stream_order(tmp_path, torch, own_stream):
+def test_read_async_lands_between_kernels_in_stream_order(tmp_path, torch, own_stream, task_size):
     """A kernel fills the buffer (after a random GPU-side sleep), read_async overwrites it, a
     kernel copies it out: every copy must hold the file's bytes. Rounds are queued back to back
-    without synchronising."""
+    without synchronising; with many tasks per read, later reads' jobs hold the threads while
+    they wait for the GPU."""
     size, n = 64 << 20, (4 << 20) + 12345
     path, data = _file(tmp_path, size, 11)
     rng = random.Random(12)
     stream = torch.cuda.Stream() if own_stream else torch.cuda.default_stream()
     rounds = []
-    with ferry.open(path) as f:
+    settings = {"task_size": task_size} if task_size else {}
+    with ferry.open(path, **settings) as f:
         for _ in range(40):
             buf = torch.empty(n, dtype=torch.uint8, device="cuda")
             offset = rng.randrange(0, size - n)

@@ -65,7 +65,7 @@ class IOFutureStream:
 
     __slots__ = ("_future", "_stream")
 
-    def __init__(self, future: Future, stream: Any) -> None:
+    def __init__(self, future: IOFuture, stream: Any) -> None:
         self._future = future
         self._stream = stream
 
@@ -358,8 +358,10 @@ class CuFile:
         target = self._raw_target(buf, size, dev_offset, op)
         self._check(op)
         handle = stream_handle(stream)
-        start = self._file.read_async if op == "read" else self._file.write_async
-        return IOFutureStream(start(target, handle, size, file_offset), stream)
+        start = _ferry.File.read_async if op == "read" else _ferry.File.write_async
+        # An IOFuture: the request's error comes out as KvikIO's (a RuntimeError too).
+        return IOFutureStream(IOFuture(start(self._file, target, handle, size, file_offset)),
+                              stream)
 
     def raw_read_async(self, buf: Any, raw_stream: Any, size: Optional[int] = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
