@@ -114,14 +114,14 @@ class File {
   // Stream-ordered: reads `size` bytes at `file_offset` into `buf` (GPU or host memory) after
   // the work queued on `stream` (a CUstream / cudaStream_t; nullptr is the legacy default
   // stream) before this call, and before the work queued on it after, without blocking the
-  // caller or synchronising the stream. The I/O runs on the workers, which wait for the stream's
-  // earlier work before they write the buffer; the stream's later work waits for the request to
-  // complete (cuStreamWaitValue32 on a flag in mapped host memory). The future completes with
-  // the bytes or the error; a failed or cancelled request releases the stream too, so the
-  // stream's later work then sees whatever the buffer holds: check the future. Dropping the
-  // future does not wait: the buffer must stay allocated until the stream has passed the read
-  // (free it with cudaFreeAsync on the stream, or after synchronising it). Throws CudaError
-  // (no driver, a bad stream) before any I/O; other errors complete the future.
+  // caller or synchronising the stream. The stream hands the request to ferry's workers (a pool
+  // of their own) once its earlier work has run (cuLaunchHostFunc); its later work waits for the
+  // request to complete (cuStreamWaitValue32 on a flag in mapped host memory). The future
+  // completes with the bytes or the error; a failed or cancelled request releases the stream
+  // too, so the stream's later work then sees whatever the buffer holds: check the future.
+  // Dropping the future does not wait: the buffer must stay allocated until the stream has
+  // passed the read (free it with cudaFreeAsync on the stream, or after synchronising it).
+  // Errors (no driver, a bad stream) complete the future, before any I/O.
   IoFuture read_async(void* buf, std::size_t size, std::uint64_t file_offset, void* stream);
   // The same for a write of `buf`: it reads the buffer after the stream's earlier work, and the
   // stream's later work (which may overwrite the buffer) waits for the write to complete.

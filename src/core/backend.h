@@ -30,12 +30,9 @@ struct RequestContext {
   // A gathered read: tasks name ranges of the file that need not touch, into buffers that need
   // not be one allocation (buffer + task.buffer_offset is each task's address).
   bool gathered = false;
-  // A stream-ordered request (File::read_async): workers call before_buffer() before they first
-  // write into (read from) the buffer, and copy on non-blocking streams.
+  // A stream-ordered request (File::read_async): its workers start once the stream's earlier
+  // work has run, and copy on non-blocking streams (cuda/stream_order.h).
   const cuda::StreamOrder* stream_order = nullptr;
-  void before_buffer() const {
-    if (stream_order != nullptr) stream_order->wait_before();
-  }
 };
 
 class Worker {

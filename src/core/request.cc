@@ -147,6 +147,7 @@ struct Job : std::enable_shared_from_this<Job> {
   bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
   // A stream-ordered request: the stream's later work waits until complete() releases it.
   std::unique_ptr<cuda::StreamOrder> order;
+  ThreadPool* thread_pool = nullptr;  // the runtime's pool(), or its ordered_pool() for `order`
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
       MemoryInfo memory, Settings settings, RequestTasks t)
@@ -199,7 +200,7 @@ struct Job : std::enable_shared_from_this<Job> {
   // §15), hence the turn.
   static constexpr std::chrono::milliseconds kTurn{10};
   void run_one() {
-    ThreadPool& pool = context.file.runtime().pool();
+    ThreadPool& pool = *thread_pool;
     if (!begun.exchange(true, std::memory_order_relaxed)) pool.note_request_started();
     const Clock::time_point turn_start = Clock::now();
     try {
@@ -222,12 +223,7 @@ struct Job : std::enable_shared_from_this<Job> {
           }
         }
         if (failed) break;
-        // A stream-ordered request never yields: the jobs of later stream-ordered requests may
-        // hold every thread, blocked until the GPU has run the work queued before them, which
-        // can wait on this request (a read earlier on the same stream): queued behind them, its
-        // continuation would never run. Without yields, jobs run in the order requests were
-        // made (the pool is FIFO), and a request only waits on requests made before it.
-        if (!order && pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
+        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
             (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn)) {
           worker->finish();
           worker.reset();
@@ -541,9 +537,9 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     std::string engine = backend->describe(job->context);
     if (job->order) {
       engine += fmt::format(
-          "; stream-ordered on stream {}: after the work queued on it before the call (an "
-          "event the workers wait for), before the work queued after (the stream waits for a "
-          "flag set once the last byte is in place)",
+          "; stream-ordered on stream {}: started by the stream once the work queued on it "
+          "before the call has run, on workers of its own; the work queued after waits for a "
+          "flag set once the last byte is in place",
           fmt::ptr(spec.stream));
     }
     report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
@@ -558,7 +554,8 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     if (route.path == Path::kCufile) {
       job->observation = accelerated_path().observe(op, route_memory.device);
     }
-    ThreadPool& pool = file->runtime().pool();
+    ThreadPool& pool = job->order ? file->runtime().ordered_pool() : file->runtime().pool();
+    job->thread_pool = &pool;
     if (job->tasks.count() > 0) pool.ensure_threads(jobs);
     // From here the job completes (and ends what it started) whatever happens.
     note_request_started(job->expected);
@@ -568,8 +565,22 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       return future;
     }
     job->jobs_left = jobs;
-    pool.note_request_queued();
-    for (std::size_t j = 0; j < jobs; ++j) pool.submit([job] { job->run_one(); });
+    auto run_jobs = [job, jobs] {
+      job->thread_pool->note_request_queued();
+      for (std::size_t j = 0; j < jobs; ++j) job->thread_pool->submit([job] { job->run_one(); });
+    };
+    if (!job->order) {
+      run_jobs();
+      return future;
+    }
+    try {
+      // The stream starts the jobs once its earlier work has run (in a CUDA thread).
+      job->order->begin(std::move(run_jobs));
+    } catch (...) {
+      job->fail(std::current_exception(), SIZE_MAX, 0);
+      job->jobs_left = 1;
+      job->complete();
+    }
   } catch (...) {
     return fail_now(std::current_exception());
   }

@@ -11,7 +11,8 @@ namespace {
 using Runtimes = ForkRegistry<RuntimeState, &RuntimeState::restart_in_child>;
 }  // namespace
 
-RuntimeState::RuntimeState() : pool_(new ThreadPool(0)), staging_(new posix::BouncePool) {
+RuntimeState::RuntimeState()
+    : pool_(new ThreadPool(0)), ordered_pool_(new ThreadPool(0)), staging_(new posix::BouncePool) {
   Runtimes::add(this);
 }
 
@@ -23,6 +24,7 @@ RuntimeState::~RuntimeState() {
   Runtimes::remove(this);
   // Workers first: a job finishing its last steps may still give a stager back.
   delete pool_.load();
+  delete ordered_pool_.load();
   delete staging_.load();
 }
 
@@ -45,6 +47,7 @@ void RuntimeState::restart_in_child() {
   new (&mu_) std::mutex;
   new (&idle_) std::condition_variable;
   pool_.store(new ThreadPool(0));
+  ordered_pool_.store(new ThreadPool(0));
   staging_.store(new posix::BouncePool);
 }
 

@@ -23,6 +23,10 @@ class RuntimeState {
   RuntimeState& operator=(const RuntimeState&) = delete;
 
   ThreadPool& pool() { return *pool_.load(std::memory_order_acquire); }
+  // The workers of stream-ordered requests (File::read_async), apart from pool(): a request of
+  // pool() may wait for the GPU, which may wait for a stream-ordered request (one on the legacy
+  // default stream, ahead of pool()'s copies); with its own threads, that one always runs.
+  ThreadPool& ordered_pool() { return *ordered_pool_.load(std::memory_order_acquire); }
   posix::BouncePool& staging() { return *staging_.load(std::memory_order_acquire); }
 
   // A File attaches when it opens and detaches once closed (its requests done).
@@ -37,6 +41,7 @@ class RuntimeState {
 
  private:
   std::atomic<ThreadPool*> pool_;
+  std::atomic<ThreadPool*> ordered_pool_;
   std::atomic<posix::BouncePool*> staging_;
   mutable std::mutex mu_;
   std::condition_variable idle_;

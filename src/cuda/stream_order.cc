@@ -1,5 +1,6 @@
 #include "cuda/stream_order.h"
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -77,7 +78,7 @@ class GateSlots {
   std::size_t in_use_ = 0;
 };
 
-std::atomic<bool> skip_waits{false};
+std::atomic<bool> at_once{false};
 
 GateSlots& gates() {
   static auto* g = new GateSlots;  // leaked: streams may wait on its pages while the process exits
@@ -97,61 +98,68 @@ class KeepContext {
   abi::Context saved_ = nullptr;
 };
 
-}  // namespace
+// What the host function queued on the stream carries: the request's start, unless begin()
+// failed after queueing it.
+struct HostStart {
+  std::function<void()> start;
+  std::atomic<bool> abandoned{false};
+};
 
-StreamOrder::StreamOrder(abi::Stream stream, int device) : stream_(stream) {
-  const Driver& d = driver();
-  KeepContext keep(d);
-  // The stream's context: for the legacy default stream (0), the one current on this thread,
-  // which is the buffer's GPU's when the caller has none.
+void run_host_start(void* data) {
+  std::unique_ptr<HostStart> h(static_cast<HostStart*>(data));
+  if (!h->abandoned.load(std::memory_order_acquire)) h->start();
+}
+
+// Makes current the context of `stream` (for the legacy default stream, the one current on
+// this thread, or `device`'s when there is none).
+void use_stream_context(const Driver& d, abi::Stream stream, int device) {
   abi::Context current = nullptr;
   d.CtxGetCurrent(&current);
   if (current == nullptr) use_device(device >= 0 ? device : 0);
-  check(d.StreamGetCtx(stream, &context_), "cuStreamGetCtx (the stream given to read_async)");
-  check(d.CtxSetCurrent(context_), "cuCtxSetCurrent (the stream's context)");
-  check(d.EventCreate(&before_, abi::kEventDisableTiming), "cuEventCreate");
-  abi::Result r = d.EventRecord(before_, stream);
-  if (r != abi::kSuccess) {
-    d.EventDestroy(before_);
-    check(r, "cuEventRecord (on the stream given to read_async)");
+  abi::Context context = nullptr;
+  check(d.StreamGetCtx(stream, &context), "cuStreamGetCtx (the stream given to read_async)");
+  check(d.CtxSetCurrent(context), "cuCtxSetCurrent (the stream's context)");
+}
+
+}  // namespace
+
+StreamOrder::StreamOrder(abi::Stream stream, int device) : stream_(stream), device_(device) {
+  const Driver& d = driver();
+  KeepContext keep(d);
+  use_stream_context(d, stream, device);
+  GateSlots::Slot slot = gates().acquire();
+  flag_ = slot.host;
+  flag_device_ = slot.device;
+  value_ = slot.value;
+  slot_ = slot.index;
+}
+
+StreamOrder::~StreamOrder() { release(); }
+
+void StreamOrder::begin(std::function<void()> start) {
+  if (at_once.load(std::memory_order_relaxed)) {
+    start();
+    return;
   }
-  GateSlots::Slot slot;
-  try {
-    slot = gates().acquire();
-  } catch (...) {
-    d.EventDestroy(before_);
-    throw;
-  }
-  r = d.StreamWaitValue32(stream, slot.device, slot.value, abi::kStreamWaitValueGeq);
+  const Driver& d = driver();
+  KeepContext keep(d);
+  use_stream_context(d, stream_, device_);
+  auto* h = new HostStart{std::move(start)};
+  abi::Result r = d.LaunchHostFunc(stream_, &run_host_start, h);
   if (r != abi::kSuccess) {
-    d.EventDestroy(before_);
-    gates().release(slot.index);
+    delete h;
+    check(r, "cuLaunchHostFunc (starting the request after the stream's earlier work)");
+  }
+  r = d.StreamWaitValue32(stream_, flag_device_, value_, abi::kStreamWaitValueGeq);
+  if (r != abi::kSuccess) {
+    // The host function runs all the same, later: it must not start the request.
+    h->abandoned.store(true, std::memory_order_release);
     throw CudaError(describe(r,
                              "cuStreamWaitValue32 (ordering the stream's later work after "
                              "the request; this GPU or driver refuses stream memory "
                              "operations)"),
                     static_cast<int>(r));
   }
-  flag_ = slot.host;
-  value_ = slot.value;
-  slot_ = slot.index;
-}
-
-StreamOrder::~StreamOrder() {
-  release();
-  if (const Driver* d = driver_or_null()) d->EventDestroy(before_);
-}
-
-void StreamOrder::wait_before() const {
-  if (passed_.load(std::memory_order_acquire) || skip_waits.load(std::memory_order_relaxed)) return;
-  const Driver& d = driver();
-  abi::Context current = nullptr;
-  d.CtxGetCurrent(&current);
-  if (current == nullptr)
-    check(d.CtxSetCurrent(context_), "cuCtxSetCurrent (the stream's context)");
-  check(d.EventSynchronize(before_),
-        "cuEventSynchronize (the work queued on the stream before the request)");
-  passed_.store(true, std::memory_order_release);
 }
 
 void StreamOrder::release() noexcept {
@@ -164,6 +172,6 @@ void StreamOrder::release() noexcept {
 
 std::size_t stream_gates_in_use() { return gates().in_use(); }
 
-void testing::skip_waits_before(bool skip) { skip_waits.store(skip); }
+void testing::start_at_once(bool start) { at_once.store(start); }
 
 }  // namespace ferry::cuda

@@ -2,16 +2,21 @@
 // ferry's workers, after the work queued on the caller's stream before the call and before the
 // work queued on it after, without blocking the caller or synchronising the stream.
 //
-// At the call, on the caller's thread: an event is recorded on the stream (the workers wait for
-// it before they touch the buffer), and the stream is made to wait (cuStreamWaitValue32) for a
-// flag in mapped pinned host memory. The request sets the flag once its last copy has completed,
-// or once it failed or was cancelled (so that the stream never hangs; the error is the future's).
-// The stream's later work then runs. The workers copy on non-blocking streams: a blocking one
-// would wait for legacy-default-stream work queued after the call, which waits for the flag.
+// At the call, on the caller's thread, two things are queued on the stream: a host function
+// (cuLaunchHostFunc) that hands the request to the workers once the stream's earlier work has
+// run, and a wait (cuStreamWaitValue32) for a flag in mapped pinned host memory, which the
+// request sets once its last copy has completed, or once it failed or was cancelled (so that
+// the stream never hangs; the error is the future's). The stream's later work then runs.
+//
+// The workers never wait for the GPU's work: they start only when it is done, so no worker
+// thread is held while a kernel runs, and a request never waits for one queued behind it. They
+// copy on non-blocking streams: a blocking one would wait for legacy-default-stream work queued
+// after the call, which waits for the flag.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "cuda/cuda_abi.h"
 
@@ -19,17 +24,18 @@ namespace ferry::cuda {
 
 class StreamOrder {
  public:
-  // Records the event and queues the wait on `stream` (0 is the legacy default stream) for a
-  // request whose buffer is on `device` (-1: host memory); the caller's CUDA context is kept.
-  // Throws CudaError (no driver, a bad stream, stream memory operations refused).
+  // Takes a slot for the flag; queues nothing yet. `device`: the buffer's GPU (-1: host
+  // memory), whose context is used when the caller has none current. Throws CudaError (no
+  // driver, a bad stream).
   StreamOrder(abi::Stream stream, int device);
   ~StreamOrder();  // releases the stream if release() was not called
   StreamOrder(const StreamOrder&) = delete;
   StreamOrder& operator=(const StreamOrder&) = delete;
 
-  // Blocks until the work queued on the stream before the request has run; then returns at
-  // once. Any thread. Throws CudaError.
-  void wait_before() const;
+  // Queues on the stream the host function that calls `start` (in a CUDA thread, once the
+  // earlier work has run; it must not call CUDA) and then the wait for the flag. The caller's
+  // CUDA context is kept. Throws CudaError; `start` is then never called.
+  void begin(std::function<void()> start);
   // Lets the stream's later work run. Call after the request's last byte is in place (or it
   // failed); idempotent.
   void release() noexcept;
@@ -38,12 +44,11 @@ class StreamOrder {
 
  private:
   abi::Stream stream_;
-  abi::Context context_ = nullptr;  // the stream's
-  abi::Event before_ = nullptr;
+  int device_;
   std::uint32_t* flag_ = nullptr;  // host address of the gate's slot
-  std::uint32_t value_ = 0;        // what the stream waits for the slot to reach
+  abi::DevicePtr flag_device_ = 0;
+  std::uint32_t value_ = 0;  // what the stream waits for the slot to reach
   std::size_t slot_ = 0;
-  mutable std::atomic<bool> passed_{false};
   std::atomic<bool> released_{false};
 };
 
@@ -51,9 +56,9 @@ class StreamOrder {
 std::size_t stream_gates_in_use();
 
 namespace testing {
-// Tests only: wait_before() returns at once, so the workers no longer wait for the stream's
-// earlier work (a test shows that its check then sees the order broken).
-void skip_waits_before(bool skip);
+// Tests only: begin() calls `start` at once instead of from the stream, so requests no longer
+// wait for the stream's earlier work (a test shows that its check then sees the order broken).
+void start_at_once(bool at_once);
 }  // namespace testing
 
 }  // namespace ferry::cuda

@@ -35,7 +35,6 @@ class CufileWorker final : public core::Worker {
       base = reg ? static_cast<char*>(reg->base) : dst;
     }
     const off_t start = static_cast<off_t>(c_.buffer + task.buffer_offset - base);
-    c_.before_buffer();
     std::size_t done = 0;
     while (done < task.size) {
       if (c_.cancelled.load(std::memory_order_relaxed)) break;

@@ -172,7 +172,6 @@ class PosixWorker final : public core::Worker {
   // Issues the copy of the run gathered so far.
   void flush_copy() {
     if (run_len_ == 0) return;
-    c_.before_buffer();
     cuda::check(cuda::driver().MemcpyHtoDAsync(reinterpret_cast<cuda::abi::DevicePtr>(run_dst_),
                                                run_src_, run_len_, stream_),
                 "cuMemcpyHtoDAsync");
@@ -229,7 +228,6 @@ class PosixWorker final : public core::Worker {
     char* dst = target(task, begin);
     if (!gpu_ && (!direct || (reinterpret_cast<std::uintptr_t>(dst) % kAlignment == 0 &&
                               begin % kAlignment == 0 && task.size % kAlignment == 0))) {
-      c_.before_buffer();
       moved_ = read_full(fd, dst, task.size, begin, direct);
       return;
     }
@@ -245,7 +243,6 @@ class PosixWorker final : public core::Worker {
       const std::uint64_t use_end = std::min(pos + n, end);
       if (use_end > use_begin) {
         const std::size_t use = use_end - use_begin;
-        c_.before_buffer();
         if (gpu_) {
           const cuda::Driver& d = cuda::driver();
           cuda::check(
@@ -268,7 +265,6 @@ class PosixWorker final : public core::Worker {
   // the bounce buffers when the source is GPU memory or O_DIRECT needs an aligned source.
   void write_segment(const core::Task& task, int fd, std::uint64_t off, std::size_t len) {
     const char* src = target(task, off);
-    c_.before_buffer();
     const bool aligned_src = reinterpret_cast<std::uintptr_t>(src) % kAlignment == 0;
     if (!gpu_ && (dfd_ < 0 || fd != dfd_ || aligned_src)) {
       write_full(fd, src, len, off);

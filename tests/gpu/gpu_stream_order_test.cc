@@ -143,17 +143,17 @@ TEST_P(GpuStream, ReadLandsAfterTheStreamsEarlierWorkAndBeforeItsLaterWork) {
   EXPECT_EQ(cuda::stream_gates_in_use(), 0u);
 }
 
-// The check above can fail: with the workers no longer waiting for the stream's earlier work,
-// the fills held back by the gate land on top of the reads.
+// The check above can fail: with requests started at once instead of by the stream, the fills
+// held back by the gate land on top of the reads.
 TEST_P(GpuStream, WithoutTheWaitForEarlierWorkTheCheckSeesTheOrderBroken) {
   TempDir dir;
   const auto data = test::pattern_bytes(96 << 20, 66);
   test::write_file(dir / "f.bin", data);
-  cuda::testing::skip_waits_before(true);
+  cuda::testing::start_at_once(true);
   RouteReport r;
   const int wrong = rounds_out_of_order(*this, dir / "f.bin", data, 1, &r);
-  cuda::testing::skip_waits_before(false);
-  EXPECT_GT(wrong, 0) << "every round matched although the workers did not wait";
+  cuda::testing::start_at_once(false);
+  EXPECT_GT(wrong, 0) << "every round matched although the requests did not wait";
 }
 
 // Reads of many tasks each (more jobs than threads), queued back to back on the stream with the

@@ -103,7 +103,7 @@ def test_read_async_lands_between_kernels_in_stream_order(tmp_path, torch, own_s
 @pytest.mark.gpu
 def test_read_async_does_not_block_the_caller(tmp_path, torch):
     """With the stream asleep for about a second, read_async returns at once and the read has
-    not completed: it waits for the stream's earlier work, in ferry's threads."""
+    not completed: the stream starts it once its earlier work has run."""
     path, data = _file(tmp_path, 8 << 20, 13)
     stream = torch.cuda.Stream()
     buf = torch.zeros(8 << 20, dtype=torch.uint8, device="cuda")
