@@ -156,9 +156,11 @@ TEST_P(GpuStream, WithoutTheWaitForEarlierWorkTheCheckSeesTheOrderBroken) {
   EXPECT_GT(wrong, 0) << "every round matched although the requests did not wait";
 }
 
-// Reads of many tasks each (more jobs than threads), queued back to back on the stream with the
-// stream's earlier work held by the gate: the jobs of later reads hold the threads, waiting for
-// the GPU, while the GPU waits for the earlier reads. Every read must still complete, in order.
+// Reads of many tasks each, queued back to back on the stream with the stream's earlier work held
+// by the gate, in a fresh process (the first read's workers need staging while the stream waits
+// for it: it is taken when the read is made). Every read must complete, in order. Memory is
+// allocated before the gate closes: CUDA's pinned and device allocations may wait for the
+// device, which would wait for the gate this thread opens.
 TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
   TempDir dir;
   const std::size_t size = 16 << 20;
@@ -175,14 +177,14 @@ TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
   Buffer gpu0(MemoryKind::kDevice, size, 0);
   Buffer gpu1(MemoryKind::kDevice, size, 0);
   std::vector<Buffer> out;
+  for (int i = 0; i < kRounds; ++i) out.emplace_back(MemoryKind::kHostPinned, size, 0);
   std::vector<IoFuture> futures;
   hold_until(1);
   for (int i = 0; i < kRounds; ++i) {
     const Buffer& gpu = i % 2 == 0 ? gpu0 : gpu1;
-    out.emplace_back(MemoryKind::kHostPinned, size, 0);
     ASSERT_EQ(d.MemcpyHtoDAsync(dptr(gpu), fill.data(), size, stream_), abi::kSuccess);
     futures.push_back(f.read_async(gpu.data(), size, (i % 4) * size, stream_handle()));
-    ASSERT_EQ(d.MemcpyDtoHAsync(out.back().data(), dptr(gpu), size, stream_), abi::kSuccess);
+    ASSERT_EQ(d.MemcpyDtoHAsync(out[i].data(), dptr(gpu), size, stream_), abi::kSuccess);
   }
   open_gate(1);
   ASSERT_EQ(d.StreamSynchronize(stream_), abi::kSuccess);
