@@ -6,8 +6,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <vector>
 
 #include "core/open_file.h"
 #include "core/task_splitter.h"
@@ -15,30 +13,8 @@
 #include "ferry/memory.h"
 #include "ferry/route.h"
 #include "ferry/settings.h"
-#include "posix/bounce_pool.h"
 
 namespace ferry::core {
-
-// Staging taken for a stream-ordered request into GPU memory when it is made, in the caller's
-// thread: its workers must not pin memory while the stream waits for the request (pinning can
-// wait for the device, which waits for the request). Each worker takes one; thread-safe.
-class ReservedStaging {
- public:
-  explicit ReservedStaging(std::vector<posix::BouncePool::Handle> stagers)
-      : stagers_(std::move(stagers)) {}
-  // One of the stagers, or an empty handle when none is left.
-  posix::BouncePool::Handle take() {
-    std::lock_guard lock(mu_);
-    if (stagers_.empty()) return posix::BouncePool::Handle(nullptr, {nullptr});
-    posix::BouncePool::Handle h = std::move(stagers_.back());
-    stagers_.pop_back();
-    return h;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<posix::BouncePool::Handle> stagers_;
-};
 
 struct RequestContext {
   OpenFile& file;
@@ -57,7 +33,6 @@ struct RequestContext {
   // A stream-ordered request (File::read_async): its workers start once the stream's earlier
   // work has run, and copy on non-blocking streams (cuda/stream_order.h).
   const cuda::StreamOrder* stream_order = nullptr;
-  ReservedStaging* reserved = nullptr;  // its staging, for GPU memory
 };
 
 class Worker {

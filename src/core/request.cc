@@ -18,7 +18,6 @@
 #include "core/stats_recorder.h"
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
-#include "cuda/cuda_driver.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"
 
@@ -149,7 +148,6 @@ struct Job : std::enable_shared_from_this<Job> {
   // A stream-ordered request: the stream's later work waits until complete() releases it.
   std::unique_ptr<cuda::StreamOrder> order;
   ThreadPool* thread_pool = nullptr;  // the runtime's pool(), or its ordered_pool() for `order`
-  std::unique_ptr<ReservedStaging> reserved;  // `order` into GPU memory: one stager per job
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
       MemoryInfo memory, Settings settings, RequestTasks t)
@@ -225,9 +223,7 @@ struct Job : std::enable_shared_from_this<Job> {
           }
         }
         if (failed) break;
-        // A stream-ordered request does not yield: its continuation would need staging again,
-        // which may have to be pinned while the stream waits for this request.
-        if (!order && pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
+        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
             (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn)) {
           worker->finish();
           worker.reset();
@@ -309,28 +305,6 @@ struct Job : std::enable_shared_from_this<Job> {
     state->complete(bytes, e, report);
   }
 };
-
-// Staging for a stream-ordered request's `jobs` workers, taken now in the caller's thread (with
-// device's context current, the caller's put back after).
-std::vector<posix::BouncePool::Handle> reserve_staging(OpenFile& file, int device,
-                                                       const Settings& settings, std::size_t jobs) {
-  const cuda::Driver& d = cuda::driver();
-  cuda::abi::Context saved = nullptr;
-  d.CtxGetCurrent(&saved);
-  std::vector<posix::BouncePool::Handle> stagers;
-  try {
-    cuda::use_device(device);
-    for (std::size_t j = 0; j < jobs; ++j) {
-      stagers.push_back(file.runtime().staging().acquire(
-          device, posix::bounce_size(settings.bounce_buffer_size)));
-    }
-  } catch (...) {
-    d.CtxSetCurrent(saved);
-    throw;
-  }
-  d.CtxSetCurrent(saved);
-  return stagers;
-}
 
 // Small tasks are taken in runs of consecutive ones when there are many more than workers:
 // enough runs per worker (16) for the last ones to balance, at most 256 tasks each.
@@ -579,11 +553,6 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     // Last before the first task runs, so the window holds this request's cuFile calls only.
     if (route.path == Path::kCufile) {
       job->observation = accelerated_path().observe(op, route_memory.device);
-    }
-    if (job->order && is_gpu(memory.kind) && route.path != Path::kCufile) {
-      job->reserved =
-          std::make_unique<ReservedStaging>(reserve_staging(*file, memory.device, settings, jobs));
-      job->context.reserved = job->reserved.get();
     }
     ThreadPool& pool = job->order ? file->runtime().ordered_pool() : file->runtime().pool();
     job->thread_pool = &pool;

@@ -18,11 +18,6 @@ namespace ferry::posix {
 constexpr std::size_t kAlignment = 4096;   // O_DIRECT offsets, lengths and buffers
 constexpr std::size_t kPipelineDepth = 2;  // chunks in flight per worker: read k+1, copy k
 
-// The size of each slot for a bounce_buffer_size setting: rounded up to kAlignment.
-inline std::size_t bounce_size(std::size_t bounce_buffer_size) {
-  return (bounce_buffer_size + kAlignment - 1) / kAlignment * kAlignment;
-}
-
 struct Stager {
   int device = -1;  // -1: aligned host memory, no stream
   std::size_t size = 0;

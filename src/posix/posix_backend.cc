@@ -20,6 +20,7 @@ namespace {
 
 std::uint64_t align_down(std::uint64_t x) { return x / kAlignment * kAlignment; }
 std::uint64_t align_up(std::uint64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
+std::size_t bounce_size(const Settings& s) { return align_up(s.bounce_buffer_size); }
 
 // EAGAIN from a regular file means a file system (NFS, FUSE) that cannot serve the call now:
 // retry, waiting longer each time (up to 1 ms), and give up after about 2 s with the error.
@@ -47,14 +48,10 @@ class PosixWorker final : public core::Worker {
         dfd_(c.file.direct_fd()) {
     if (gpu_) {
       cuda::use_device(c.memory.device);
-      if (c.reserved != nullptr) stager_ = c.reserved->take();
-      if (!stager_) {
-        stager_ = c.file.runtime().staging().acquire(c.memory.device,
-                                                     bounce_size(c.settings.bounce_buffer_size));
-      }
+      stager_ = c.file.runtime().staging().acquire(c.memory.device, bounce_size(c.settings));
       stream_ = c.stream_order != nullptr ? stager_->unordered_stream() : stager_->stream;
     } else if (dfd_ >= 0) {
-      stager_ = c.file.runtime().staging().acquire(-1, bounce_size(c.settings.bounce_buffer_size));
+      stager_ = c.file.runtime().staging().acquire(-1, bounce_size(c.settings));
     }
     may_go_cold_ = c.op == Op::kRead && dfd_ < 0;
   }
@@ -162,8 +159,7 @@ class PosixWorker final : public core::Worker {
       return -1;
     }
     if (!gpu_ && !stager_)
-      stager_ =
-          c_.file.runtime().staging().acquire(-1, bounce_size(c_.settings.bounce_buffer_size));
+      stager_ = c_.file.runtime().staging().acquire(-1, bounce_size(c_.settings));
     return fd;
   }
 
@@ -364,7 +360,7 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
     return fmt::format(
         "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
         "GPU {} on streams ordered after the default stream",
-        call, kPipelineDepth, format_size(bounce_size(c.settings.bounce_buffer_size)), c.workers,
+        call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
         c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
   }
   return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
