@@ -157,10 +157,11 @@ TEST_P(GpuStream, WithoutTheWaitForEarlierWorkTheCheckSeesTheOrderBroken) {
 }
 
 // Reads of many tasks each, queued back to back on the stream with the stream's earlier work held
-// by the gate, in a fresh process (the first read's workers need staging while the stream waits
-// for it: it is taken when the read is made). Every read must complete, in order. Memory is
-// allocated before the gate closes: CUDA's pinned and device allocations may wait for the
-// device, which would wait for the gate this thread opens.
+// by the gate, in a fresh process (the first read's workers pin their staging while the stream
+// waits for that read). Every read must complete, in order. Memory is allocated before the gate
+// closes: CUDA's pinned and device allocations may wait for the device, which would wait for the
+// gate this thread opens. This test hung on the GPU machine in two forms (bench/results/
+// 2026-12-01-5a25d25-h200-hostfunc, -875db52-h200-reserved) and has not run in this one.
 TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
   TempDir dir;
   const std::size_t size = 16 << 20;
