@@ -98,16 +98,18 @@ class KeepContext {
   abi::Context saved_ = nullptr;
 };
 
-// What the host function queued on the stream carries: the request's start, unless begin()
-// failed after queueing it.
+// What the host function queued on the stream carries: the request's start, which runs once,
+// unless begin() abandoned it first.
 struct HostStart {
+  enum State { kPending, kStarted, kAbandoned };
   std::function<void()> start;
-  std::atomic<bool> abandoned{false};
+  std::atomic<int> state{kPending};
 };
 
 void run_host_start(void* data) {
-  std::unique_ptr<HostStart> h(static_cast<HostStart*>(data));
-  if (!h->abandoned.load(std::memory_order_acquire)) h->start();
+  std::unique_ptr<std::shared_ptr<HostStart>> ref(static_cast<std::shared_ptr<HostStart>*>(data));
+  int pending = HostStart::kPending;
+  if ((*ref)->state.compare_exchange_strong(pending, HostStart::kStarted)) (*ref)->start();
 }
 
 // Makes current the context of `stream` (for the legacy default stream, the one current on
@@ -144,21 +146,32 @@ void StreamOrder::begin(std::function<void()> start) {
   const Driver& d = driver();
   KeepContext keep(d);
   use_stream_context(d, stream_, device_);
-  auto* h = new HostStart{std::move(start)};
-  abi::Result r = d.LaunchHostFunc(stream_, &run_host_start, h);
+  // Stream memory operations refused (by some GPUs and drivers) show here, before anything that
+  // cannot be taken back is queued: a wait the flag already satisfies (it holds value_ - 1).
+  abi::Result r = d.StreamWaitValue32(stream_, flag_device_, value_ - 1, abi::kStreamWaitValueGeq);
   if (r != abi::kSuccess) {
-    delete h;
-    check(r, "cuLaunchHostFunc (starting the request after the stream's earlier work)");
-  }
-  r = d.StreamWaitValue32(stream_, flag_device_, value_, abi::kStreamWaitValueGeq);
-  if (r != abi::kSuccess) {
-    // The host function runs all the same, later: it must not start the request.
-    h->abandoned.store(true, std::memory_order_release);
     throw CudaError(describe(r,
                              "cuStreamWaitValue32 (ordering the stream's later work after "
                              "the request; this GPU or driver refuses stream memory "
                              "operations)"),
                     static_cast<int>(r));
+  }
+  auto host = std::make_shared<HostStart>();
+  host->start = std::move(start);
+  auto* ref = new std::shared_ptr<HostStart>(host);
+  r = d.LaunchHostFunc(stream_, &run_host_start, ref);
+  if (r != abi::kSuccess) {
+    delete ref;
+    check(r, "cuLaunchHostFunc (starting the request after the stream's earlier work)");
+  }
+  r = d.StreamWaitValue32(stream_, flag_device_, value_, abi::kStreamWaitValueGeq);
+  if (r != abi::kSuccess) {
+    int pending = HostStart::kPending;
+    if (host->state.compare_exchange_strong(pending, HostStart::kAbandoned)) {
+      check(r, "cuStreamWaitValue32 (ordering the stream's later work after the request)");
+    }
+    // The stream has started the request already (the same call succeeded a moment ago, so
+    // this does not happen in practice): it runs, and the future completes as usual.
   }
 }
 
