@@ -79,6 +79,8 @@ class GateSlots {
 };
 
 std::atomic<bool> at_once{false};
+std::atomic<std::uint64_t> host_queued{0};
+std::atomic<std::uint64_t> host_run{0};
 
 GateSlots& gates() {
   static auto* g = new GateSlots;  // leaked: streams may wait on its pages while the process exits
@@ -107,6 +109,7 @@ struct HostStart {
 };
 
 void run_host_start(void* data) {
+  host_run.fetch_add(1, std::memory_order_relaxed);
   std::unique_ptr<std::shared_ptr<HostStart>> ref(static_cast<std::shared_ptr<HostStart>*>(data));
   int pending = HostStart::kPending;
   if ((*ref)->state.compare_exchange_strong(pending, HostStart::kStarted)) (*ref)->start();
@@ -164,6 +167,7 @@ void StreamOrder::begin(std::function<void()> start) {
     delete ref;
     check(r, "cuLaunchHostFunc (starting the request after the stream's earlier work)");
   }
+  host_queued.fetch_add(1, std::memory_order_relaxed);
   r = d.StreamWaitValue32(stream_, flag_device_, value_, abi::kStreamWaitValueGeq);
   if (r != abi::kSuccess) {
     int pending = HostStart::kPending;
@@ -186,5 +190,7 @@ void StreamOrder::release() noexcept {
 std::size_t stream_gates_in_use() { return gates().in_use(); }
 
 void testing::start_at_once(bool start) { at_once.store(start); }
+std::uint64_t testing::host_functions_queued() { return host_queued.load(); }
+std::uint64_t testing::host_functions_run() { return host_run.load(); }
 
 }  // namespace ferry::cuda

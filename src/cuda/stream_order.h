@@ -59,6 +59,9 @@ namespace testing {
 // Tests only: begin() calls `start` at once instead of from the stream, so requests no longer
 // wait for the stream's earlier work (a test shows that its check then sees the order broken).
 void start_at_once(bool at_once);
+// Host functions queued on streams by begin(), and those the streams have run (diagnostics).
+std::uint64_t host_functions_queued();
+std::uint64_t host_functions_run();
 }  // namespace testing
 
 }  // namespace ferry::cuda

@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "core/runtime_state.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/stream_order.h"
 #include "ferry/ferry.h"
@@ -50,9 +52,14 @@ class GpuStream : public ::testing::TestWithParam<bool> {
       while (!finished_.load() && Clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
-      if (!finished_.load()) {
-        fired_.store(true);
-        open_gate(0x7fffffff);
+      if (finished_.load()) return;
+      fired_.store(true);
+      report_state("after 60 s, before opening the gate");
+      open_gate(0x7fffffff);
+      // Where things stand while it stays stuck, for the log of a hang.
+      for (int i = 1; i <= 4 && !finished_.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        if (!finished_.load()) report_state("after the gate opened");
       }
     });
   }
@@ -68,6 +75,22 @@ class GpuStream : public ::testing::TestWithParam<bool> {
       if (stream_ != nullptr) d->StreamDestroy(stream_);
     }
     EXPECT_FALSE(fired_.load()) << "the watchdog had to open the gates: a call blocked";
+  }
+
+  // Where the test is (set by the test body) and what ferry's stream-ordered machinery holds.
+  void at(const char* phase, int round = -1) {
+    phase_.store(phase);
+    round_.store(round);
+  }
+  void report_state(const char* when) {
+    core::ThreadPool& pool = core::default_runtime().ordered_pool();
+    std::fprintf(stderr,
+                 "watchdog %s: the test is at '%s' (round %d); host functions queued %llu, run "
+                 "%llu; gates in use %zu; ordered pool: %zu threads, %zu jobs waiting\n",
+                 when, phase_.load(), round_.load(),
+                 static_cast<unsigned long long>(cuda::testing::host_functions_queued()),
+                 static_cast<unsigned long long>(cuda::testing::host_functions_run()),
+                 cuda::stream_gates_in_use(), pool.size(), pool.waiting());
   }
 
   // Queues on the stream: wait until the gate reaches `value`.
@@ -87,6 +110,8 @@ class GpuStream : public ::testing::TestWithParam<bool> {
   std::thread watchdog_;
   std::atomic<bool> finished_{false};
   std::atomic<bool> fired_{false};
+  std::atomic<const char*> phase_{"set up"};
+  std::atomic<int> round_{-1};
 };
 
 abi::DevicePtr dptr(const Buffer& b) { return reinterpret_cast<abi::DevicePtr>(b.data()); }
@@ -178,17 +203,23 @@ TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
   Buffer gpu0(MemoryKind::kDevice, size, 0);
   Buffer gpu1(MemoryKind::kDevice, size, 0);
   std::vector<Buffer> out;
+  at("allocating");
   for (int i = 0; i < kRounds; ++i) out.emplace_back(MemoryKind::kHostPinned, size, 0);
   std::vector<IoFuture> futures;
   hold_until(1);
   for (int i = 0; i < kRounds; ++i) {
     const Buffer& gpu = i % 2 == 0 ? gpu0 : gpu1;
+    at("queueing the fill", i);
     ASSERT_EQ(d.MemcpyHtoDAsync(dptr(gpu), fill.data(), size, stream_), abi::kSuccess);
+    at("in read_async", i);
     futures.push_back(f.read_async(gpu.data(), size, (i % 4) * size, stream_handle()));
+    at("queueing the copy out", i);
     ASSERT_EQ(d.MemcpyDtoHAsync(out[i].data(), dptr(gpu), size, stream_), abi::kSuccess);
   }
   open_gate(1);
+  at("synchronising the stream");
   ASSERT_EQ(d.StreamSynchronize(stream_), abi::kSuccess);
+  at("checking");
   for (int i = 0; i < kRounds; ++i) {
     ASSERT_EQ(futures[i].get(), size);
     EXPECT_GE(futures[i].route().tasks, 64u);
