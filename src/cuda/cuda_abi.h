@@ -98,6 +98,9 @@ using EventDestroyFn = Result (*)(Event event);
 using EventRecordFn = Result (*)(Event event, Stream stream);
 using EventSynchronizeFn = Result (*)(Event event);
 using StreamGetCtxFn = Result (*)(Stream stream, Context* context);
+// CUstreamCaptureStatus: only "not capturing" is named.
+enum StreamCaptureStatus : unsigned int { kStreamCaptureStatusNone = 0 };
+using StreamIsCapturingFn = Result (*)(Stream stream, StreamCaptureStatus* status);
 using HostFn = void (*)(void* user_data);  // CUhostFn
 using LaunchHostFuncFn = Result (*)(Stream stream, HostFn fn, void* user_data);
 using StreamWaitValue32Fn = Result (*)(Stream stream, DevicePtr address, std::uint32_t value,
@@ -146,6 +149,7 @@ using MemHostGetDevicePointerFn = Result (*)(DevicePtr* device_ptr, void* host_p
   X(EventRecord, cuEventRecord, "cuEventRecord")                                        \
   X(EventSynchronize, cuEventSynchronize, "cuEventSynchronize")                         \
   X(StreamGetCtx, cuStreamGetCtx, "cuStreamGetCtx")                                     \
+  X(StreamIsCapturing, cuStreamIsCapturing, "cuStreamIsCapturing")                      \
   X(LaunchHostFunc, cuLaunchHostFunc, "cuLaunchHostFunc")                               \
   X(StreamWaitValue32, cuStreamWaitValue32, "cuStreamWaitValue32_v2")                   \
   X(MemHostGetDevicePointer, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2")

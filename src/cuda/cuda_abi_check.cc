@@ -29,6 +29,10 @@ struct Ours<::CUpointer_attribute> {
   using type = PointerAttribute;
 };
 template <>
+struct Ours<::CUstreamCaptureStatus> {
+  using type = StreamCaptureStatus;
+};
+template <>
 struct Ours<::CUuuid> {
   using type = Uuid;
 };
@@ -66,6 +70,7 @@ constexpr bool same_enum() {
 static_assert(same_enum<::CUresult, Result>());
 static_assert(same_enum<::CUpointer_attribute, PointerAttribute>());
 static_assert(same_enum<::CUmemorytype, MemoryType>());
+static_assert(same_enum<::CUstreamCaptureStatus, StreamCaptureStatus>());
 static_assert(std::is_same_v<::CUdevice, Device>);
 static_assert(std::is_same_v<::CUdeviceptr, DevicePtr>);
 static_assert(std::is_same_v<Ours<::CUcontext>::type, Context>);
@@ -92,6 +97,7 @@ FERRY_SAME_VALUE(kStreamDefault, CU_STREAM_DEFAULT);
 FERRY_SAME_VALUE(kStreamNonBlocking, CU_STREAM_NON_BLOCKING);
 FERRY_SAME_VALUE(kEventDisableTiming, CU_EVENT_DISABLE_TIMING);
 FERRY_SAME_VALUE(kStreamWaitValueGeq, CU_STREAM_WAIT_VALUE_GEQ);
+FERRY_SAME_VALUE(kStreamCaptureStatusNone, CU_STREAM_CAPTURE_STATUS_NONE);
 #undef FERRY_SAME_VALUE
 
 // `api` is macro-expanded here exactly as a program compiled against cuda.h would call it, so

@@ -126,12 +126,27 @@ void use_stream_context(const Driver& d, abi::Stream stream, int device) {
   check(d.CtxSetCurrent(context), "cuCtxSetCurrent (the stream's context)");
 }
 
+// A stream being captured into a CUDA graph would record the host function and the wait as
+// graph nodes, replayed with data the first replay frees and a flag already set: refused.
+void refuse_capture(const Driver& d, abi::Stream stream) {
+  abi::StreamCaptureStatus status = abi::kStreamCaptureStatusNone;
+  check(d.StreamIsCapturing(stream, &status),
+        "cuStreamIsCapturing (the stream given to read_async)");
+  if (status != abi::kStreamCaptureStatusNone) {
+    throw CudaError(
+        "read_async/write_async on a stream that is capturing a CUDA graph: a stream-ordered "
+        "request cannot be part of a graph (call it outside the capture)",
+        0);
+  }
+}
+
 }  // namespace
 
 StreamOrder::StreamOrder(abi::Stream stream, int device) : stream_(stream), device_(device) {
   const Driver& d = driver();
   KeepContext keep(d);
   use_stream_context(d, stream, device);
+  refuse_capture(d, stream);
   GateSlots::Slot slot = gates().acquire();
   flag_ = slot.host;
   flag_device_ = slot.device;

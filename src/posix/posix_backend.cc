@@ -359,9 +359,11 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
   if (is_gpu(c.memory.kind)) {
     return fmt::format(
         "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
-        "GPU {} on streams ordered after the default stream",
+        "GPU {} on {}",
         call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
-        c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
+        c.op == Op::kRead ? "copied to" : "copied from", c.memory.device,
+        c.stream_order != nullptr ? "non-blocking streams"
+                                  : "streams ordered after the default stream");
   }
   return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
                      c.op == Op::kRead ? "straight into" : "straight from",
