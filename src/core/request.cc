@@ -589,23 +589,26 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
 
 }  // namespace
 
-IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
-                std::uint64_t offset) {
+namespace {
+// One range into (from) one buffer.
+RequestSpec one_range(Op op, void* buffer, std::size_t size, std::uint64_t offset) {
   RequestSpec spec;
   spec.op = op;
   spec.buffer = buffer;
   spec.offset = offset;
   spec.size = size;
-  return submit_spec(std::move(file), spec);
+  return spec;
+}
+}  // namespace
+
+IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,
+                std::uint64_t offset) {
+  return submit_spec(std::move(file), one_range(op, buffer, size, offset));
 }
 
 IoFuture submit_stream_ordered(std::shared_ptr<OpenFile> file, Op op, void* buffer,
                                std::size_t size, std::uint64_t offset, void* stream) {
-  RequestSpec spec;
-  spec.op = op;
-  spec.buffer = buffer;
-  spec.offset = offset;
-  spec.size = size;
+  RequestSpec spec = one_range(op, buffer, size, offset);
   spec.stream_ordered = true;
   spec.stream = stream;
   return submit_spec(std::move(file), spec);
