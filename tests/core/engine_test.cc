@@ -477,11 +477,23 @@ constexpr bool kTsan = false;
 #else
 constexpr bool kTsan = false;
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
 
 TEST(Fork, TheChildReadsWhileTheParentHadRequestsInFlight) {
   if (kTsan) {
     GTEST_SKIP() << "ThreadSanitizer cannot start threads in the child of a multi-threaded "
-                    "fork(); the ASan and plain builds run this test";
+                    "fork(); the plain build runs this test";
+  }
+  if (kAsan) {
+    // Seen in CI: every thread of the child waited on one lock of ASan's allocator, held at
+    // fork() by a parent thread that was allocating (g++ 12's libasan does not take its
+    // allocator's locks around fork(), as glibc's malloc does).
+    GTEST_SKIP() << "g++ 12's AddressSanitizer allocator is not fork-safe while other threads "
+                    "allocate; the plain build runs this test";
   }
   TempDir dir;
   auto data = test::random_bytes(8 << 20, 20);
