@@ -41,7 +41,8 @@ class Runtime {
 };
 
 // The same for the process's default runtime (the one Files use unless FileOptions::runtime
-// names another).
+// names another), and for the staging of stream-ordered GPU requests (File::read_async), which
+// all runtimes share.
 std::size_t free_idle_staging();
 
 }  // namespace ferry

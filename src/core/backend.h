@@ -9,7 +9,6 @@
 
 #include "core/open_file.h"
 #include "core/task_splitter.h"
-#include "cuda/stream_order.h"
 #include "ferry/memory.h"
 #include "ferry/route.h"
 #include "ferry/settings.h"
@@ -30,9 +29,6 @@ struct RequestContext {
   // A gathered read: tasks name ranges of the file that need not touch, into buffers that need
   // not be one allocation (buffer + task.buffer_offset is each task's address).
   bool gathered = false;
-  // A stream-ordered request (File::read_async): its workers start once the stream's earlier
-  // work has run, and copy on non-blocking streams (cuda/stream_order.h).
-  const cuda::StreamOrder* stream_order = nullptr;
 };
 
 class Worker {

@@ -19,6 +19,7 @@
 #include "core/task_splitter.h"
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"
+#include "cuda/stream_order.h"
 #include "ferry/error.h"
 
 namespace ferry::core {
@@ -145,8 +146,16 @@ struct Job : std::enable_shared_from_this<Job> {
   std::shared_ptr<Backend> owned_backend;
   std::unique_ptr<Layer2Window> observation;
   bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
-  // A stream-ordered request: the stream's later work waits until complete() releases it.
+  // A stream-ordered request on host memory: the stream's later work waits until complete()
+  // releases it.
   std::unique_ptr<cuda::StreamOrder> order;
+  // A stream-ordered request on GPU memory: the workers read into (write from) its staging, and
+  // the stream copies. A read completes once both its jobs and the stream's copies are done
+  // (copies_done(), from the stream): the second to finish completes the future.
+  std::shared_ptr<cuda::StagedCopies> staged;
+  std::atomic<int> parts_left{1};
+  std::size_t result_bytes = 0;
+  std::exception_ptr result_error;
   ThreadPool* thread_pool = nullptr;  // the runtime's pool(), or its ordered_pool() for `order`
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
@@ -215,6 +224,7 @@ struct Job : std::enable_shared_from_this<Job> {
           if (i > first && cancelled.load(std::memory_order_relaxed)) break;
           try {
             done[i] = worker->run(tasks[i]);
+            if (staged) staged->staged(i);
             state->add_progress(done[i]);
           } catch (const IoError& e) {
             fail(std::current_exception(), i, e.bytes_done());
@@ -302,7 +312,20 @@ struct Job : std::enable_shared_from_this<Job> {
     file.reset();
     // Every copy has completed (each worker synchronised its stream): the stream may go on.
     if (order) order->release();
-    state->complete(bytes, e, report);
+    if (staged) staged->release_all();
+    result_bytes = bytes;
+    result_error = std::move(e);
+    finish_part();
+  }
+
+  // A staged read's copies have run on its stream.
+  void copies_done() { finish_part(); }
+
+ private:
+  void finish_part() {
+    if (parts_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      state->complete(result_bytes, result_error, report);
+    }
   }
 };
 
@@ -475,8 +498,20 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     }
     MemoryInfo memory =
         spec.gathered ? classify_gathered(*file, spec) : classify_memory(spec.buffer);
+    // A stream-ordered request on GPU memory moves its bytes between the file and pinned staging
+    // of its own, on ferry's POSIX path; its stream copies (cuda/stream_order.h).
+    const bool staged = spec.stream_ordered && is_gpu(memory.kind);
+    if (staged && settings.require != Require::kAny) {
+      throw RouteError(fmt::format(
+          "{} {} offset={} len={}: {}={} refuses ferry's POSIX path, and a stream-ordered "
+          "request on GPU memory takes it (pinned staging, copied on the stream; "
+          "cuFileReadAsync is not used); call read/write, or let the route be chosen",
+          op == Op::kRead ? "read_async" : "write_async", file->path(), spec.offset, spec.size,
+          "require", to_string(settings.require)));
+    }
+    const MemoryInfo staging_memory{MemoryKind::kHostPinned, memory.device, {}};
     // Layer 1 decides on route_memory, which differs from memory only under a test hook.
-    MemoryInfo route_memory = accelerated_path().route_view(memory);
+    MemoryInfo route_memory = accelerated_path().route_view(staged ? staging_memory : memory);
     report.memory = memory.kind;
     report.device = memory.device;
     report.direct = file->direct_fd() >= 0;
@@ -516,13 +551,29 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       cufile_backend = std::move(cufile_probe.backend);
       backend = cufile_backend.get();
     }
-    auto job = std::make_shared<Job>(file, state, backend, op, static_cast<char*>(spec.buffer),
-                                     memory, settings, std::move(*tasks));
+    std::shared_ptr<cuda::StagedCopies> staged_copies;
+    if (staged && tasks->count() > 0) {
+      std::vector<cuda::StagedCopies::Piece> pieces(tasks->count());
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const Task t = (*tasks)[i];
+        pieces[i] = {t.buffer_offset, t.size};
+      }
+      staged_copies = std::make_shared<cuda::StagedCopies>(
+          static_cast<cuda::abi::Stream>(spec.stream), memory.device,
+          op == Op::kRead ? cuda::StagedCopies::Direction::kToDevice
+                          : cuda::StagedCopies::Direction::kFromDevice,
+          reinterpret_cast<cuda::abi::DevicePtr>(spec.buffer), tasks->bytes(), std::move(pieces));
+    }
+    auto job = std::make_shared<Job>(
+        file, state, backend, op,
+        staged_copies ? staged_copies->staging() : static_cast<char*>(spec.buffer),
+        staged_copies ? staging_memory : memory, settings, std::move(*tasks));
     job->start = start;
-    if (spec.stream_ordered && job->tasks.count() > 0) {
+    job->staged = staged_copies;
+    if (staged_copies && op == Op::kRead) job->parts_left = 2;
+    if (spec.stream_ordered && !staged && job->tasks.count() > 0) {
       job->order = std::make_unique<cuda::StreamOrder>(static_cast<cuda::abi::Stream>(spec.stream),
                                                        is_gpu(memory.kind) ? memory.device : -1);
-      job->context.stream_order = job->order.get();
     }
     job->owned_backend = std::move(cufile_backend);
     job->compat_refused = cufile_probe.compat_refused;
@@ -541,6 +592,20 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
           "before the call has run, on workers of its own; the work queued after waits for a "
           "flag set once the last byte is in place",
           fmt::ptr(spec.stream));
+    } else if (job->staged && op == Op::kRead) {
+      engine += fmt::format(
+          "; stream-ordered on stream {}: read into pinned staging of its own from the call "
+          "on, on workers of its own; the stream copies each task to GPU {} once it is "
+          "staged (a wait for a flag, then the copy, queued on the stream at the call), after "
+          "the work queued before the call and before the work queued after",
+          fmt::ptr(spec.stream), memory.device);
+    } else if (job->staged) {
+      engine += fmt::format(
+          "; stream-ordered on stream {}: the stream copies the buffer from GPU {} into pinned "
+          "staging of its own after the work queued before the call (the work queued after "
+          "may then change the buffer), then starts the writes from the staging, on workers "
+          "of its own",
+          fmt::ptr(spec.stream), memory.device);
     }
     report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
     if (route.path == Path::kCufile) {
@@ -554,7 +619,8 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     if (route.path == Path::kCufile) {
       job->observation = accelerated_path().observe(op, route_memory.device);
     }
-    ThreadPool& pool = job->order ? file->runtime().ordered_pool() : file->runtime().pool();
+    const bool ordered = job->order || job->staged;
+    ThreadPool& pool = ordered ? file->runtime().ordered_pool() : file->runtime().pool();
     job->thread_pool = &pool;
     if (job->tasks.count() > 0) pool.ensure_threads(jobs);
     // From here the job completes (and ends what it started) whatever happens.
@@ -569,16 +635,27 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       job->thread_pool->note_request_queued();
       for (std::size_t j = 0; j < jobs; ++j) job->thread_pool->submit([job] { job->run_one(); });
     };
-    if (!job->order) {
+    if (!ordered) {
       run_jobs();
       return future;
     }
     try {
-      // The stream starts the jobs once its earlier work has run (in a CUDA thread).
-      job->order->begin(std::move(run_jobs));
+      if (job->order) {
+        // The stream starts the jobs once its earlier work has run (in a CUDA thread).
+        job->order->begin(std::move(run_jobs));
+      } else if (op == Op::kRead) {
+        // The copies wait on the stream for each task to be staged: the jobs start now.
+        cuda::StagedCopies::queue(job->staged, [job] { job->copies_done(); });
+        run_jobs();
+      } else {
+        // The stream copies the buffer out, then starts the writes.
+        cuda::StagedCopies::queue(job->staged, std::move(run_jobs));
+      }
     } catch (...) {
+      // Nothing was started and no copy will call back: complete here, once.
       job->fail(std::current_exception(), SIZE_MAX, 0);
       job->jobs_left = 1;
+      job->parts_left = 1;
       job->complete();
     }
   } catch (...) {

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "core/fork_registry.h"
+#include "cuda/stream_order.h"
 #include "ferry/runtime.h"
 
 namespace ferry::core {
@@ -67,7 +68,10 @@ Runtime::~Runtime() = default;
 std::size_t Runtime::threads() const { return state_->pool().size(); }
 std::size_t Runtime::idle_staging() const { return state_->staging().idle(); }
 std::size_t Runtime::free_idle_staging() { return state_->staging().free_idle(); }
-std::size_t free_idle_staging() { return core::default_runtime().staging().free_idle(); }
+std::size_t free_idle_staging() {
+  // Stream-ordered GPU requests stage through a process-wide cache of their own.
+  return core::default_runtime().staging().free_idle() + cuda::free_idle_staged_copies();
+}
 std::size_t Runtime::files() const { return state_->attached(); }
 
 }  // namespace ferry

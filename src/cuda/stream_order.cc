@@ -1,5 +1,6 @@
 #include "cuda/stream_order.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -22,15 +23,16 @@ class GateSlots {
     std::uint32_t value;  // the value that opens this use of the slot
   };
 
-  // A current CUDA context is needed to allocate the first page.
-  Slot acquire() {
+  // Takes a slot for `uses` consecutive values: the stream waits for value + 1 - uses up to
+  // `value`. A current CUDA context is needed to allocate the first page.
+  Slot acquire(std::uint32_t uses = 1) {
     std::lock_guard lock(mu_);
     if (free_.empty()) grow();
     const std::size_t i = free_.back();
     free_.pop_back();
     ++in_use_;
-    const std::uint32_t value = ++next_[i];
-    return {i, host_[i], device_[i], value};
+    next_[i] += uses;
+    return {i, host_[i], device_[i], next_[i]};
   }
 
   void release(std::size_t index) {
@@ -201,6 +203,221 @@ void StreamOrder::release() noexcept {
   std::atomic_ref<std::uint32_t>(*flag_).store(value_, std::memory_order_seq_cst);
   gates().release(slot_);
 }
+
+namespace {
+
+// Pinned, portable blocks for StagedCopies, kept for reuse once given back: a request takes the
+// smallest idle block that holds it without wasting more than its own size, else a new one.
+// give() makes no CUDA call (it runs in host functions); idle blocks beyond kKeepIdle are freed
+// by the next take().
+class PinnedCache {
+ public:
+  char* take(std::size_t bytes, std::size_t* got) {
+    std::vector<std::pair<char*, std::size_t>> surplus;
+    {
+      std::lock_guard lock(mu_);
+      auto best = idle_.end();
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if (it->second >= bytes && it->second <= 2 * bytes + kGrain &&
+            (best == idle_.end() || it->second < best->second)) {
+          best = it;
+        }
+      }
+      if (best != idle_.end()) {
+        char* p = best->first;
+        *got = best->second;
+        idle_bytes_ -= best->second;
+        idle_.erase(best);
+        return p;
+      }
+      while (idle_bytes_ > kKeepIdle && !idle_.empty()) {
+        surplus.push_back(idle_.back());
+        idle_bytes_ -= idle_.back().second;
+        idle_.pop_back();
+      }
+    }
+    const Driver& d = driver();
+    for (auto& [p, n] : surplus) d.MemFreeHost(p);
+    const std::size_t size = (bytes + kGrain - 1) / kGrain * kGrain;
+    void* p = nullptr;
+    check(d.MemHostAlloc(&p, size, abi::kMemHostAllocPortable),
+          "cuMemHostAlloc (staging of a stream-ordered request)");
+    *got = size;
+    return static_cast<char*>(p);
+  }
+
+  void give(char* p, std::size_t bytes) noexcept {
+    std::lock_guard lock(mu_);
+    idle_.emplace_back(p, bytes);
+    idle_bytes_ += bytes;
+  }
+
+  std::size_t free_idle() {
+    std::vector<std::pair<char*, std::size_t>> blocks;
+    {
+      std::lock_guard lock(mu_);
+      blocks.swap(idle_);
+      idle_bytes_ = 0;
+    }
+    std::size_t freed = 0;
+    if (blocks.empty()) return 0;
+    const Driver& d = driver();
+    for (auto& [p, n] : blocks) {
+      d.MemFreeHost(p);
+      freed += n;
+    }
+    return freed;
+  }
+
+ private:
+  static constexpr std::size_t kGrain = std::size_t{2} << 20;
+  static constexpr std::size_t kKeepIdle = std::size_t{1} << 30;
+  std::mutex mu_;
+  std::vector<std::pair<char*, std::size_t>> idle_;
+  std::size_t idle_bytes_ = 0;
+};
+
+PinnedCache& pinned_cache() {
+  static auto* c = new PinnedCache;  // leaked: host functions may give blocks back at exit
+  return *c;
+}
+
+void run_staged_done(void* data) {
+  host_run.fetch_add(1, std::memory_order_relaxed);
+  std::unique_ptr<std::shared_ptr<StagedCopies>> ref(
+      static_cast<std::shared_ptr<StagedCopies>*>(data));
+  std::function<void()> done = (*ref)->take_done();
+  if (done) done();
+}
+
+}  // namespace
+
+StagedCopies::StagedCopies(abi::Stream stream, int device, Direction direction,
+                           abi::DevicePtr buffer, std::size_t bytes, std::vector<Piece> pieces)
+    : stream_(stream),
+      device_(device),
+      direction_(direction),
+      buffer_(buffer),
+      pieces_(std::move(pieces)),
+      landed_(pieces_.size(), false) {
+  const Driver& d = driver();
+  KeepContext keep(d);
+  use_stream_context(d, stream, device);
+  refuse_capture(d, stream);
+  staging_ = pinned_cache().take(std::max<std::size_t>(bytes, 1), &staging_bytes_);
+  if (direction_ == Direction::kToDevice && !pieces_.empty()) {
+    GateSlots::Slot slot = gates().acquire(static_cast<std::uint32_t>(pieces_.size()));
+    flag_ = slot.host;
+    flag_device_ = slot.device;
+    first_value_ = slot.value - static_cast<std::uint32_t>(pieces_.size()) + 1;
+    slot_ = slot.index;
+    slot_held_ = true;
+  }
+}
+
+StagedCopies::~StagedCopies() {
+  release_all();
+  pinned_cache().give(staging_, staging_bytes_);
+}
+
+std::function<void()> StagedCopies::take_done() {
+  std::lock_guard lock(mu_);
+  return std::move(done_);
+}
+
+void StagedCopies::queue(const std::shared_ptr<StagedCopies>& self, std::function<void()> done) {
+  StagedCopies& c = *self;
+  const Driver& d = driver();
+  KeepContext keep(d);
+  use_stream_context(d, c.stream_, c.device_);
+  if (at_once.load(std::memory_order_relaxed)) {
+    // The test hook: a stream of the hook's own, not ordered after the caller's work.
+    static abi::Stream own = [&] {
+      abi::Stream s = nullptr;
+      check(d.StreamCreate(&s, abi::kStreamNonBlocking), "cuStreamCreate (test hook)");
+      return s;
+    }();
+    c.stream_ = own;
+  }
+  bool queued_any = false;
+  auto fail = [&](abi::Result r, const char* what) {
+    c.release_all();
+    // What was queued still reads or writes the staging: it stays until the stream has passed
+    // it, or for good where not even that can be queued.
+    if (queued_any) {
+      auto* keep_alive = new std::shared_ptr<StagedCopies>(self);
+      if (d.LaunchHostFunc(c.stream_, &run_staged_done, keep_alive) != abi::kSuccess) {
+        (void)keep_alive;  // leaked on purpose: the stream may still use the staging
+      }
+    }
+    throw CudaError(describe(r, what), static_cast<int>(r));
+  };
+  for (std::size_t k = 0; k < c.pieces_.size(); ++k) {
+    const Piece& p = c.pieces_[k];
+    if (c.direction_ == Direction::kToDevice) {
+      abi::Result r = d.StreamWaitValue32(c.stream_, c.flag_device_,
+                                          c.first_value_ + static_cast<std::uint32_t>(k),
+                                          abi::kStreamWaitValueGeq);
+      if (r != abi::kSuccess) {
+        fail(r, k == 0 ? "cuStreamWaitValue32 (a stream-ordered read waits on the stream for "
+                         "each piece to be staged; this GPU or driver refuses stream memory "
+                         "operations)"
+                       : "cuStreamWaitValue32 (a stream-ordered read's piece)");
+      }
+      queued_any = true;
+      r = d.MemcpyHtoDAsync(c.buffer_ + p.offset, c.staging_ + p.offset, p.size, c.stream_);
+      if (r != abi::kSuccess) fail(r, "cuMemcpyHtoDAsync (a stream-ordered read's piece)");
+    } else {
+      abi::Result r =
+          d.MemcpyDtoHAsync(c.staging_ + p.offset, c.buffer_ + p.offset, p.size, c.stream_);
+      if (r != abi::kSuccess) fail(r, "cuMemcpyDtoHAsync (a stream-ordered write's piece)");
+      queued_any = true;
+    }
+  }
+  {
+    std::lock_guard lock(c.mu_);
+    c.done_ = std::move(done);
+  }
+  auto* ref = new std::shared_ptr<StagedCopies>(self);
+  abi::Result r = d.LaunchHostFunc(c.stream_, &run_staged_done, ref);
+  if (r != abi::kSuccess) {
+    delete ref;
+    c.take_done();  // never called
+    fail(r, "cuLaunchHostFunc (completing a stream-ordered request after its copies)");
+  }
+  host_queued.fetch_add(1, std::memory_order_relaxed);
+}
+
+void StagedCopies::staged(std::size_t index) noexcept {
+  std::lock_guard lock(mu_);
+  if (!slot_held_ || index >= landed_.size()) return;
+  landed_[index] = true;
+  const std::size_t before = prefix_;
+  while (prefix_ < landed_.size() && landed_[prefix_]) ++prefix_;
+  if (prefix_ != before) set_flag(prefix_);
+  if (prefix_ == landed_.size()) give_slot_back();
+}
+
+void StagedCopies::release_all() noexcept {
+  std::lock_guard lock(mu_);
+  if (!slot_held_) return;
+  prefix_ = landed_.size();
+  set_flag(prefix_);
+  give_slot_back();
+}
+
+void StagedCopies::set_flag(std::size_t prefix) noexcept {
+  // The piece's bytes (the worker's pread) happen before the store the GPU polls for.
+  std::atomic_ref<std::uint32_t>(*flag_).store(
+      first_value_ - 1 + static_cast<std::uint32_t>(prefix), std::memory_order_seq_cst);
+}
+
+void StagedCopies::give_slot_back() noexcept {
+  slot_held_ = false;
+  gates().release(slot_);
+}
+
+std::size_t free_idle_staged_copies() { return pinned_cache().free_idle(); }
 
 std::size_t stream_gates_in_use() { return gates().in_use(); }
 

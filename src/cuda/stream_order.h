@@ -1,22 +1,23 @@
 // Stream-ordered requests (File::read_async, File::write_async): the request's I/O runs on
 // ferry's workers, after the work queued on the caller's stream before the call and before the
-// work queued on it after, without blocking the caller or synchronising the stream.
+// work queued on it after, without blocking the caller or synchronising the stream. Two forms:
 //
-// At the call, on the caller's thread, two things are queued on the stream: a host function
-// (cuLaunchHostFunc) that hands the request to the workers once the stream's earlier work has
-// run, and a wait (cuStreamWaitValue32) for a flag in mapped pinned host memory, which the
-// request sets once its last copy has completed, or once it failed or was cancelled (so that
-// the stream never hangs; the error is the future's). The stream's later work then runs.
+// StreamOrder, for host memory (no copy): at the call, a host function (cuLaunchHostFunc) that
+// hands the request to the workers once the stream's earlier work has run, and a wait
+// (cuStreamWaitValue32) for a flag in mapped pinned host memory, which the request sets once done,
+// failed or cancelled (so that the stream never hangs; the error is the future's).
 //
-// The workers never wait for the GPU's work: they start only when it is done, so no worker
-// thread is held while a kernel runs, and a request never waits for one queued behind it. They
-// copy on non-blocking streams: a blocking one would wait for legacy-default-stream work queued
-// after the call, which waits for the flag.
+// StagedCopies, for GPU memory: pinned staging, with the copies queued on the caller's stream
+// itself (below).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "cuda/cuda_abi.h"
 
@@ -52,12 +53,82 @@ class StreamOrder {
   std::atomic<bool> released_{false};
 };
 
+// A stream-ordered request on GPU memory. Its bytes pass through pinned staging of its own, and
+// the copies between the staging and the buffer are queued on the caller's stream itself, at the
+// call: a read queues, for each of its pieces, a wait for a flag and the piece's copy into the
+// buffer; a write queues the copies out of the buffer; both then queue a host function (`done`).
+// The only waits on the stream are for flags that the CPU sets once a piece has been read into
+// staging, which depends on no GPU work, so no wait ever depends on GPU work queued after it.
+// (Copies on streams of ferry's, which the stream's later work waited for through a flag,
+// deadlocked once a copy stream shared a hardware queue with the waiting stream: CUDA does not
+// see an order set by cuStreamWaitValue32. tests/fake_cuda models that.)
+// A read's workers start at the call, reading into the staging while the stream's earlier work
+// runs; a write's start from `done`, once the copies have run. Thread-safe.
+class StagedCopies {
+ public:
+  enum class Direction { kToDevice, kFromDevice };
+  struct Piece {
+    std::size_t offset;  // from the request's start, in the buffer and the staging alike
+    std::size_t size;
+  };
+
+  // Takes the staging (pinned memory, reused) and, for a read, a gate slot; queues nothing.
+  // Throws CudaError.
+  StagedCopies(abi::Stream stream, int device, Direction direction, abi::DevicePtr buffer,
+               std::size_t bytes, std::vector<Piece> pieces);
+  // Gives the staging and the slot back; makes no CUDA call (it may run in a host function).
+  ~StagedCopies();
+  StagedCopies(const StagedCopies&) = delete;
+  StagedCopies& operator=(const StagedCopies&) = delete;
+
+  char* staging() const { return staging_; }
+
+  // Queues the copies and then `done`, which runs in a CUDA thread once they have run and must
+  // not call CUDA. The staging stays alive until then. Throws CudaError, having released every
+  // wait it queued; `done` is then never called.
+  static void queue(const std::shared_ptr<StagedCopies>& self, std::function<void()> done);
+  // A read: piece `index` is in the staging; the stream may copy every piece up to the first not
+  // yet staged.
+  void staged(std::size_t index) noexcept;
+  // A read that failed or was cancelled: every wait passes (the copies then move whatever the
+  // staging holds). Idempotent.
+  void release_all() noexcept;
+  // The `done` given to queue(), once (the host function's).
+  std::function<void()> take_done();
+
+ private:
+  void set_flag(std::size_t prefix) noexcept;
+  void give_slot_back() noexcept;
+
+  abi::Stream stream_;
+  int device_;
+  Direction direction_;
+  abi::DevicePtr buffer_;
+  std::vector<Piece> pieces_;
+  char* staging_ = nullptr;
+  std::size_t staging_bytes_ = 0;
+  std::function<void()> done_;
+  std::mutex mu_;
+  std::vector<bool> landed_;
+  std::size_t prefix_ = 0;  // pieces staged from the first on
+  std::uint32_t* flag_ = nullptr;
+  abi::DevicePtr flag_device_ = 0;
+  std::uint32_t first_value_ = 0;  // the value that lets piece 0 be copied
+  std::size_t slot_ = 0;
+  bool slot_held_ = false;
+};
+
+// Pinned staging of stream-ordered GPU requests that no request holds: freed on request
+// (KvikIO's bounce_buffer_free). Returns the bytes freed.
+std::size_t free_idle_staged_copies();
+
 // The gate slots in use (tests: every slot comes back once its request completes).
 std::size_t stream_gates_in_use();
 
 namespace testing {
-// Tests only: begin() calls `start` at once instead of from the stream, so requests no longer
-// wait for the stream's earlier work (a test shows that its check then sees the order broken).
+// Tests only: requests no longer wait for the stream's earlier work (a test shows that its check
+// then sees the order broken): begin() calls `start` at once instead of from the stream, and
+// StagedCopies::queue() queues on a stream of its own instead of the caller's.
 void start_at_once(bool at_once);
 // Host functions queued on streams by begin(), and those the streams have run (diagnostics).
 std::uint64_t host_functions_queued();

@@ -54,7 +54,6 @@ void destroy(Stager& s) {
     if (d == nullptr) return;  // CUDA is gone (a fork() child): nothing can be freed
     cuda::use_device(s.device);
     if (s.stream != nullptr) d->StreamDestroy(s.stream);
-    if (s.nonblocking != nullptr) d->StreamDestroy(s.nonblocking);
     for (cuda::abi::Event e : s.events) {
       if (e != nullptr) d->EventDestroy(e);
     }
@@ -118,14 +117,6 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
 }
 
 }  // namespace
-
-cuda::abi::Stream Stager::unordered_stream() {
-  if (nonblocking == nullptr) {
-    cuda::check(cuda::driver().StreamCreate(&nonblocking, cuda::abi::kStreamNonBlocking),
-                "cuStreamCreate (non-blocking, for a stream-ordered request)");
-  }
-  return nonblocking;
-}
 
 BouncePool::Handle BouncePool::acquire(int device, std::size_t size) {
   {

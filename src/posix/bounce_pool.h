@@ -23,10 +23,6 @@ struct Stager {
   std::size_t size = 0;
   std::vector<char*> slots;
   cuda::abi::Stream stream = nullptr;
-  // For stream-ordered requests (cuda/stream_order.h): a non-blocking stream, made on first use
-  // (the device's context current). Throws CudaError.
-  cuda::abi::Stream nonblocking = nullptr;
-  cuda::abi::Stream unordered_stream();
   std::vector<cuda::abi::Event> events;  // events[i] completes when slots[i] may be reused
   std::vector<bool> pending;             // an event was recorded on slots[i] and not yet waited for
   std::size_t next = 0;                  // the slot to use next

@@ -49,7 +49,7 @@ class PosixWorker final : public core::Worker {
     if (gpu_) {
       cuda::use_device(c.memory.device);
       stager_ = c.file.runtime().staging().acquire(c.memory.device, bounce_size(c.settings));
-      stream_ = c.stream_order != nullptr ? stager_->unordered_stream() : stager_->stream;
+      stream_ = stager_->stream;
     } else if (dfd_ >= 0) {
       stager_ = c.file.runtime().staging().acquire(-1, bounce_size(c.settings));
     }
@@ -359,11 +359,9 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
   if (is_gpu(c.memory.kind)) {
     return fmt::format(
         "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
-        "GPU {} on {}",
+        "GPU {} on streams ordered after the default stream",
         call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
-        c.op == Op::kRead ? "copied to" : "copied from", c.memory.device,
-        c.stream_order != nullptr ? "non-blocking streams"
-                                  : "streams ordered after the default stream");
+        c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
   }
   return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
                      c.op == Op::kRead ? "straight into" : "straight from",
