@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/error.h"
@@ -48,6 +50,37 @@ void expect_io_error(Body body, const std::string& path, int err) {
     EXPECT_EQ(e.path(), path);
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
+}
+
+// The sanitizer this test binary was built with, for tests that cannot run under it.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
+// True where the GPU tests run on the test double of libcuda (tests/fake_cuda), which keeps
+// device memory in host RAM and runs cuMemsetD8 synchronously.
+inline bool on_fake_cuda() {
+  const char* lib = std::getenv("FERRY_CUDA_LIBRARY");
+  return lib != nullptr && std::string_view(lib).find("fake_cuda") != std::string_view::npos;
+}
+
+// The hardware queues the test double of libcuda gives streams (CUDA_DEVICE_MAX_CONNECTIONS).
+inline int fake_cuda_queues() {
+  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  return v != nullptr && *v != '\0' ? std::atoi(v) : 8;
 }
 
 inline std::vector<unsigned char> random_bytes(std::size_t size, std::uint64_t seed) {

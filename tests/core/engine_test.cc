@@ -466,29 +466,12 @@ std::string in_child(Body child) {
   return "signal " + std::to_string(WTERMSIG(status));
 }
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
-#else
-constexpr bool kTsan = false;
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-
 TEST(Fork, TheChildReadsWhileTheParentHadRequestsInFlight) {
-  if (kTsan) {
+  if (test::kThreadSanitizer) {
     GTEST_SKIP() << "ThreadSanitizer cannot start threads in the child of a multi-threaded "
                     "fork(); the plain build runs this test";
   }
-  if (kAsan) {
+  if (test::kAddressSanitizer) {
     // Seen in CI: every thread of the child waited on one lock of ASan's allocator, held at
     // fork() by a parent thread that was allocating (g++ 12's libasan does not take its
     // allocator's locks around fork(), as glibc's malloc does).
