@@ -77,10 +77,14 @@ inline bool on_fake_cuda() {
   return lib != nullptr && std::string_view(lib).find("fake_cuda") != std::string_view::npos;
 }
 
-// The hardware queues the test double of libcuda gives streams (CUDA_DEVICE_MAX_CONNECTIONS).
+// The hardware queues the test double of libcuda gives streams: CUDA_DEVICE_MAX_CONNECTIONS,
+// else its variant's default (tests/fake_cuda/CMakeLists.txt).
 inline int fake_cuda_queues() {
   const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  return v != nullptr && *v != '\0' ? std::atoi(v) : 8;
+  if (v != nullptr && *v != '\0') return std::atoi(v);
+  const char* lib = std::getenv("FERRY_CUDA_LIBRARY");
+  return lib != nullptr && std::string_view(lib).find("one_queue") != std::string_view::npos ? 1
+                                                                                             : 8;
 }
 
 inline std::vector<unsigned char> random_bytes(std::size_t size, std::uint64_t seed) {

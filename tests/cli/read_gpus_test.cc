@@ -13,9 +13,11 @@ namespace {
 
 constexpr const char* kNoDriver = "FERRY_CUDA_LIBRARY=/nonexistent/libcuda.so.1";
 
+// `ferry check --json` gives the count ("gpus": 2); the size of that number, which this read
+// before, is 1 whatever the count (found on the two-GPU test double of libcuda).
 int gpu_count() {
   auto j = run_cli_json("check");
-  return j["cuda"]["available"] == true ? static_cast<int>(j["cuda"]["gpus"].size()) : 0;
+  return j["cuda"]["available"] == true ? j["cuda"]["gpus"].get<int>() : 0;
 }
 
 TEST(CliReadGpus, MalformedListsAreRefusedBeforeAnyIo) {

@@ -15,8 +15,11 @@
 //   - Device memory lives at addresses the process cannot touch (a reserved PROT_NONE range), so
 //     host code that dereferences a device pointer crashes here as it would on a GPU.
 // Pinned and managed memory are ordinary host memory. Copies are memcpy on the queue's thread.
-// Environment: FERRY_FAKE_CUDA_GPUS (devices, default 1), FERRY_FAKE_CUDA_GPU_MEMORY (bytes per
-// device, default 64 GiB of address space), CUDA_DEVICE_MAX_CONNECTIONS (queues, 1 to 32).
+// Environment: FERRY_FAKE_CUDA_GPUS (devices), FERRY_FAKE_CUDA_GPU_MEMORY (bytes per device,
+// default 64 GiB of address space), CUDA_DEVICE_MAX_CONNECTIONS (queues, 1 to 32). Their defaults
+// (1 device, 8 queues) are build-time macros, FERRY_FAKE_CUDA_DEFAULT_GPUS and
+// FERRY_FAKE_CUDA_DEFAULT_QUEUES, so that CTest can run variants with one variable set
+// (FERRY_CUDA_LIBRARY naming the variant).
 #include <sys/mman.h>
 
 #include <atomic>
@@ -33,6 +36,13 @@
 #include <vector>
 
 #include "cuda/cuda_abi.h"
+
+#ifndef FERRY_FAKE_CUDA_DEFAULT_GPUS
+#define FERRY_FAKE_CUDA_DEFAULT_GPUS 1
+#endif
+#ifndef FERRY_FAKE_CUDA_DEFAULT_QUEUES
+#define FERRY_FAKE_CUDA_DEFAULT_QUEUES 8
+#endif
 
 namespace abi = ferry::cuda::abi;
 using abi::Result;
@@ -335,10 +345,12 @@ FAKE_API Result cuInit(unsigned int flags) {
   static std::once_flag once;
   std::call_once(once, [] {
     auto* s = new State;
-    s->devices = static_cast<int>(env_long("FERRY_FAKE_CUDA_GPUS", 1, 0, 16));
+    s->devices =
+        static_cast<int>(env_long("FERRY_FAKE_CUDA_GPUS", FERRY_FAKE_CUDA_DEFAULT_GPUS, 0, 16));
     s->device_memory =
         static_cast<std::size_t>(env_long("FERRY_FAKE_CUDA_GPU_MEMORY", 64L << 30, 1, 1L << 40));
-    s->queues = static_cast<int>(env_long("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32));
+    s->queues = static_cast<int>(
+        env_long("CUDA_DEVICE_MAX_CONNECTIONS", FERRY_FAKE_CUDA_DEFAULT_QUEUES, 1, 32));
     s->queue_ops.resize(s->queues);
     s->queue_started.assign(s->queues, false);
     void* range =
