@@ -11,6 +11,7 @@
 #include <new>
 
 #include "cuda/cuda_driver.h"
+#include "posix/numa_staging.h"
 
 namespace ferry::posix {
 namespace {
@@ -23,13 +24,16 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 // threads (64 MiB: 40 ms), where this costs 11 to 17 ms for 64 MiB, most of it page faults that
 // run in each worker's own thread. Returns null when registration fails (the caller then uses
 // cuMemHostAlloc). Kept for the life of the process, like every stager.
-char* map_and_register(std::size_t bytes, void** mapping, std::size_t* mapped_bytes) {
+// `node` >= 0: the pages are placed on that NUMA node (the GPU's, posix/numa_staging.h) as they
+// are first written below.
+char* map_and_register(std::size_t bytes, int node, void** mapping, std::size_t* mapped_bytes) {
   const std::size_t mapped = bytes + kHugePage;  // room to align the region to a huge page
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   auto aligned = (reinterpret_cast<std::uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
   char* region = reinterpret_cast<char*>(aligned);
   madvise(region, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too, more slowly
+  if (node >= 0) prefer_node(region, bytes, node);  // a preference: elsewhere still works
   // Not inherited by fork(): a child must never share (and copy-on-write) pages the GPU has
   // pinned; its runtime starts new staging there (RuntimeState::restart_in_child).
   madvise(p, mapped, MADV_DONTFORK);
@@ -78,7 +82,8 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
   s->events.assign(kPipelineDepth, nullptr);
   s->pending.assign(kPipelineDepth, false);
   if (device >= 0 && size <= SIZE_MAX / (2 * kPipelineDepth)) {
-    s->registered = map_and_register(size * kPipelineDepth, &s->mapping, &s->mapped);
+    const int node = staging_node(device).node;
+    s->registered = map_and_register(size * kPipelineDepth, node, &s->mapping, &s->mapped);
     if (s->registered != nullptr) {
       for (std::size_t i = 0; i < kPipelineDepth; ++i) s->slots[i] = s->registered + i * size;
     }

@@ -13,6 +13,7 @@
 #include "cuda/cuda_driver.h"
 #include "ferry/error.h"
 #include "posix/bounce_pool.h"
+#include "posix/numa_staging.h"
 #include "posix/page_cache.h"
 
 namespace ferry::posix {
@@ -357,10 +358,12 @@ std::string PosixBackend::describe(const core::RequestContext& c) const {
   const char* call = c.op == Op::kRead ? (direct ? "O_DIRECT pread" : "pread")
                                        : (direct ? "O_DIRECT pwrite" : "pwrite");
   if (is_gpu(c.memory.kind)) {
+    const StagingNode node = staging_node(c.memory.device);
     return fmt::format(
-        "{} through pinned bounce buffers ({} x {} per thread, {} thread(s)), {} "
+        "{} through pinned bounce buffers ({} x {} per thread, {} thread(s){}), {} "
         "GPU {} on streams ordered after the default stream",
         call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
+        node.node >= 0 ? fmt::format(", on NUMA node {}, the GPU's", node.node) : "",
         c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
   }
   return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
