@@ -271,21 +271,50 @@ class PosixWorker final : public core::Worker {
       write_full(fd, src, len, off);
       return;
     }
+    if (gpu_) {
+      write_from_gpu(fd, src, len, off);
+      return;
+    }
     std::size_t done = 0;
     while (done < len && !c_.cancelled.load(std::memory_order_relaxed)) {
       const std::size_t n = std::min(stager_->size, len - done);
       char* bounce = stager_->slots[0];
-      if (gpu_) {
-        const cuda::Driver& d = cuda::driver();
-        cuda::check(d.MemcpyDtoHAsync(bounce, reinterpret_cast<cuda::abi::DevicePtr>(src + done), n,
-                                      stream_),
-                    "cuMemcpyDtoHAsync");
-        cuda::check(d.StreamSynchronize(stream_), "cuStreamSynchronize");
-      } else {
-        std::memcpy(bounce, src + done, n);
-      }
+      std::memcpy(bounce, src + done, n);
       write_full(fd, bounce, n, off + done);
       done += n;
+    }
+  }
+
+  // A write from GPU memory, double-buffered: the copy of chunk j + 1 into one bounce slot runs
+  // while chunk j is written from the other, so that one writer keeps the GPU copy off its
+  // critical path (bench/NOTES.md §4). Chunks are a quarter of the segment (at least 1 MiB, at
+  // most a slot, whole O_DIRECT blocks), so a task of one slot's size overlaps too. The chunks
+  // are written in order: a failure leaves the prefix written, as moved_ says.
+  void write_from_gpu(int fd, const char* src, std::size_t len, std::uint64_t off) {
+    constexpr std::size_t kMinChunk = std::size_t{1} << 20;
+    std::size_t chunk = std::min(stager_->size, std::max(kMinChunk, (len + 3) / 4));
+    if (chunk > kAlignment) chunk = chunk / kAlignment * kAlignment;
+    const cuda::Driver& d = cuda::driver();
+    auto copy = [&](std::size_t at) {
+      const std::size_t slot = next_slot();
+      const std::size_t n = std::min(chunk, len - at);
+      cuda::check(d.MemcpyDtoHAsync(stager_->slots[slot],
+                                    reinterpret_cast<cuda::abi::DevicePtr>(src + at), n, stream_),
+                  "cuMemcpyDtoHAsync");
+      cuda::check(d.EventRecord(stager_->events[slot], stream_), "cuEventRecord");
+      stager_->pending[slot] = true;
+      return slot;
+    };
+    std::size_t slot = copy(0);
+    for (std::size_t at = 0; at < len && !c_.cancelled.load(std::memory_order_relaxed);) {
+      const std::size_t n = std::min(chunk, len - at);
+      const std::size_t next = at + n < len ? copy(at + n) : SIZE_MAX;
+      cuda::check(d.EventSynchronize(stager_->events[slot]),
+                  "cuEventSynchronize (copy into a bounce buffer)");
+      stager_->pending[slot] = false;
+      write_full(fd, stager_->slots[slot], n, off + at);
+      at += n;
+      slot = next;
     }
   }
 

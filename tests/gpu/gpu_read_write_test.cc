@@ -225,6 +225,30 @@ TEST_F(Gpu, WritesFromEveryKindReadBackExactly) {
   }
 }
 
+// With the default 4 MiB tasks a write from GPU memory is cut into chunks whose copies overlap the
+// previous chunk's write (write_from_gpu): buffered and O_DIRECT, from an unaligned offset, with a
+// task that ends inside a chunk.
+TEST_F(Gpu, WritesFromGpuMemoryInOverlappingChunksLandInOrder) {
+  TempDir dir(std::filesystem::current_path().string());  // a file system that takes O_DIRECT
+  const std::size_t size = (40 << 20) + 4096 * 3 + 77;
+  auto data = test::random_bytes(size, 47);
+  Buffer b(MemoryKind::kDevice, size + 13, 0);
+  b.copy_from_host(data.data(), size, 13);
+  for (bool direct : {false, true}) {
+    FileOptions options;
+    options.direct = direct;
+    {
+      File file(dir / "c.bin", "w", options);
+      IoFuture w = file.pwrite(static_cast<char*>(b.data()) + 13, size, 4096);
+      EXPECT_EQ(w.get(), size);
+      EXPECT_EQ(w.route().tasks, (size + (4 << 20) - 1) / (4 << 20));
+    }
+    auto back = test::read_file(dir / "c.bin");
+    ASSERT_EQ(back.size(), size + 4096);
+    EXPECT_EQ(0, std::memcmp(back.data() + 4096, data.data(), size)) << "direct " << direct;
+  }
+}
+
 TEST_F(Gpu, ReadsEightGibUnalignedIntoDeviceMemory) {
   if (test::on_fake_cuda()) GTEST_SKIP() << "sized for a GPU: the fake keeps device memory in RAM";
   TempDir dir;
