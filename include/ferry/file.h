@@ -114,17 +114,21 @@ class File {
   // Stream-ordered: reads `size` bytes at `file_offset` into `buf` (GPU or host memory) after
   // the work queued on `stream` (a CUstream / cudaStream_t; nullptr is the legacy default
   // stream) before this call, and before the work queued on it after, without blocking the
-  // caller or synchronising the stream. The stream hands the request to ferry's workers (a pool
-  // of their own) once its earlier work has run (cuLaunchHostFunc); its later work waits for the
-  // request to complete (cuStreamWaitValue32 on a flag in mapped host memory). The future
-  // completes with the bytes or the error; a failed or cancelled request releases the stream
-  // too, so the stream's later work then sees whatever the buffer holds: check the future.
-  // Dropping the future does not wait: the buffer must stay allocated until the stream has
-  // passed the read (free it with cudaFreeAsync on the stream, or after synchronising it).
-  // Errors (no driver, a bad stream) complete the future, before any I/O.
+  // caller or synchronising the stream. Into GPU memory, ferry's workers (a pool of their own)
+  // read the file into pinned staging at once, and the stream itself copies each piece into
+  // `buf` once it is staged (the copies and their waits are queued on it at the call); into host
+  // memory, the stream hands the request to the workers once its earlier work has run and its
+  // later work waits for the request. The future completes with the bytes or the error; a
+  // failed or cancelled request releases the stream too, so the stream's later work then sees
+  // whatever the buffer holds: check the future. Dropping the future does not wait: the buffer
+  // must stay allocated until the stream has passed the read (free it with cudaFreeAsync on the
+  // stream, or after synchronising it). Errors (no driver, a bad stream, require=cufile or gds
+  // with GPU memory, which always takes ferry's POSIX path here) complete the future, before
+  // any I/O.
   IoFuture read_async(void* buf, std::size_t size, std::uint64_t file_offset, void* stream);
-  // The same for a write of `buf`: it reads the buffer after the stream's earlier work, and the
-  // stream's later work (which may overwrite the buffer) waits for the write to complete.
+  // The same for a write of `buf`: it reads the buffer after the stream's earlier work (GPU
+  // memory: the stream copies it into staging, then the writes start), and the stream's later
+  // work may change the buffer once that copy has run (host memory: once the write completes).
   IoFuture write_async(const void* buf, std::size_t size, std::uint64_t file_offset, void* stream);
   // Reads every range in one request (the tensors of a checkpoint, rows of a table): the ranges
   // are cut into tasks of at most task_size and run on the workers like one large read, with one
