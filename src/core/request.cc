@@ -156,7 +156,7 @@ struct Job : std::enable_shared_from_this<Job> {
   std::atomic<int> parts_left{1};
   std::size_t result_bytes = 0;
   std::exception_ptr result_error;
-  ThreadPool* thread_pool = nullptr;  // the runtime's pool(), or its ordered_pool() for `order`
+  ThreadPool* thread_pool = nullptr;  // the runtime's pool(), or ordered_pool() (stream-ordered)
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
       MemoryInfo memory, Settings settings, RequestTasks t)
@@ -572,8 +572,8 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     job->staged = staged_copies;
     if (staged_copies && op == Op::kRead) job->parts_left = 2;
     if (spec.stream_ordered && !staged && job->tasks.count() > 0) {
-      job->order = std::make_unique<cuda::StreamOrder>(static_cast<cuda::abi::Stream>(spec.stream),
-                                                       is_gpu(memory.kind) ? memory.device : -1);
+      job->order =
+          std::make_unique<cuda::StreamOrder>(static_cast<cuda::abi::Stream>(spec.stream), -1);
     }
     job->owned_backend = std::move(cufile_backend);
     job->compat_refused = cufile_probe.compat_refused;
