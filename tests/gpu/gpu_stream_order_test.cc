@@ -343,6 +343,85 @@ TEST_P(GpuStream, FailedAndCancelledRequestsReleaseTheStream) {
   EXPECT_EQ(cuda::stream_gates_in_use(), 0u);
 }
 
+// Several streams, each held by a gate of its own, with reads queued on them from several threads
+// at once; the gates open in the reverse order of the streams' creation, after every read was
+// queued. No wait on any stream depends on GPU work queued after it, so whichever hardware queue
+// each stream shares (FakeGpu1: all of them one), every read lands, in its stream's order.
+TEST(GpuStreams, ReadsOnManyHeldStreamsFromManyThreadsAllLand) {
+  CudaStatus cuda = cuda_status();
+  if (!cuda.available || cuda.gpus.empty()) GTEST_SKIP() << "no GPU: " << cuda.why_not;
+  const cuda::Driver& d = cuda::driver();
+  cuda::use_device(0);
+  TempDir dir;
+  const std::size_t size = (3 << 20) + 1000;
+  const auto data = test::pattern_bytes(size * 4, 69);
+  test::write_file(dir / "f.bin", data);
+  constexpr int kStreams = 3;
+  constexpr int kReads = 8;
+  void* page = nullptr;
+  ASSERT_EQ(d.MemHostAlloc(&page, 4096, abi::kMemHostAllocPortable | abi::kMemHostAllocDeviceMap),
+            abi::kSuccess);
+  std::memset(page, 0, 4096);
+  auto* gate = static_cast<std::uint32_t*>(page);
+  std::vector<abi::Stream> streams(kStreams);
+  std::vector<Buffer> gpu;
+  std::vector<Buffer> out;
+  for (int s = 0; s < kStreams; ++s) {
+    ASSERT_EQ(d.StreamCreate(&streams[s], abi::kStreamDefault), abi::kSuccess);
+    gpu.emplace_back(MemoryKind::kDevice, size, 0);
+    for (int r = 0; r < kReads; ++r) out.emplace_back(MemoryKind::kHostPinned, size, 0);
+  }
+  std::atomic<bool> finished{false};
+  std::atomic<bool> fired{false};
+  std::thread watchdog([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!finished.load() && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (finished.load()) return;
+    fired.store(true);
+    for (int s = 0; s < kStreams; ++s) std::atomic_ref<std::uint32_t>(gate[s]).store(1);
+  });
+  FileOptions options;
+  options.settings.set("task_size", "512KiB");
+  File f(dir / "f.bin", "r", options);
+  std::vector<std::vector<IoFuture>> futures(kStreams);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kStreams; ++s) {
+    threads.emplace_back([&, s] {
+      cuda::use_device(0);
+      abi::DevicePtr g = 0;
+      ASSERT_EQ(d.MemHostGetDevicePointer(&g, &gate[s], 0), abi::kSuccess);
+      ASSERT_EQ(d.StreamWaitValue32(streams[s], g, 1, abi::kStreamWaitValueGeq), abi::kSuccess);
+      for (int r = 0; r < kReads; ++r) {
+        const std::uint64_t at = ((s + r) % 4) * size;
+        futures[s].push_back(f.read_async(gpu[s].data(), size, at, streams[s]));
+        ASSERT_EQ(d.MemcpyDtoHAsync(out[s * kReads + r].data(), dptr(gpu[s]), size, streams[s]),
+                  abi::kSuccess);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int s = kStreams - 1; s >= 0; --s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::atomic_ref<std::uint32_t>(gate[s]).store(1);
+  }
+  for (int s = 0; s < kStreams; ++s) EXPECT_EQ(d.StreamSynchronize(streams[s]), abi::kSuccess);
+  finished.store(true);
+  watchdog.join();
+  EXPECT_FALSE(fired.load()) << "a stream did not pass its reads until the watchdog opened it";
+  for (int s = 0; s < kStreams; ++s) {
+    for (int r = 0; r < kReads; ++r) {
+      EXPECT_EQ(futures[s][r].get(), size);
+      const std::uint64_t at = ((s + r) % 4) * size;
+      EXPECT_EQ(0, std::memcmp(out[s * kReads + r].data(), data.data() + at, size))
+          << "stream " << s << " read " << r;
+    }
+    d.StreamDestroy(streams[s]);
+  }
+  d.MemFreeHost(page);
+  EXPECT_EQ(cuda::stream_gates_in_use(), 0u);
+}
+
 std::string stream_name(const ::testing::TestParamInfo<bool>& p) {
   return p.param ? "LegacyDefaultStream" : "OwnStream";
 }
