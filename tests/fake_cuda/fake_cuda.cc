@@ -20,6 +20,7 @@
 // (1 device, 8 queues) are build-time macros, FERRY_FAKE_CUDA_DEFAULT_GPUS and
 // FERRY_FAKE_CUDA_DEFAULT_QUEUES, so that CTest can run variants with one variable set
 // (FERRY_CUDA_LIBRARY naming the variant).
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -113,8 +114,8 @@ struct Allocation {
 };
 
 // Device addresses: a reserved range nothing can touch; allocations take it bump-wise (64 KiB
-// aligned) and are never given out twice.
-constexpr std::size_t kDeviceRange = std::size_t{1} << 40;
+// aligned) and are never given out twice. 256 GiB where the address space allows, less under
+// ThreadSanitizer, whose shadow memory leaves applications a smaller one (State::device_range).
 
 struct State {
   std::mutex mu;
@@ -129,6 +130,7 @@ struct State {
   std::vector<std::deque<Op>> queue_ops;
   std::vector<bool> queue_started;
   std::uintptr_t device_base = 0;
+  std::size_t device_range = 0;
   std::uintptr_t device_next = 0;
   std::vector<std::size_t> device_used;
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
@@ -139,14 +141,32 @@ struct State {
 };
 
 State* state = nullptr;  // set by cuInit; leaked (threads run while the process exits)
-thread_local Context* current = nullptr;
-thread_local bool in_host_fn = false;
+// The current context of each thread, in a pthread key rather than thread_local: this library is
+// dlopen()ed, so thread_local would be dynamic TLS, which g++ 12's LeakSanitizer crashes on while
+// it scans threads at exit (seen in CI: "Tracer caught signal 11").
+pthread_key_t current_key;
+std::once_flag current_key_once;
+Context* current_ctx() {
+  std::call_once(current_key_once, [] { pthread_key_create(&current_key, nullptr); });
+  return static_cast<Context*>(pthread_getspecific(current_key));
+}
+void set_current(Context* c) {
+  current_ctx();  // the key exists
+  pthread_setspecific(current_key, c);
+}
+// The host-function thread: driver calls from it fail, as CUDA's do from a host function.
+std::atomic<bool> host_thread_known{false};
+pthread_t host_thread;
+bool in_host_fn() {
+  return host_thread_known.load(std::memory_order_acquire) &&
+         pthread_equal(pthread_self(), host_thread);
+}
 
 // Every entry point but cuInit and the error texts starts with this.
 #define FAKE_ENTER()                              \
   do {                                            \
     if (state == nullptr) return kNotInitialized; \
-    if (in_host_fn) return kNotPermitted;         \
+    if (in_host_fn()) return kNotPermitted;       \
   } while (0)
 
 const Allocation* find(std::uintptr_t p, std::uintptr_t* start) {
@@ -164,7 +184,7 @@ const Allocation* find(std::uintptr_t p, std::uintptr_t* start) {
 // their storage; any other address is taken as host memory. Null for a range that runs past a
 // device allocation or lies in the device range unallocated.
 void* host_view(std::uintptr_t p, std::size_t bytes) {
-  if (p >= state->device_base && p < state->device_base + kDeviceRange) {
+  if (p >= state->device_base && p < state->device_base + state->device_range) {
     std::uintptr_t start = 0;
     const Allocation* a = find(p, &start);
     if (a == nullptr || a->memory_type != abi::kMemoryTypeDevice || bytes > a->bytes - (p - start))
@@ -175,6 +195,8 @@ void* host_view(std::uintptr_t p, std::size_t bytes) {
 }
 
 void run_host_fns() {
+  host_thread = pthread_self();
+  host_thread_known.store(true, std::memory_order_release);
   for (;;) {
     Op op;
     {
@@ -183,9 +205,7 @@ void run_host_fns() {
       op = state->host_fns.front();
       state->host_fns.pop_front();
     }
-    in_host_fn = true;
     op.fn(op.data);
-    in_host_fn = false;
     std::lock_guard lock(state->mu);
     ++state->host_fns_done;
     state->changed.notify_all();
@@ -240,11 +260,11 @@ void run_queue(int q) {
 Stream* resolve(abi::Stream handle, Result* error) {
   const auto h = reinterpret_cast<std::uintptr_t>(handle);
   if (h == 0 || h == 1 || h == 2) {
-    if (current == nullptr) {
+    if (current_ctx() == nullptr) {
       *error = kInvalidContext;
       return nullptr;
     }
-    return state->legacy[current->device];
+    return state->legacy[current_ctx()->device];
   }
   return reinterpret_cast<Stream*>(handle);
 }
@@ -295,9 +315,9 @@ Stream* make_stream(Context* c, bool legacy, bool non_blocking) {
 // The synchronous calls (cuMemcpyHtoD, cuMemcpyDtoH, cuMemsetD8) run on the legacy default
 // stream and return once done.
 Result run_sync(Op op) {
-  if (current == nullptr) return kInvalidContext;
+  if (current_ctx() == nullptr) return kInvalidContext;
   std::unique_lock lock(state->mu);
-  Stream* s = state->legacy[current->device];
+  Stream* s = state->legacy[current_ctx()->device];
   enqueue(s, std::move(op));
   wait_done(lock, s, s->queued);
   return abi::kSuccess;
@@ -353,8 +373,12 @@ FAKE_API Result cuInit(unsigned int flags) {
         env_long("CUDA_DEVICE_MAX_CONNECTIONS", FERRY_FAKE_CUDA_DEFAULT_QUEUES, 1, 32));
     s->queue_ops.resize(s->queues);
     s->queue_started.assign(s->queues, false);
-    void* range =
-        mmap(nullptr, kDeviceRange, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* range = MAP_FAILED;
+    for (std::size_t bytes = std::size_t{256} << 30; range == MAP_FAILED && bytes >= (4UL << 30);
+         bytes /= 4) {
+      range = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      s->device_range = bytes;
+    }
     if (range == MAP_FAILED) {
       std::perror("fake libcuda: reserving the device address range");
       std::abort();
@@ -479,13 +503,13 @@ FAKE_API Result cuDevicePrimaryCtxReset_v2(abi::Device device) {
 
 FAKE_API Result cuCtxSetCurrent(abi::Context context) {
   FAKE_ENTER();
-  current = reinterpret_cast<Context*>(context);
+  set_current(reinterpret_cast<Context*>(context));
   return abi::kSuccess;
 }
 
 FAKE_API Result cuCtxGetCurrent(abi::Context* context) {
   FAKE_ENTER();
-  *context = reinterpret_cast<abi::Context>(current);
+  *context = reinterpret_cast<abi::Context>(current_ctx());
   return abi::kSuccess;
 }
 
@@ -517,20 +541,21 @@ Result host_allocation(void* p, std::size_t bytes, bool managed) {
   std::lock_guard lock(state->mu);
   state->allocations[reinterpret_cast<std::uintptr_t>(p)] =
       Allocation{bytes, managed ? abi::kMemoryTypeDevice : abi::kMemoryTypeHost, managed,
-                 current->device, nullptr};
+                 current_ctx()->device, nullptr};
   return abi::kSuccess;
 }
 }  // namespace
 
 FAKE_API Result cuMemAlloc_v2(abi::DevicePtr* ptr, std::size_t bytes) {
   FAKE_ENTER();
-  if (current == nullptr) return kInvalidContext;
+  if (current_ctx() == nullptr) return kInvalidContext;
   if (bytes == 0) return kInvalidValue;
   std::lock_guard lock(state->mu);
-  const int dev = current->device;
+  const int dev = current_ctx()->device;
   if (bytes > state->device_memory - state->device_used[dev]) return abi::kErrorOutOfMemory;
   const std::size_t span = (bytes + 0xffff) & ~std::size_t{0xffff};
-  if (state->device_next + span > state->device_base + kDeviceRange) return abi::kErrorOutOfMemory;
+  if (state->device_next + span > state->device_base + state->device_range)
+    return abi::kErrorOutOfMemory;
   void* storage = std::malloc(bytes);
   if (storage == nullptr) return abi::kErrorOutOfMemory;
   std::memset(storage, 0xd0, bytes);  // fresh device memory holds no zeros to rely on
@@ -544,7 +569,7 @@ FAKE_API Result cuMemAlloc_v2(abi::DevicePtr* ptr, std::size_t bytes) {
 
 FAKE_API Result cuMemAllocManaged(abi::DevicePtr* ptr, std::size_t bytes, unsigned int) {
   FAKE_ENTER();
-  if (current == nullptr) return kInvalidContext;
+  if (current_ctx() == nullptr) return kInvalidContext;
   if (bytes == 0) return kInvalidValue;
   void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (p == nullptr) return abi::kErrorOutOfMemory;
@@ -574,7 +599,7 @@ FAKE_API Result cuMemFree_v2(abi::DevicePtr ptr) {
 
 FAKE_API Result cuMemHostAlloc(void** ptr, std::size_t bytes, unsigned int) {
   FAKE_ENTER();
-  if (current == nullptr) return kInvalidContext;
+  if (current_ctx() == nullptr) return kInvalidContext;
   if (bytes == 0) return kInvalidValue;
   void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (p == nullptr) return abi::kErrorOutOfMemory;
@@ -595,7 +620,7 @@ FAKE_API Result cuMemFreeHost(void* ptr) {
 
 FAKE_API Result cuMemHostRegister_v2(void* ptr, std::size_t bytes, unsigned int) {
   FAKE_ENTER();
-  if (current == nullptr) return kInvalidContext;
+  if (current_ctx() == nullptr) return kInvalidContext;
   if (bytes == 0) return kInvalidValue;
   {
     std::lock_guard lock(state->mu);
@@ -659,11 +684,11 @@ FAKE_API Result cuMemsetD8_v2(abi::DevicePtr dst, unsigned char value, std::size
 
 FAKE_API Result cuStreamCreate(abi::Stream* stream, unsigned int flags) {
   FAKE_ENTER();
-  if (current == nullptr) return kInvalidContext;
+  if (current_ctx() == nullptr) return kInvalidContext;
   if ((flags & ~abi::kStreamNonBlocking) != 0) return kInvalidValue;
   std::lock_guard lock(state->mu);
-  Stream* s = make_stream(current, false, (flags & abi::kStreamNonBlocking) != 0);
-  if (!s->non_blocking) state->blocking[current->device].push_back(s);
+  Stream* s = make_stream(current_ctx(), false, (flags & abi::kStreamNonBlocking) != 0);
+  if (!s->non_blocking) state->blocking[current_ctx()->device].push_back(s);
   *stream = reinterpret_cast<abi::Stream>(s);
   return abi::kSuccess;
 }
