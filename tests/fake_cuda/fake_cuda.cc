@@ -125,6 +125,7 @@ struct State {
   std::vector<Context*> contexts;
   std::vector<Stream*> legacy;                 // per device
   std::vector<std::vector<Stream*>> blocking;  // per device: streams made without NonBlocking
+  std::vector<Stream*> made;                   // every stream made by cuStreamCreate
   int queues = 8;
   int next_queue = 1;
   std::vector<std::deque<Op>> queue_ops;
@@ -137,7 +138,6 @@ struct State {
   // The one host-function thread.
   std::deque<Op> host_fns;
   std::uint64_t host_fns_done = 0, host_fns_posted = 0;
-  bool host_thread_started = false;
 };
 
 State* state = nullptr;  // set by cuInit; leaked (threads run while the process exits)
@@ -292,12 +292,11 @@ void wait_done(std::unique_lock<std::mutex>& lock, Stream* s, std::uint64_t seq)
   state->changed.wait(lock, [&] { return s->done >= seq; });
 }
 
-// Waits until every op queued so far, on every stream, has finished.
+// Waits until every op queued so far, on every stream, has finished (cuMemFree's synchronisation).
 void wait_all(std::unique_lock<std::mutex>& lock) {
   std::vector<std::pair<Stream*, std::uint64_t>> targets;
   for (Stream* s : state->legacy) targets.emplace_back(s, s->queued);
-  for (auto& per_device : state->blocking)
-    for (Stream* s : per_device) targets.emplace_back(s, s->queued);
+  for (Stream* s : state->made) targets.emplace_back(s, s->queued);
   for (auto& [s, seq] : targets) wait_done(lock, s, seq);
 }
 
@@ -689,6 +688,7 @@ FAKE_API Result cuStreamCreate(abi::Stream* stream, unsigned int flags) {
   std::lock_guard lock(state->mu);
   Stream* s = make_stream(current_ctx(), false, (flags & abi::kStreamNonBlocking) != 0);
   if (!s->non_blocking) state->blocking[current_ctx()->device].push_back(s);
+  state->made.push_back(s);
   *stream = reinterpret_cast<abi::Stream>(s);
   return abi::kSuccess;
 }
