@@ -72,4 +72,8 @@ struct CudaStatus {
 };
 CudaStatus cuda_status();
 
+// Waits for the work queued on `stream` (a CUstream; nullptr is the legacy default stream), with
+// the driver ferry loaded (FERRY_CUDA_LIBRARY where set). Throws CudaError naming the failure.
+void synchronize_stream(void* stream);
+
 }  // namespace ferry

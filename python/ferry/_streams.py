@@ -3,11 +3,10 @@ an int (a CUstream), a CuPy stream, a PyTorch stream, or an object with ``__cuda
 
 from __future__ import annotations
 
-import ctypes
-import threading
-from typing import Any, Optional
+from typing import Any
 
-from . import _errors as ferry_errors
+from . import _ferry
+
 
 def stream_handle(stream: Any) -> int:
     """The CUstream of `stream`: an int (KvikIO's ``raw_stream``), a CuPy stream (``.ptr``), a
@@ -28,35 +27,11 @@ def stream_handle(stream: Any) -> int:
                     f"or have __cuda_stream__, not {type(stream).__name__}")
 
 
-_cuda_lock = threading.Lock()
-_libcuda: Optional[ctypes.CDLL] = None
-
-
-def _cuda() -> ctypes.CDLL:
-    global _libcuda
-    with _cuda_lock:
-        if _libcuda is None:
-            try:
-                lib = ctypes.CDLL("libcuda.so.1")
-            except OSError as e:
-                raise ferry_errors.CudaError(f"ferry: cannot synchronise a CUDA stream: "
-                                             f"libcuda.so.1 does not load ({e})") from None
-            lib.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
-            lib.cuStreamSynchronize.restype = ctypes.c_int
-            _libcuda = lib
-        return _libcuda
-
-
 def synchronize(stream: Any) -> None:
     """Waits for the work queued on `stream` (its own ``synchronize()``, else
-    cuStreamSynchronize), with the GIL released."""
+    cuStreamSynchronize through the driver ferry loaded), with the GIL released."""
     sync = getattr(stream, "synchronize", None)
     if callable(sync) and not isinstance(stream, int):
         sync()
         return
-    result = _cuda().cuStreamSynchronize(ctypes.c_void_p(stream_handle(stream)))
-    if result != 0:
-        e = ferry_errors.CudaError(f"ferry: cuStreamSynchronize failed: CUDA error "
-                                   f"{result}")
-        e.code = result
-        raise e
+    _ferry.synchronize_stream(stream_handle(stream))

@@ -265,6 +265,14 @@ void bind_report(py::module_& m) {
       },
       "Whether the CUDA driver loads, its version and the GPUs.");
   m.def(
+      "synchronize_stream",
+      [](std::uintptr_t stream) {
+        py::gil_scoped_release release;
+        synchronize_stream(reinterpret_cast<void*>(stream));
+      },
+      py::arg("stream"),
+      "Waits for the work queued on a CUstream (0: the legacy default stream), the GIL released.");
+  m.def(
       "warm_up",
       [](int device) {
         py::gil_scoped_release release;

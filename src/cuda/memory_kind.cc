@@ -211,6 +211,16 @@ void Buffer::fill(unsigned char value) {
               "cuMemsetD8");
 }
 
+void synchronize_stream(void* stream) {
+  const cuda::Driver& d = cuda::driver();
+  // The legacy default stream is the current context's: GPU 0's primary one where the calling
+  // thread has none (CuPy and PyTorch make it current on the threads they use).
+  abi::Context current = nullptr;
+  d.CtxGetCurrent(&current);
+  if (current == nullptr) cuda::use_device(0);
+  cuda::check(d.StreamSynchronize(static_cast<abi::Stream>(stream)), "cuStreamSynchronize");
+}
+
 CudaStatus cuda_status() {
   CudaStatus status;
   const cuda::Driver* d = cuda::driver_or_null(&status.why_not);
