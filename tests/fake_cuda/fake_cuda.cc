@@ -110,7 +110,8 @@ struct Allocation {
   unsigned int memory_type;  // abi::kMemoryTypeHost or kMemoryTypeDevice
   bool managed;
   int device;
-  void* storage;  // where a device allocation's bytes really are
+  void* storage;    // where a device allocation's bytes really are
+  bool registered;  // host memory of the caller's, pinned by cuMemHostRegister (not ours to free)
 };
 
 // Device addresses: a reserved range nothing can touch; allocations take it bump-wise (64 KiB
@@ -536,11 +537,28 @@ FAKE_API Result cuPointerGetAttributes(unsigned int count, abi::PointerAttribute
 }
 
 namespace {
-Result host_allocation(void* p, std::size_t bytes, bool managed) {
+Result host_allocation(void* p, std::size_t bytes, bool managed, bool registered = false) {
   std::lock_guard lock(state->mu);
   state->allocations[reinterpret_cast<std::uintptr_t>(p)] =
-      Allocation{bytes, managed ? abi::kMemoryTypeDevice : abi::kMemoryTypeHost, managed,
-                 current_ctx()->device, nullptr};
+      Allocation{.bytes = bytes,
+                 .memory_type = managed ? abi::kMemoryTypeDevice : abi::kMemoryTypeHost,
+                 .managed = managed,
+                 .device = current_ctx()->device,
+                 .storage = nullptr,
+                 .registered = registered};
+  return abi::kSuccess;
+}
+
+// cuMemFreeHost (`registered` false) and cuMemHostUnregister (true): each takes back only what
+// its counterpart made, as CUDA's do.
+Result forget_host(void* ptr, bool registered) {
+  std::lock_guard lock(state->mu);
+  auto it = state->allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == state->allocations.end() || it->second.memory_type != abi::kMemoryTypeHost ||
+      it->second.registered != registered)
+    return kInvalidValue;
+  state->allocations.erase(it);
+  if (!registered) std::free(ptr);
   return abi::kSuccess;
 }
 }  // namespace
@@ -561,7 +579,7 @@ FAKE_API Result cuMemAlloc_v2(abi::DevicePtr* ptr, std::size_t bytes) {
   const std::uintptr_t p = state->device_next;
   state->device_next += span;
   state->device_used[dev] += bytes;
-  state->allocations[p] = Allocation{bytes, abi::kMemoryTypeDevice, false, dev, storage};
+  state->allocations[p] = Allocation{bytes, abi::kMemoryTypeDevice, false, dev, storage, false};
   *ptr = p;
   return abi::kSuccess;
 }
@@ -608,13 +626,7 @@ FAKE_API Result cuMemHostAlloc(void** ptr, std::size_t bytes, unsigned int) {
 
 FAKE_API Result cuMemFreeHost(void* ptr) {
   FAKE_ENTER();
-  std::lock_guard lock(state->mu);
-  auto it = state->allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == state->allocations.end() || it->second.memory_type != abi::kMemoryTypeHost)
-    return kInvalidValue;
-  state->allocations.erase(it);
-  std::free(ptr);
-  return abi::kSuccess;
+  return forget_host(ptr, false);
 }
 
 FAKE_API Result cuMemHostRegister_v2(void* ptr, std::size_t bytes, unsigned int) {
@@ -625,17 +637,12 @@ FAKE_API Result cuMemHostRegister_v2(void* ptr, std::size_t bytes, unsigned int)
     std::lock_guard lock(state->mu);
     if (find(reinterpret_cast<std::uintptr_t>(ptr), nullptr) != nullptr) return kInvalidValue;
   }
-  return host_allocation(ptr, bytes, false);
+  return host_allocation(ptr, bytes, false, true);
 }
 
 FAKE_API Result cuMemHostUnregister(void* ptr) {
   FAKE_ENTER();
-  std::lock_guard lock(state->mu);
-  auto it = state->allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == state->allocations.end() || it->second.memory_type != abi::kMemoryTypeHost)
-    return kInvalidValue;
-  state->allocations.erase(it);
-  return abi::kSuccess;
+  return forget_host(ptr, true);
 }
 
 FAKE_API Result cuMemHostGetDevicePointer_v2(abi::DevicePtr* device_ptr, void* host_ptr,
