@@ -1,6 +1,7 @@
 #include "cuda/stream_order.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -212,10 +213,14 @@ namespace {
 // by the next take().
 class PinnedCache {
  public:
+  // Waits while blocks given out hold kStagingInFlight and this one would take more (one alone
+  // is always given).
   char* take(std::size_t bytes, std::size_t* got) {
     std::vector<std::pair<char*, std::size_t>> surplus;
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      given_back_.wait(
+          lock, [&] { return in_use_ == 0 || in_use_ + bytes <= StagedCopies::kStagingInFlight; });
       auto best = idle_.end();
       for (auto it = idle_.begin(); it != idle_.end(); ++it) {
         if (it->second >= bytes && it->second <= 2 * bytes + kGrain &&
@@ -227,6 +232,7 @@ class PinnedCache {
         char* p = best->first;
         *got = best->second;
         idle_bytes_ -= best->second;
+        in_use_ += best->second;
         idle_.erase(best);
         return p;
       }
@@ -235,21 +241,38 @@ class PinnedCache {
         idle_bytes_ -= idle_.back().second;
         idle_.pop_back();
       }
+      const std::size_t size = (bytes + kGrain - 1) / kGrain * kGrain;
+      in_use_ += size;  // counted from now, so that callers beside this one wait for it
+      *got = size;
     }
     const Driver& d = driver();
     for (auto& [p, n] : surplus) d.MemFreeHost(p);
-    const std::size_t size = (bytes + kGrain - 1) / kGrain * kGrain;
     void* p = nullptr;
-    check(d.MemHostAlloc(&p, size, abi::kMemHostAllocPortable),
-          "cuMemHostAlloc (staging of a stream-ordered request)");
-    *got = size;
+    abi::Result r = d.MemHostAlloc(&p, *got, abi::kMemHostAllocPortable);
+    if (r != abi::kSuccess) {
+      {
+        std::lock_guard lock(mu_);
+        in_use_ -= *got;
+      }
+      given_back_.notify_all();
+      check(r, "cuMemHostAlloc (staging of a stream-ordered request)");
+    }
     return static_cast<char*>(p);
   }
 
   void give(char* p, std::size_t bytes) noexcept {
+    {
+      std::lock_guard lock(mu_);
+      idle_.emplace_back(p, bytes);
+      idle_bytes_ += bytes;
+      in_use_ -= bytes;
+    }
+    given_back_.notify_all();
+  }
+
+  std::size_t in_use() {
     std::lock_guard lock(mu_);
-    idle_.emplace_back(p, bytes);
-    idle_bytes_ += bytes;
+    return in_use_;
   }
 
   std::size_t free_idle() {
@@ -273,8 +296,10 @@ class PinnedCache {
   static constexpr std::size_t kGrain = std::size_t{2} << 20;
   static constexpr std::size_t kKeepIdle = std::size_t{1} << 30;
   std::mutex mu_;
+  std::condition_variable given_back_;
   std::vector<std::pair<char*, std::size_t>> idle_;
   std::size_t idle_bytes_ = 0;
+  std::size_t in_use_ = 0;  // given out, not yet back
 };
 
 PinnedCache& pinned_cache() {
@@ -292,24 +317,45 @@ void run_staged_done(void* data) {
 
 }  // namespace
 
+std::vector<StagedCopies::CopyGroup> StagedCopies::copy_groups(const std::vector<Piece>& pieces,
+                                                               std::size_t bytes) {
+  const std::size_t target = std::max(kMinCopyGroup, (bytes + kMaxCopyGroups - 1) / kMaxCopyGroups);
+  std::vector<CopyGroup> groups;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
+    if (!groups.empty()) {
+      CopyGroup& g = groups.back();
+      // A group takes pieces until it holds `target` bytes: every group but the last holds
+      // bytes / kMaxCopyGroups at least, so there are at most kMaxCopyGroups of them.
+      if (g.offset + g.size == p.offset && g.size < target) {
+        g.size += p.size;
+        g.end = k + 1;
+        continue;
+      }
+    }
+    groups.push_back({p.offset, p.size, k + 1});
+  }
+  return groups;
+}
+
 StagedCopies::StagedCopies(abi::Stream stream, int device, Direction direction,
                            abi::DevicePtr buffer, std::size_t bytes, std::vector<Piece> pieces)
     : stream_(stream),
       device_(device),
       direction_(direction),
       buffer_(buffer),
-      pieces_(std::move(pieces)),
-      landed_(pieces_.size(), false) {
+      groups_(copy_groups(pieces, bytes)),
+      landed_(pieces.size(), false) {
   const Driver& d = driver();
   KeepContext keep(d);
   use_stream_context(d, stream, device);
   refuse_capture(d, stream);
   staging_ = pinned_cache().take(std::max<std::size_t>(bytes, 1), &staging_bytes_);
-  if (direction_ == Direction::kToDevice && !pieces_.empty()) {
-    GateSlots::Slot slot = gates().acquire(static_cast<std::uint32_t>(pieces_.size()));
+  if (direction_ == Direction::kToDevice && !groups_.empty()) {
+    GateSlots::Slot slot = gates().acquire(static_cast<std::uint32_t>(groups_.size()));
     flag_ = slot.host;
     flag_device_ = slot.device;
-    first_value_ = slot.value - static_cast<std::uint32_t>(pieces_.size()) + 1;
+    first_value_ = slot.value - static_cast<std::uint32_t>(groups_.size()) + 1;
     slot_ = slot.index;
     slot_held_ = true;
   }
@@ -352,25 +398,25 @@ void StagedCopies::queue(const std::shared_ptr<StagedCopies>& self, std::functio
     }
     throw CudaError(describe(r, what), static_cast<int>(r));
   };
-  for (std::size_t k = 0; k < c.pieces_.size(); ++k) {
-    const Piece& p = c.pieces_[k];
+  for (std::size_t k = 0; k < c.groups_.size(); ++k) {
+    const CopyGroup& g = c.groups_[k];
     if (c.direction_ == Direction::kToDevice) {
       abi::Result r = d.StreamWaitValue32(c.stream_, c.flag_device_,
                                           c.first_value_ + static_cast<std::uint32_t>(k),
                                           abi::kStreamWaitValueGeq);
       if (r != abi::kSuccess) {
         fail(r, k == 0 ? "cuStreamWaitValue32 (a stream-ordered read waits on the stream for "
-                         "each piece to be staged; this GPU or driver refuses stream memory "
+                         "its pieces to be staged; this GPU or driver refuses stream memory "
                          "operations)"
-                       : "cuStreamWaitValue32 (a stream-ordered read's piece)");
+                       : "cuStreamWaitValue32 (a stream-ordered read's copy)");
       }
       queued_any = true;
-      r = d.MemcpyHtoDAsync(c.buffer_ + p.offset, c.staging_ + p.offset, p.size, c.stream_);
-      if (r != abi::kSuccess) fail(r, "cuMemcpyHtoDAsync (a stream-ordered read's piece)");
+      r = d.MemcpyHtoDAsync(c.buffer_ + g.offset, c.staging_ + g.offset, g.size, c.stream_);
+      if (r != abi::kSuccess) fail(r, "cuMemcpyHtoDAsync (a stream-ordered read's copy)");
     } else {
       abi::Result r =
-          d.MemcpyDtoHAsync(c.staging_ + p.offset, c.buffer_ + p.offset, p.size, c.stream_);
-      if (r != abi::kSuccess) fail(r, "cuMemcpyDtoHAsync (a stream-ordered write's piece)");
+          d.MemcpyDtoHAsync(c.staging_ + g.offset, c.buffer_ + g.offset, g.size, c.stream_);
+      if (r != abi::kSuccess) fail(r, "cuMemcpyDtoHAsync (a stream-ordered write's copy)");
       queued_any = true;
     }
   }
@@ -392,24 +438,26 @@ void StagedCopies::staged(std::size_t index) noexcept {
   std::lock_guard lock(mu_);
   if (!slot_held_ || index >= landed_.size()) return;
   landed_[index] = true;
-  const std::size_t before = prefix_;
   while (prefix_ < landed_.size() && landed_[prefix_]) ++prefix_;
-  if (prefix_ != before) set_flag(prefix_);
-  if (prefix_ == landed_.size()) give_slot_back();
+  const std::size_t before = groups_done_;
+  while (groups_done_ < groups_.size() && groups_[groups_done_].end <= prefix_) ++groups_done_;
+  if (groups_done_ != before) set_flag(groups_done_);
+  if (groups_done_ == groups_.size()) give_slot_back();
 }
 
 void StagedCopies::release_all() noexcept {
   std::lock_guard lock(mu_);
   if (!slot_held_) return;
   prefix_ = landed_.size();
-  set_flag(prefix_);
+  groups_done_ = groups_.size();
+  set_flag(groups_done_);
   give_slot_back();
 }
 
-void StagedCopies::set_flag(std::size_t prefix) noexcept {
-  // The piece's bytes (the worker's pread) happen before the store the GPU polls for.
+void StagedCopies::set_flag(std::size_t groups) noexcept {
+  // The pieces' bytes (the workers' preads) happen before the store the GPU polls for.
   std::atomic_ref<std::uint32_t>(*flag_).store(
-      first_value_ - 1 + static_cast<std::uint32_t>(prefix), std::memory_order_seq_cst);
+      first_value_ - 1 + static_cast<std::uint32_t>(groups), std::memory_order_seq_cst);
 }
 
 void StagedCopies::give_slot_back() noexcept {
@@ -420,6 +468,8 @@ void StagedCopies::give_slot_back() noexcept {
 std::size_t free_idle_staged_copies() { return pinned_cache().free_idle(); }
 
 std::size_t stream_gates_in_use() { return gates().in_use(); }
+
+std::size_t staging_in_flight() { return pinned_cache().in_use(); }
 
 void testing::start_at_once(bool start) { at_once.store(start); }
 std::uint64_t testing::host_functions_queued() { return host_queued.load(); }

@@ -55,8 +55,17 @@ class StreamOrder {
 
 // A stream-ordered request on GPU memory. Its bytes pass through pinned staging of its own, and
 // the copies between the staging and the buffer are queued on the caller's stream itself, at the
-// call: a read queues, for each of its pieces, a wait for a flag and the piece's copy into the
-// buffer; a write queues the copies out of the buffer; both then queue a host function (`done`).
+// call: a read queues, for each group of consecutive pieces (copy_groups), a wait for a flag and
+// the group's copy into the buffer; a write queues the groups' copies out of the buffer; both then
+// queue a host function (`done`). A request queues at most 2 * kMaxCopyGroups + 1 operations:
+// CUDA blocks the caller that queues on a stream with about a thousand operations pending (on
+// the H200, a stream held back by earlier work took 7 reads of 131 operations, one per task, and
+// blocked the 8th), so per-task operations made a few queued reads block their caller.
+//
+// Staging in flight is bounded (kStagingInFlight): a request that would take more waits in its
+// caller's thread until earlier stream-ordered requests complete (one alone always starts), as
+// CUDA's own queue makes a caller wait who runs far ahead of the GPU. Without a bound a caller
+// queueing N reads ahead pinned N requests' worth of host memory, all on the first run.
 // The only waits on the stream are for flags that the CPU sets once a piece has been read into
 // staging, which depends on no GPU work, so no wait ever depends on GPU work queued after it.
 // (Copies on streams of ferry's, which the stream's later work waited for through a flag,
@@ -71,9 +80,22 @@ class StagedCopies {
     std::size_t offset;  // from the request's start, in the buffer and the staging alike
     std::size_t size;
   };
+  struct CopyGroup {
+    std::size_t offset;  // as Piece's
+    std::size_t size;
+    std::size_t end;  // the index of the first piece after the group
+  };
+  static constexpr std::size_t kMaxCopyGroups = 16;
+  static constexpr std::size_t kMinCopyGroup = std::size_t{4} << 20;
+  static constexpr std::size_t kStagingInFlight = std::size_t{256} << 20;
 
-  // Takes the staging (pinned memory, reused) and, for a read, a gate slot; queues nothing.
-  // Throws CudaError.
+  // Consecutive pieces that are contiguous, grouped into copies of bytes / kMaxCopyGroups
+  // (kMinCopyGroup at least) and at most one piece more: at most kMaxCopyGroups groups where the
+  // pieces are contiguous.
+  static std::vector<CopyGroup> copy_groups(const std::vector<Piece>& pieces, std::size_t bytes);
+
+  // Takes the staging (pinned memory, reused; waits while kStagingInFlight is taken by other
+  // requests) and, for a read, a gate slot; queues nothing. Throws CudaError.
   StagedCopies(abi::Stream stream, int device, Direction direction, abi::DevicePtr buffer,
                std::size_t bytes, std::vector<Piece> pieces);
   // Gives the staging and the slot back; makes no CUDA call (it may run in a host function).
@@ -87,8 +109,8 @@ class StagedCopies {
   // not call CUDA. The staging stays alive until then. Throws CudaError, having released every
   // wait it queued; `done` is then never called.
   static void queue(const std::shared_ptr<StagedCopies>& self, std::function<void()> done);
-  // A read: piece `index` is in the staging; the stream may copy every piece up to the first not
-  // yet staged.
+  // A read: piece `index` is in the staging; the stream may copy every group whose pieces are
+  // all staged, up to the first group that is not.
   void staged(std::size_t index) noexcept;
   // A read that failed or was cancelled: every wait passes (the copies then move whatever the
   // staging holds). Idempotent.
@@ -97,23 +119,24 @@ class StagedCopies {
   std::function<void()> take_done();
 
  private:
-  void set_flag(std::size_t prefix) noexcept;
+  void set_flag(std::size_t groups) noexcept;
   void give_slot_back() noexcept;
 
   abi::Stream stream_;
   int device_;
   Direction direction_;
   abi::DevicePtr buffer_;
-  std::vector<Piece> pieces_;
+  std::vector<CopyGroup> groups_;
   char* staging_ = nullptr;
   std::size_t staging_bytes_ = 0;
   std::function<void()> done_;
   std::mutex mu_;
   std::vector<bool> landed_;
-  std::size_t prefix_ = 0;  // pieces staged from the first on
+  std::size_t prefix_ = 0;       // pieces staged from the first on
+  std::size_t groups_done_ = 0;  // groups wholly within that prefix
   std::uint32_t* flag_ = nullptr;
   abi::DevicePtr flag_device_ = 0;
-  std::uint32_t first_value_ = 0;  // the value that lets piece 0 be copied
+  std::uint32_t first_value_ = 0;  // the value that lets group 0 be copied
   std::size_t slot_ = 0;
   bool slot_held_ = false;
 };
@@ -124,6 +147,8 @@ std::size_t free_idle_staged_copies();
 
 // The gate slots in use (tests: every slot comes back once its request completes).
 std::size_t stream_gates_in_use();
+// The pinned staging that stream-ordered GPU requests hold now, in bytes (tests).
+std::size_t staging_in_flight();
 
 namespace testing {
 // Tests only: requests no longer wait for the stream's earlier work (a test shows that its check

@@ -15,6 +15,9 @@
 //   - Device memory lives at addresses the process cannot touch (a reserved PROT_NONE range), so
 //     host code that dereferences a device pointer crashes here as it would on a GPU.
 // Pinned and managed memory are ordinary host memory. Copies are memcpy on the queue's thread.
+//   - A queue holds at most 1024 pending ops (FERRY_FAKE_CUDA_QUEUE_DEPTH): queueing on a full
+//     one blocks the caller until an op has run, as CUDA's does (on the H200 a stream held back
+//     by a wait blocked its caller after about a thousand queued ops).
 // Environment: FERRY_FAKE_CUDA_GPUS (devices), FERRY_FAKE_CUDA_GPU_MEMORY (bytes per device,
 // default 64 GiB of address space), CUDA_DEVICE_MAX_CONNECTIONS (queues, 1 to 32). Their defaults
 // (1 device, 8 queues) are build-time macros, FERRY_FAKE_CUDA_DEFAULT_GPUS and
@@ -128,6 +131,7 @@ struct State {
   std::vector<std::vector<Stream*>> blocking;  // per device: streams made without NonBlocking
   std::vector<Stream*> made;                   // every stream made by cuStreamCreate
   int queues = 8;
+  std::size_t queue_depth = 1024;  // ops a queue holds before queueing blocks
   int next_queue = 1;
   std::vector<std::deque<Op>> queue_ops;
   std::vector<bool> queue_started;
@@ -271,7 +275,10 @@ Stream* resolve(abi::Stream handle, Result* error) {
 }
 
 // Queues `op` on `s` under the lock; the legacy stream's implicit ordering becomes `after`.
-void enqueue(Stream* s, Op op) {
+// Waits first while the stream's queue holds queue_depth ops, as CUDA blocks a caller who queues
+// on a full queue.
+std::uint64_t enqueue(std::unique_lock<std::mutex>& lock, Stream* s, Op op) {
+  state->changed.wait(lock, [&] { return state->queue_ops[s->queue].size() < state->queue_depth; });
   const int dev = s->context->device;
   if (s->legacy) {
     for (Stream* b : state->blocking[dev]) op.after.emplace_back(b, b->queued);
@@ -285,8 +292,10 @@ void enqueue(Stream* s, Op op) {
     state->queue_started[s->queue] = true;
     std::thread(run_queue, s->queue).detach();
   }
+  const std::uint64_t seq = op.seq;
   state->queue_ops[s->queue].push_back(std::move(op));
   state->changed.notify_all();
+  return seq;
 }
 
 void wait_done(std::unique_lock<std::mutex>& lock, Stream* s, std::uint64_t seq) {
@@ -318,8 +327,7 @@ Result run_sync(Op op) {
   if (current_ctx() == nullptr) return kInvalidContext;
   std::unique_lock lock(state->mu);
   Stream* s = state->legacy[current_ctx()->device];
-  enqueue(s, std::move(op));
-  wait_done(lock, s, s->queued);
+  wait_done(lock, s, enqueue(lock, s, std::move(op)));
   return abi::kSuccess;
 }
 
@@ -336,13 +344,13 @@ Result copy_op(std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, Op* op
 
 Result queue_copy(std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, abi::Stream stream) {
   FAKE_ENTER();
-  std::lock_guard lock(state->mu);
+  std::unique_lock lock(state->mu);
   Result r = abi::kSuccess;
   Stream* s = resolve(stream, &r);
   if (s == nullptr) return r;
   Op op;
   if (Result c = copy_op(dst, src, bytes, &op); c != abi::kSuccess) return c;
-  enqueue(s, std::move(op));
+  enqueue(lock, s, std::move(op));
   return abi::kSuccess;
 }
 
@@ -371,6 +379,8 @@ FAKE_API Result cuInit(unsigned int flags) {
         static_cast<std::size_t>(env_long("FERRY_FAKE_CUDA_GPU_MEMORY", 64L << 30, 1, 1L << 40));
     s->queues = static_cast<int>(
         env_long("CUDA_DEVICE_MAX_CONNECTIONS", FERRY_FAKE_CUDA_DEFAULT_QUEUES, 1, 32));
+    s->queue_depth =
+        static_cast<std::size_t>(env_long("FERRY_FAKE_CUDA_QUEUE_DEPTH", 1024, 1, 1L << 20));
     s->queue_ops.resize(s->queues);
     s->queue_started.assign(s->queues, false);
     void* range = MAP_FAILED;
@@ -749,16 +759,16 @@ FAKE_API Result cuEventDestroy_v2(abi::Event event) {
 
 FAKE_API Result cuEventRecord(abi::Event event, abi::Stream stream) {
   FAKE_ENTER();
-  std::lock_guard lock(state->mu);
+  std::unique_lock lock(state->mu);
   Result r = abi::kSuccess;
   Stream* s = resolve(stream, &r);
   if (s == nullptr) return r;
   Op op;
   op.kind = Op::kMark;
-  enqueue(s, std::move(op));
+  const std::uint64_t seq = enqueue(lock, s, std::move(op));
   auto* e = reinterpret_cast<Event*>(event);
   e->stream = s;
-  e->seq = s->queued;
+  e->seq = seq;
   return abi::kSuccess;
 }
 
@@ -772,7 +782,7 @@ FAKE_API Result cuEventSynchronize(abi::Event event) {
 
 FAKE_API Result cuLaunchHostFunc(abi::Stream stream, abi::HostFn fn, void* user_data) {
   FAKE_ENTER();
-  std::lock_guard lock(state->mu);
+  std::unique_lock lock(state->mu);
   Result r = abi::kSuccess;
   Stream* s = resolve(stream, &r);
   if (s == nullptr) return r;
@@ -780,7 +790,7 @@ FAKE_API Result cuLaunchHostFunc(abi::Stream stream, abi::HostFn fn, void* user_
   op.kind = Op::kHostFn;
   op.fn = fn;
   op.data = user_data;
-  enqueue(s, std::move(op));
+  enqueue(lock, s, std::move(op));
   return abi::kSuccess;
 }
 
@@ -788,7 +798,7 @@ FAKE_API Result cuStreamWaitValue32_v2(abi::Stream stream, abi::DevicePtr addres
                                        std::uint32_t value, unsigned int flags) {
   FAKE_ENTER();
   if (flags != abi::kStreamWaitValueGeq) return kInvalidValue;
-  std::lock_guard lock(state->mu);
+  std::unique_lock lock(state->mu);
   Result r = abi::kSuccess;
   Stream* s = resolve(stream, &r);
   if (s == nullptr) return r;
@@ -798,6 +808,6 @@ FAKE_API Result cuStreamWaitValue32_v2(abi::Stream stream, abi::DevicePtr addres
   op.kind = Op::kWait;
   op.word = static_cast<const std::uint32_t*>(word);
   op.wait_for = value;
-  enqueue(s, std::move(op));
+  enqueue(lock, s, std::move(op));
   return abi::kSuccess;
 }

@@ -196,16 +196,20 @@ TEST_P(GpuStream, WithoutTheWaitForEarlierWorkTheCheckSeesTheOrderBroken) {
 // gate this thread opens. It hung on the GPU machine with copies on ferry's own streams
 // (bench/results/2026-12-01-5a25d25-h200-hostfunc, -875db52-h200-reserved), and on the test
 // double of libcuda with them, where a copy stream shared the waiting stream's hardware queue
-// (bench/NOTES.md §17).
+// (bench/NOTES.md §17). With copies on the caller's stream, one wait and one copy per task
+// (129 operations a read), the H200 blocked the caller in the 8th read_async: CUDA lets about a
+// thousand operations wait on a stream (the double models it); copies now go by groups of tasks.
+// The 24 reads stage 192 MiB, under the bound on staging in flight.
 TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
   TempDir dir;
-  const std::size_t size = 16 << 20;
-  const std::size_t file_size = 64 << 20;
+  const std::size_t size = 8 << 20;
+  const std::size_t file_size = 32 << 20;
+  static_assert(24 * (8 << 20) <= cuda::StagedCopies::kStagingInFlight);
   const auto data = test::pattern_bytes(file_size, 65);
   test::write_file(dir / "f.bin", data);
   const cuda::Driver& d = cuda::driver();
   FileOptions options;
-  options.settings.set("task_size", "256KiB");
+  options.settings.set("task_size", "128KiB");
   File f(dir / "f.bin", "r", options);
   constexpr int kRounds = 24;
   Buffer fill(MemoryKind::kHostPinned, size, 0);
@@ -235,6 +239,58 @@ TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
     EXPECT_GE(futures[i].route().tasks, 64u);
     ASSERT_EQ(0, std::memcmp(out[i].data(), data.data() + (i % 4) * size, size)) << "round " << i;
   }
+}
+
+// Staging in flight is bounded: with the stream held by the gate, reads that together stage more
+// than the bound wait in the caller's thread for earlier ones to complete (as CUDA makes a caller
+// wait who queues far ahead of the GPU) instead of pinning more; they all land once it opens.
+TEST_P(GpuStream, ReadsBeyondTheStagingBoundWaitForEarlierOnesInsteadOfPinningMore) {
+  TempDir dir;
+  constexpr std::size_t kBound = cuda::StagedCopies::kStagingInFlight;
+  const std::size_t size = kBound / 4;
+  constexpr int kReads = 6;
+  const auto data = test::pattern_bytes(size + kReads * 4096, 68);
+  test::write_file(dir / "f.bin", data);
+  const cuda::Driver& d = cuda::driver();
+  File f(dir / "f.bin");
+  std::vector<Buffer> gpu;
+  std::vector<Buffer> out;
+  for (int i = 0; i < kReads; ++i) {
+    gpu.emplace_back(MemoryKind::kDevice, size, 0);
+    out.emplace_back(MemoryKind::kHostPinned, size, 0);
+  }
+  hold_until(1);
+  std::vector<IoFuture> futures(kReads);
+  std::atomic<int> returned{0};
+  std::atomic<bool> opened{false};
+  std::atomic<bool> returned_while_shut{false};
+  std::thread caller([&] {
+    cuda::use_device(0);
+    for (int i = 0; i < kReads; ++i) {
+      futures[i] = f.read_async(gpu[i].data(), size, i * 4096, stream_handle());
+      if (i >= 4 && !opened.load()) returned_while_shut.store(true);
+      EXPECT_EQ(d.MemcpyDtoHAsync(out[i].data(), dptr(gpu[i]), size, stream_), abi::kSuccess);
+      returned.fetch_add(1);
+    }
+  });
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (returned.load() < 4 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(returned.load(), 4) << "four reads of a quarter of the bound each did not all start";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(returned.load(), 4) << "a fifth read started while the gate held the first four";
+  EXPECT_LE(cuda::staging_in_flight(), kBound);
+  opened.store(true);
+  open_gate(1);
+  caller.join();
+  EXPECT_FALSE(returned_while_shut.load());
+  ASSERT_EQ(d.StreamSynchronize(stream_), abi::kSuccess);
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_EQ(futures[i].get(), size);
+    ASSERT_EQ(0, std::memcmp(out[i].data(), data.data() + i * 4096, size)) << "read " << i;
+  }
+  EXPECT_EQ(cuda::staging_in_flight(), 0u);
 }
 
 // The file is read into staging while the stream's earlier work still holds the copies back:
