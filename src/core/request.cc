@@ -622,7 +622,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     const bool ordered = job->order || job->staged;
     ThreadPool& pool = ordered ? file->runtime().ordered_pool() : file->runtime().pool();
     job->thread_pool = &pool;
-    if (job->tasks.count() > 0) pool.ensure_threads(jobs);
+    if (job->tasks.count() > 0) pool.grow_for(jobs, threads);
     // From here the job completes (and ends what it started) whatever happens.
     note_request_started(job->expected);
     if (job->tasks.count() == 0) {

@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace ferry::core {
@@ -18,6 +19,12 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::ensure_threads(std::size_t nthreads) {
   std::lock_guard lock(mu_);
   while (threads_.size() < nthreads) threads_.emplace_back([this] { work(); });
+}
+
+void ThreadPool::grow_for(std::size_t jobs, std::size_t cap) {
+  std::lock_guard lock(mu_);
+  const std::size_t want = std::min(cap, running_ + jobs_.size() + jobs);
+  while (threads_.size() < want) threads_.emplace_back([this] { work(); });
 }
 
 std::size_t ThreadPool::size() const {
@@ -45,8 +52,12 @@ void ThreadPool::work() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
       queued_.store(jobs_.size(), std::memory_order_relaxed);
+      ++running_;
     }
     job();
+    job = nullptr;  // what it holds goes before the job counts as returned
+    std::lock_guard lock(mu_);
+    --running_;
   }
 }
 

@@ -1,5 +1,7 @@
-// A fixed set of worker threads running submitted jobs in FIFO order. The pool only grows
-// (ensure_threads), so requests made under a larger nthreads setting get their parallelism.
+// A set of worker threads running submitted jobs in FIFO order. The pool only grows: to a
+// request's own parallelism (ensure_threads), and to the jobs running and queued beside it, up to
+// that request's nthreads setting (grow_for), so that concurrent one-task requests from several
+// callers run side by side instead of queueing for the thread the first of them started.
 // All methods are thread-safe; the destructor finishes queued jobs and joins the workers.
 // Jobs must not block on other jobs of the same pool. A long job should check waiting() between
 // steps and, when others wait, submit its rest and return (the engine does, between tasks).
@@ -24,6 +26,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void ensure_threads(std::size_t nthreads);
+  // Before submitting `jobs` more: at least min(cap, jobs running + queued + `jobs`) threads.
+  void grow_for(std::size_t jobs, std::size_t cap);
   std::size_t size() const;
   void submit(std::function<void()> job);
   // Jobs queued and not yet started (no lock: a hint that may be a moment old).
@@ -46,6 +50,7 @@ class ThreadPool {
   std::deque<std::function<void()>> jobs_;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
+  std::size_t running_ = 0;  // jobs taken by a thread and not yet returned
   std::atomic<std::size_t> queued_{0};
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<long> unstarted_{0};

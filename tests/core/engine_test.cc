@@ -328,6 +328,70 @@ std::size_t process_threads() {
   return n;
 }
 
+// Preads that record how many run at once, each held for `hold`.
+class ConcurrencyIo final : public posix::IoSeam {
+ public:
+  explicit ConcurrencyIo(std::chrono::milliseconds hold) : hold_(hold) {}
+  int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
+  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
+    const int now = ++now_;
+    int seen = most_.load();
+    while (now > seen && !most_.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(hold_);
+    --now_;
+    return posix::system_io().pread(fd, buf, size, offset);
+  }
+  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
+    return posix::system_io().pwrite(fd, buf, size, offset);
+  }
+  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return posix::system_io().fsync(fd); }
+  int close(int fd) override { return posix::system_io().close(fd); }
+  int most() const { return most_.load(); }
+
+ private:
+  std::chrono::milliseconds hold_;
+  std::atomic<int> now_{0};
+  std::atomic<int> most_{0};
+};
+
+// One-task requests from several callers at once run side by side, up to the nthreads setting.
+// The pool used to grow to one request's parallelism only, so they all queued for the one
+// thread the first started: `ferry bench` with 8 threads of 1 MiB reads ran at one thread's rate
+// on the GPU machine (bench/results/2026-12-01-1124592-h200-stream-bounded/bench_gpu.jsonl).
+TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
+  TempDir dir;
+  const auto data = test::random_bytes(4 << 20, 31);
+  test::write_file(dir / "a.bin", data);
+  Runtime runtime;  // a pool of its own, which no earlier request has grown
+  ConcurrencyIo io(300ms);
+  FileOptions options;
+  options.runtime = &runtime;
+  options.settings.set("host_nthreads", "4");
+  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, io));
+  constexpr int kCallers = 6;
+  std::vector<std::vector<unsigned char>> bufs(kCallers, std::vector<unsigned char>(1 << 20));
+  std::atomic<int> ready{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < kCallers) std::this_thread::yield();
+      IoFuture r = f.pread(bufs[i].data(), bufs[i].size(), (i % 4) << 20);
+      EXPECT_EQ(r.get(), bufs[i].size());
+      EXPECT_EQ(r.route().tasks, 1u);
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(io.most(), 4) << "reads at once, of " << kCallers << " one-task requests with "
+                          << "host_nthreads=4";
+  EXPECT_EQ(runtime.threads(), 4u);
+  for (int i = 0; i < kCallers; ++i) {
+    EXPECT_EQ(0, std::memcmp(bufs[i].data(), data.data() + ((i % 4) << 20), bufs[i].size()));
+  }
+}
+
 TEST(Runtimes, ManyFilesOnManyThreadsShareOneRuntime) {
   TempDir dir;
   auto data = test::random_bytes(6 << 20, 21);
