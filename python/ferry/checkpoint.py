@@ -2,11 +2,12 @@
 a directory of shards, and the machinery behind ``ferry.safetensors``.
 
 Destinations are allocated by the framework asked for (``torch.empty``, ``numpy.empty``,
-``cupy.empty``), then every tensor of every shard is read by one C++ call with the GIL released:
-one gathered request per shard, the shards at once. By default each tensor has its own
-allocation, so a user can free or replace any of them (and ``load_state_dict`` copies anyway);
-``one_allocation=True`` puts every tensor in one backing allocation instead, which saves
-allocator calls but frees nothing until every tensor is gone.
+``cupy.empty``), a part of the checkpoint at a time (a shard, or 1 GiB of it): each part's read,
+one gathered request through a C++ call with the GIL released, starts as soon as its tensors
+exist, so the next part's allocations run while it reads, and the parts read at once. By default
+each tensor has its own allocation, so a user can free or replace any of them (and
+``load_state_dict`` copies anyway); ``one_allocation=True`` puts every tensor in one backing
+allocation instead, which saves allocator calls but frees nothing until every tensor is gone.
 
 Dtypes without a counterpart in the framework come back as raw bits of the same width, as
 documented in docs/checkpoints.md: in NumPy (and CuPy) BF16 is uint16 and the F8 kinds uint8; in
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ferry
@@ -26,6 +29,10 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 # Alignment of each tensor inside one backing allocation (what cuMemAlloc gives).
 _ALIGN = 256
+# A part of a load: the tensors of one shard, cut where they pass this many bytes.
+_PART_BYTES = 1 << 30
+# Parts read at once (each a gathered request spread over ferry's workers).
+_PARTS_AT_ONCE = 4
 _PACKED = ("F4", "F6_E2M3", "F6_E3M2")
 
 
@@ -241,7 +248,6 @@ class Checkpoint:
         else:
             chosen = sorted({self.entry(n).index: self.entry(n) for n in names}.values(),
                             key=lambda e: e.index)
-        targets: List[Tuple[Any, ...]] = []
         out: Dict[str, Any] = {}
         if one_allocation:
             offsets, total = [], 0
@@ -250,17 +256,47 @@ class Checkpoint:
                 total += -(-e.nbytes // _ALIGN) * _ALIGN
             backing = fw.raw(total)
             raws = [backing[o:o + e.nbytes] for o, e in zip(offsets, chosen)]
+            targets = [(e.index, raw) for e, raw in zip(chosen, raws) if e.nbytes]
+            self.last_report = _last[0] = self._c.read_into(targets)
         else:
-            raws = [fw.raw(e.nbytes) for e in chosen]
-        for e, raw in zip(chosen, raws):
-            if e.nbytes:
-                targets.append((e.index, raw))
-        self.last_report = _last[0] = self._c.read_into(targets)
+            raws, self.last_report = self._allocate_and_read(fw, chosen)
+            _last[0] = self.last_report
         for e, raw in zip(chosen, raws):
             out[e.name] = fw.view(raw, e)
         if dtype is not None:
             _convert(out, fw, dtype)
         return out
+
+    def _allocate_and_read(self, fw: _Framework,
+                           chosen: List[_Entry]) -> Tuple[List[Any], Any]:
+        """One destination per tensor, allocated a part at a time; each part's read starts once
+        its destinations exist (on a thread of a small pool, the GIL released in the read), so
+        allocating the next part overlaps it. Every read that started has finished when this
+        returns or raises, so no destination is freed under a read."""
+        parts: List[List[int]] = []
+        shard, part_bytes = None, 0
+        for k, e in enumerate(chosen):
+            if not parts or e.shard != shard or part_bytes >= _PART_BYTES:
+                parts.append([])
+                shard, part_bytes = e.shard, 0
+            parts[-1].append(k)
+            part_bytes += e.nbytes
+        raws: List[Any] = [None] * len(chosen)
+        start = time.perf_counter()
+        futures = []
+        with ThreadPoolExecutor(max_workers=max(1, min(_PARTS_AT_ONCE, len(parts))),
+                                thread_name_prefix="ferry-load") as pool:
+            # Leaving the block, on success or on a failed allocation, waits for every read.
+            for part in parts:
+                targets = []
+                for k in part:
+                    raws[k] = fw.raw(chosen[k].nbytes)
+                    if chosen[k].nbytes:
+                        targets.append((chosen[k].index, raws[k]))
+                if targets:
+                    futures.append(pool.submit(self._c.read_into, targets))
+        reports = [f.result() for f in futures]  # the first failure, if any, raises here
+        return raws, _ferry.merge_load_reports(reports, time.perf_counter() - start)
 
     def read_rows(self, fw: _Framework, entry: _Entry, first: int, stop: int) -> Any:
         """Rows [first, stop) of dimension 0 of `entry`, as an array of shape (stop-first, ...)."""

@@ -87,6 +87,22 @@ void bind_checkpoint(py::module_& m) {
       .def("to_json", &LoadReport::to_json)
       .def("__repr__", &LoadReport::summary);
 
+  m.def(
+      "merge_load_reports",
+      [](const std::vector<LoadReport>& parts, double seconds) {
+        LoadReport all;
+        for (const LoadReport& p : parts) {
+          all.bytes += p.bytes;
+          all.tensors += p.tensors;
+          all.routes.insert(all.routes.end(), p.routes.begin(), p.routes.end());
+        }
+        all.seconds = seconds;
+        return all;
+      },
+      arg("parts"), arg("seconds"),
+      "One LoadReport for a load read in parts: bytes, tensors and routes of every part, and "
+      "`seconds` for the whole.");
+
   py::class_<Checkpoint>(m, "Checkpoint")
       .def(py::init([](const std::string& path, bool direct,
                        const std::map<std::string, std::string>& settings) {

@@ -9,6 +9,7 @@ import json
 import os
 import struct
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -169,6 +170,59 @@ def test_sharded_index_and_directory_load_every_shard(tmp_path):
     assert ckpt.index_metadata["total_size"] == sum(len(t[3]) for t in everything)
     some = ckpt.load("numpy", names=["layers.2.4.weight", "layers.0.0.weight"])
     assert list(some) == ["layers.0.0.weight", "layers.2.4.weight"]  # file order
+
+
+def test_a_load_reads_in_parts_that_each_start_once_allocated(tmp_path, monkeypatch):
+    # Parts of at most 2 tensors here (a shard, cut once it holds _PART_BYTES): 3 shards of 5
+    # tensors make 3 parts each, every one a read of its own, and one report for the whole.
+    shards = shards_of(3)
+    write_sharded(tmp_path, shards)
+    everything = [t for s in shards for t in s]
+    monkeypatch.setattr(ferry.checkpoint, "_PART_BYTES", 1)
+    calls = []
+    real = ferry.checkpoint.Checkpoint._allocate_and_read
+
+    def counting(self, fw, chosen):
+        raws, report = real(self, fw, chosen)
+        calls.append(len(report.routes))
+        return raws, report
+
+    monkeypatch.setattr(ferry.checkpoint.Checkpoint, "_allocate_and_read", counting)
+    arrays = ferry.load_checkpoint(tmp_path, framework="numpy")
+    check_numpy(arrays, everything)
+    report = ferry.last_load_report()
+    assert calls == [15] and len(report.routes) == 15  # one tensor a part: each passes 1 byte
+    assert report.tensors == 15
+    assert report.bytes == sum(len(t[3]) for t in everything)
+    assert report.seconds > 0
+
+
+def test_a_failed_allocation_waits_for_the_reads_it_started_and_raises(tmp_path, monkeypatch):
+    shards = shards_of(2)
+    write_sharded(tmp_path, shards)
+    ckpt = ferry.checkpoint.Checkpoint(tmp_path)
+    fw = ferry.checkpoint._framework("numpy", "cpu")
+    made, done = [], []
+    real_raw, real_read = fw.raw, ckpt._c.read_into
+
+    def raw(nbytes):
+        if len(made) == 7:  # the second shard's third tensor
+            raise MemoryError("no room for tensor 8")
+        made.append(nbytes)
+        return real_raw(nbytes)
+
+    class Reader:
+        def read_into(self, targets):
+            time.sleep(0.2)  # still reading when the next allocation fails
+            report = real_read(targets)
+            done.append(len(targets))
+            return report
+
+    monkeypatch.setattr(fw, "raw", raw)
+    ckpt._c = type("C", (), {"read_into": staticmethod(Reader().read_into)})()
+    with pytest.raises(MemoryError, match="tensor 8"):
+        ckpt._allocate_and_read(fw, list(ckpt.entries.values()))
+    assert done == [5]  # the first shard's read, started before the failure, had finished
 
 
 def test_an_index_that_disagrees_with_its_shards_is_refused(tmp_path):
