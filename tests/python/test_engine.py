@@ -114,3 +114,41 @@ def test_arrays_of_python_objects_are_refused_before_any_io(tmp_path, data_file)
         with pytest.raises(TypeError, match="Python objects"):
             w.write(np.array([object(), object()], dtype=object))
     assert out.stat().st_size == 0
+
+
+_ONE_TASK_CHILD = r"""
+import os, sys
+import numpy as np
+import ferry
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+path = sys.argv[1]
+with ferry.open(path, task_size="4MiB") as f:
+    f.read(np.empty(4096, np.uint8))  # whatever ferry starts on first use (stats, settings)
+    before = threads()
+    one_task = np.empty(1 << 20, np.uint8)
+    for i in range(8):
+        assert f.read(one_task, file_offset=i << 20) == 1 << 20
+    after_one_task = threads()
+    f.read(np.empty(8 << 20, np.uint8))  # two tasks: these go to the workers
+    print(before, after_one_task, threads())
+"""
+
+
+def test_a_synchronous_read_of_one_task_runs_in_the_callers_thread(tmp_path):
+    # A 1 MiB File.read went to a worker and back (about 20 us of a 100 us read, 1.37x
+    # os.preadv); now a request of one task runs in this thread, as C++ File::read does, so no
+    # worker is started for it. The two-task read shows the count can move.
+    import subprocess
+    import sys
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(np.random.default_rng(7).integers(0, 256, 16 << 20, np.uint8).tobytes())
+    out = subprocess.run([sys.executable, "-c", _ONE_TASK_CHILD, str(path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, after_one_task, after_two_tasks = map(int, out.stdout.split())
+    assert after_one_task == before, "a one-task File.read started worker threads"
+    assert after_two_tasks > before
