@@ -622,7 +622,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     const bool ordered = job->order || job->staged;
     ThreadPool& pool = ordered ? file->runtime().ordered_pool() : file->runtime().pool();
     job->thread_pool = &pool;
-    if (job->tasks.count() > 0) pool.grow_for(jobs, threads);
+    if (job->tasks.count() > 0) pool.ensure_threads(jobs);
     // From here the job completes (and ends what it started) whatever happens.
     note_request_started(job->expected);
     if (job->tasks.count() == 0) {
@@ -631,9 +631,13 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
       return future;
     }
     job->jobs_left = jobs;
-    auto run_jobs = [job, jobs] {
+    // Each job queued may grow the pool to the jobs running and queued, up to nthreads: other
+    // callers' requests share it.
+    auto run_jobs = [job, jobs, threads] {
       job->thread_pool->note_request_queued();
-      for (std::size_t j = 0; j < jobs; ++j) job->thread_pool->submit([job] { job->run_one(); });
+      for (std::size_t j = 0; j < jobs; ++j) {
+        job->thread_pool->submit([job] { job->run_one(); }, threads);
+      }
     };
     if (!ordered) {
       run_jobs();

@@ -21,22 +21,18 @@ void ThreadPool::ensure_threads(std::size_t nthreads) {
   while (threads_.size() < nthreads) threads_.emplace_back([this] { work(); });
 }
 
-void ThreadPool::grow_for(std::size_t jobs, std::size_t cap) {
-  std::lock_guard lock(mu_);
-  const std::size_t want = std::min(cap, running_ + jobs_.size() + jobs);
-  while (threads_.size() < want) threads_.emplace_back([this] { work(); });
-}
-
 std::size_t ThreadPool::size() const {
   std::lock_guard lock(mu_);
   return threads_.size();
 }
 
-void ThreadPool::submit(std::function<void()> job) {
+void ThreadPool::submit(std::function<void()> job, std::size_t grow_to) {
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(std::move(job));
     queued_.store(jobs_.size(), std::memory_order_relaxed);
+    const std::size_t want = std::min(grow_to, running_ + jobs_.size());
+    while (threads_.size() < want) threads_.emplace_back([this] { work(); });
   }
   submitted_.fetch_add(1, std::memory_order_relaxed);
   cv_.notify_one();

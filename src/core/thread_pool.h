@@ -1,7 +1,9 @@
 // A set of worker threads running submitted jobs in FIFO order. The pool only grows: to a
-// request's own parallelism (ensure_threads), and to the jobs running and queued beside it, up to
-// that request's nthreads setting (grow_for), so that concurrent one-task requests from several
-// callers run side by side instead of queueing for the thread the first of them started.
+// request's own parallelism (ensure_threads), and, as a job is queued, to the jobs running and
+// queued, up to the submitter's nthreads setting (submit's grow_to), so that concurrent one-task
+// requests from several callers run side by side instead of queueing for the thread the first
+// of them started. (The count and the queueing are one step: callers that counted before any of
+// them had queued all saw an empty pool.)
 // All methods are thread-safe; the destructor finishes queued jobs and joins the workers.
 // Jobs must not block on other jobs of the same pool. A long job should check waiting() between
 // steps and, when others wait, submit its rest and return (the engine does, between tasks).
@@ -26,10 +28,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void ensure_threads(std::size_t nthreads);
-  // Before submitting `jobs` more: at least min(cap, jobs running + queued + `jobs`) threads.
-  void grow_for(std::size_t jobs, std::size_t cap);
   std::size_t size() const;
-  void submit(std::function<void()> job);
+  // Queues `job`; then at least min(grow_to, jobs running + queued) threads.
+  void submit(std::function<void()> job, std::size_t grow_to = 0);
   // Jobs queued and not yet started (no lock: a hint that may be a moment old).
   std::size_t waiting() const { return queued_.load(std::memory_order_relaxed); }
   // Jobs submitted since the pool was made (a request's jobs, and their continuations).
