@@ -30,7 +30,8 @@ namespace {
 using test::TempDir;
 using namespace std::chrono_literals;
 
-// The real system calls, recording which threads called pread and optionally slowing each one.
+// The real system calls, recording which threads called pread and how many preads ran at once
+// at most, and optionally slowing each one.
 class WatchedIo final : public posix::IoSeam {
  public:
   explicit WatchedIo(std::chrono::microseconds delay = 0us) : delay_(delay) {}
@@ -39,8 +40,13 @@ class WatchedIo final : public posix::IoSeam {
     {
       std::lock_guard lock(mu_);
       threads_.insert(std::this_thread::get_id());
+      most_ = std::max(most_, ++now_);
     }
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    {
+      std::lock_guard lock(mu_);
+      --now_;
+    }
     return posix::system_io().pread(fd, buf, size, offset);
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
@@ -53,11 +59,17 @@ class WatchedIo final : public posix::IoSeam {
     std::lock_guard lock(mu_);
     return threads_;
   }
+  int most_at_once() {
+    std::lock_guard lock(mu_);
+    return most_;
+  }
 
  private:
   std::chrono::microseconds delay_;
   std::mutex mu_;
   std::set<std::thread::id> threads_;
+  int now_ = 0;
+  int most_ = 0;
 };
 
 File open_with(const std::filesystem::path& path, posix::IoSeam& io, FileOptions options = {}) {
@@ -328,34 +340,6 @@ std::size_t process_threads() {
   return n;
 }
 
-// Preads that record how many run at once, each held for `hold`.
-class ConcurrencyIo final : public posix::IoSeam {
- public:
-  explicit ConcurrencyIo(std::chrono::milliseconds hold) : hold_(hold) {}
-  int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
-  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
-    const int now = ++now_;
-    int seen = most_.load();
-    while (now > seen && !most_.compare_exchange_weak(seen, now)) {
-    }
-    std::this_thread::sleep_for(hold_);
-    --now_;
-    return posix::system_io().pread(fd, buf, size, offset);
-  }
-  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
-    return posix::system_io().pwrite(fd, buf, size, offset);
-  }
-  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return posix::system_io().fsync(fd); }
-  int close(int fd) override { return posix::system_io().close(fd); }
-  int most() const { return most_.load(); }
-
- private:
-  std::chrono::milliseconds hold_;
-  std::atomic<int> now_{0};
-  std::atomic<int> most_{0};
-};
-
 // One-task requests from several callers at once run side by side, up to the nthreads setting.
 // The pool used to grow to one request's parallelism only, so they all queued for the one
 // thread the first started: `ferry bench` with 8 threads of 1 MiB reads ran at one thread's rate
@@ -365,7 +349,7 @@ TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
   const auto data = test::random_bytes(4 << 20, 31);
   test::write_file(dir / "a.bin", data);
   Runtime runtime;  // a pool of its own, which no earlier request has grown
-  ConcurrencyIo io(300ms);
+  WatchedIo io(300ms);
   FileOptions options;
   options.runtime = &runtime;
   options.settings.set("host_nthreads", "4");
@@ -384,8 +368,8 @@ TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
     });
   }
   for (auto& t : callers) t.join();
-  EXPECT_EQ(io.most(), 4) << "reads at once, of " << kCallers << " one-task requests with "
-                          << "host_nthreads=4";
+  EXPECT_EQ(io.most_at_once(), 4) << "reads at once, of " << kCallers << " one-task requests with "
+                                  << "host_nthreads=4";
   EXPECT_EQ(runtime.threads(), 4u);
   for (int i = 0; i < kCallers; ++i) {
     EXPECT_EQ(0, std::memcmp(bufs[i].data(), data.data() + ((i % 4) << 20), bufs[i].size()));
