@@ -32,6 +32,10 @@ class PosixPath final : public HostPath {
     return posix::measure_residency(fd, offset, size);
   }
   std::uint64_t cold_task_min() const override { return posix::kColdTaskMin; }
+  std::string prepare_write(OpenFile& file, std::uint64_t offset,
+                            std::uint64_t size) const override {
+    return posix::preallocate_for_write(file, offset, size);
+  }
 
  private:
   posix::PosixBackend backend_;

@@ -37,6 +37,13 @@ class Worker {
   // Moves one task. Reads return fewer bytes than task.size only at end of file. Throws
   // IoError (with the bytes this task moved before failing) or CudaError.
   virtual std::size_t run(const Task& task) = 0;
+  // Moves `task` as run() does, told the task this worker runs next, whose first bytes it may
+  // start to move meanwhile (a GPU copy overlapping the task's last write). Called only where
+  // looks_ahead() is true; `next` then runs next on this worker, unless the request is
+  // cancelled or fails first.
+  virtual std::size_t run_then(const Task& task, const Task& /*next*/) { return run(task); }
+  // Whether run_then helps: the engine then claims each task before the one in hand ends.
+  virtual bool looks_ahead() const { return false; }
   // Completes whatever run() left in flight; throws like run().
   virtual void finish() {}
 };

@@ -26,6 +26,10 @@ class HostPath : public Backend {
   virtual PageCacheResidency residency(int fd, std::uint64_t offset, std::uint64_t size) const = 0;
   // Reads of at least this many bytes may go to O_DIRECT when cold: their residency is measured.
   virtual std::uint64_t cold_task_min() const = 0;
+  // Readies `file` for a write of [offset, offset + size) on this path (blocks allocated ahead);
+  // what it did, in words for the route report, or empty.
+  virtual std::string prepare_write(OpenFile& file, std::uint64_t offset,
+                                    std::uint64_t size) const = 0;
 };
 
 // One request's window on the accelerated path's own counters (layer 2): opened right before the

@@ -207,23 +207,42 @@ struct Job : std::enable_shared_from_this<Job> {
   // finishes the worker (for GPU memory: waits for its copies and gives back its staging), which
   // after every task would stop each copy from overlapping the next task's read (bench/NOTES.md
   // §15), hence the turn.
+  // A worker that looks ahead (Worker::looks_ahead) is told the task it runs next while it runs
+  // one: the next of its run, or the first of the next run, which it then claims before the
+  // last task of this run ends; never while it means to yield, so a yield strands no claim.
   static constexpr std::chrono::milliseconds kTurn{10};
   void run_one() {
     ThreadPool& pool = *thread_pool;
     if (!begun.exchange(true, std::memory_order_relaxed)) pool.note_request_started();
     const Clock::time_point turn_start = Clock::now();
+    auto time_to_yield = [&] {
+      return pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
+             (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn);
+    };
     try {
       std::unique_ptr<Worker> worker = backend->make_worker(context);
+      const bool look_ahead = worker->looks_ahead();
+      std::size_t ahead = SIZE_MAX;  // the first task of the run claimed next, when looking ahead
       for (;;) {
         if (cancelled.load(std::memory_order_relaxed)) break;
-        const std::size_t first = next.fetch_add(claim, std::memory_order_relaxed);
+        const std::size_t first =
+            ahead != SIZE_MAX ? ahead : next.fetch_add(claim, std::memory_order_relaxed);
+        ahead = SIZE_MAX;
         if (first >= tasks.count()) break;
         const std::size_t last = std::min(first + claim, tasks.count());
         bool failed = false;
         for (std::size_t i = first; i < last; ++i) {
           if (i > first && cancelled.load(std::memory_order_relaxed)) break;
+          std::size_t then = SIZE_MAX;
+          if (look_ahead && i + 1 < last) {
+            then = i + 1;
+          } else if (look_ahead && !time_to_yield()) {
+            const std::size_t n = next.fetch_add(claim, std::memory_order_relaxed);
+            if (n < tasks.count()) then = ahead = n;
+          }
           try {
-            done[i] = worker->run(tasks[i]);
+            done[i] =
+                then != SIZE_MAX ? worker->run_then(tasks[i], tasks[then]) : worker->run(tasks[i]);
             if (staged) staged->staged(i);
             state->add_progress(done[i]);
           } catch (const IoError& e) {
@@ -233,8 +252,7 @@ struct Job : std::enable_shared_from_this<Job> {
           }
         }
         if (failed) break;
-        if (pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
-            (pool.requests_waiting_to_start() || Clock::now() - turn_start >= kTurn)) {
+        if (ahead == SIZE_MAX && time_to_yield()) {
           worker->finish();
           worker.reset();
           pool.submit([job = shared_from_this()] { job->run_one(); });
@@ -606,6 +624,10 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
           "may then change the buffer), then starts the writes from the staging, on workers "
           "of its own",
           fmt::ptr(spec.stream), memory.device);
+    }
+    if (op == Op::kWrite && backend == &host_path() && !spec.gathered) {
+      const std::string ahead = host_path().prepare_write(*file, spec.offset, effective);
+      if (!ahead.empty()) engine += "; " + ahead;
     }
     report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
     if (route.path == Path::kCufile) {

@@ -24,6 +24,10 @@ class SystemIo final : public IoSeam {
 
 }  // namespace
 
+int IoSeam::fallocate(int fd, int mode, off_t offset, off_t len) {
+  return ::fallocate(fd, mode, offset, len);
+}
+
 IoSeam& system_io() {
   // Leaked on purpose, like the thread pool: requests still in flight at exit use it after
   // static destructors have run (tests/reliability/process_test.cc, ExitInFlight).

@@ -18,6 +18,8 @@ class IoSeam {
   virtual int fstat(int fd, struct stat* st) = 0;
   virtual int fsync(int fd) = 0;
   virtual int close(int fd) = 0;
+  // fallocate(2); the seams of tests need not override it.
+  virtual int fallocate(int fd, int mode, off_t offset, off_t len);
 };
 
 // The real system calls.

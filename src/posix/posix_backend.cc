@@ -1,7 +1,10 @@
 #include "posix/posix_backend.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -68,8 +71,18 @@ class PosixWorker final : public core::Worker {
     if (c_.op == Op::kRead) {
       read_task(task);
     } else {
-      write_task(task);
+      write_task(task, nullptr);
     }
+    return moved_;
+  }
+
+  // Buffered writes from GPU memory: the copy of the next task's first chunk overlaps this
+  // task's last write, so that one writer has no copy on its critical path between tasks
+  // (bench/NOTES.md §4).
+  bool looks_ahead() const override { return gpu_ && c_.op == Op::kWrite && dfd_ < 0; }
+  std::size_t run_then(const core::Task& task, const core::Task& next) override {
+    moved_ = 0;
+    write_task(task, &next);
     return moved_;
   }
 
@@ -272,7 +285,7 @@ class PosixWorker final : public core::Worker {
       return;
     }
     if (gpu_) {
-      write_from_gpu(fd, src, len, off);
+      write_from_gpu(fd, src, len, off, nullptr);
       return;
     }
     std::size_t done = 0;
@@ -288,28 +301,49 @@ class PosixWorker final : public core::Worker {
   // A write from GPU memory, double-buffered: the copy of chunk j + 1 into one bounce slot runs
   // while chunk j is written from the other, so that one writer keeps the GPU copy off its
   // critical path (bench/NOTES.md §4). Chunks are a quarter of the segment (at least 1 MiB, at
-  // most a slot, whole O_DIRECT blocks), so a task of one slot's size overlaps too. The chunks
-  // are written in order: a failure leaves the prefix written, as moved_ says.
-  void write_from_gpu(int fd, const char* src, std::size_t len, std::uint64_t off) {
+  // most a slot, whole O_DIRECT blocks), so a task of one slot's size overlaps too. Given the
+  // segment written next (`then`, a buffered write's next task), its first chunk's copy overlaps
+  // this segment's last write, and that segment starts from it. The chunks are written in
+  // order: a failure leaves the prefix written, as moved_ says.
+  struct Segment {
+    const char* src;
+    std::size_t len;
+  };
+  std::size_t gpu_chunk(std::size_t len) const {
     constexpr std::size_t kMinChunk = std::size_t{1} << 20;
     std::size_t chunk = std::min(stager_->size, std::max(kMinChunk, (len + 3) / 4));
     if (chunk > kAlignment) chunk = chunk / kAlignment * kAlignment;
+    return chunk;
+  }
+  std::size_t copy_from_gpu(const char* src, std::size_t n) {
     const cuda::Driver& d = cuda::driver();
-    auto copy = [&](std::size_t at) {
-      const std::size_t slot = next_slot();
-      const std::size_t n = std::min(chunk, len - at);
-      cuda::check(d.MemcpyDtoHAsync(stager_->slots[slot],
-                                    reinterpret_cast<cuda::abi::DevicePtr>(src + at), n, stream_),
-                  "cuMemcpyDtoHAsync");
-      cuda::check(d.EventRecord(stager_->events[slot], stream_), "cuEventRecord");
-      stager_->pending[slot] = true;
-      return slot;
-    };
-    std::size_t slot = copy(0);
+    const std::size_t slot = next_slot();
+    cuda::check(d.MemcpyDtoHAsync(stager_->slots[slot], reinterpret_cast<cuda::abi::DevicePtr>(src),
+                                  n, stream_),
+                "cuMemcpyDtoHAsync");
+    cuda::check(d.EventRecord(stager_->events[slot], stream_), "cuEventRecord");
+    stager_->pending[slot] = true;
+    return slot;
+  }
+  void write_from_gpu(int fd, const char* src, std::size_t len, std::uint64_t off,
+                      const Segment* then) {
+    const std::size_t chunk = gpu_chunk(len);
+    const std::size_t first = std::min(chunk, len);
+    std::size_t slot =
+        prefetched_.slot != SIZE_MAX && prefetched_.src == src && prefetched_.len == first
+            ? prefetched_.slot
+            : copy_from_gpu(src, first);
+    prefetched_ = {};
     for (std::size_t at = 0; at < len && !c_.cancelled.load(std::memory_order_relaxed);) {
       const std::size_t n = std::min(chunk, len - at);
-      const std::size_t next = at + n < len ? copy(at + n) : SIZE_MAX;
-      cuda::check(d.EventSynchronize(stager_->events[slot]),
+      std::size_t next = SIZE_MAX;
+      if (at + n < len) {
+        next = copy_from_gpu(src + at + n, std::min(chunk, len - at - n));
+      } else if (then != nullptr && then->len > 0) {
+        const std::size_t then_first = std::min(gpu_chunk(then->len), then->len);
+        prefetched_ = {then->src, then_first, copy_from_gpu(then->src, then_first)};
+      }
+      cuda::check(cuda::driver().EventSynchronize(stager_->events[slot]),
                   "cuEventSynchronize (copy into a bounce buffer)");
       stager_->pending[slot] = false;
       write_full(fd, stager_->slots[slot], n, off + at);
@@ -318,10 +352,16 @@ class PosixWorker final : public core::Worker {
     }
   }
 
-  void write_task(const core::Task& task) {
+  void write_task(const core::Task& task, const core::Task* next) {
     const std::uint64_t begin = task.file_offset;
     const std::uint64_t end = begin + task.size;
     if (dfd_ < 0) {
+      if (gpu_) {
+        const Segment then{next != nullptr ? target(*next, next->file_offset) : nullptr,
+                           next != nullptr ? next->size : 0};
+        write_from_gpu(fd_, target(task, begin), task.size, begin, &then);
+        return;
+      }
       write_segment(task, fd_, begin, task.size);
       return;
     }
@@ -349,6 +389,13 @@ class PosixWorker final : public core::Worker {
   const char* run_src_ = nullptr;
   std::size_t run_len_ = 0;
   std::size_t moved_ = 0;
+  // A buffered write's next first chunk, copied into `slot` during the last write (run_then).
+  struct Prefetched {
+    const char* src = nullptr;
+    std::size_t len = 0;
+    std::size_t slot = SIZE_MAX;
+  };
+  Prefetched prefetched_;
   bool may_go_cold_ = false;  // a buffered read, on a file system that takes O_DIRECT
 };
 
@@ -359,6 +406,28 @@ bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, s
   if (whole.resident == 0 && !whole.estimated) return true;
   PageCacheResidency task = measure_residency(fd, offset, size);
   return task.known && task.fraction() < kColdTaskResident;
+}
+
+std::string preallocate_for_write(core::OpenFile& file, std::uint64_t offset, std::uint64_t size) {
+  constexpr long kExt4SuperMagic = 0xEF53;  // EXT4_SUPER_MAGIC in linux/magic.h
+  if (size < kPreallocateMin || file.direct_fd() >= 0) return {};
+  struct statfs fs {};
+  if (::fstatfs(file.fd(), &fs) != 0 || fs.f_type != kExt4SuperMagic) return {};
+  struct stat st {};
+  if (file.io().fstat(file.fd(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  const std::uint64_t begin =
+      std::max<std::uint64_t>(offset, static_cast<std::uint64_t>(st.st_size));
+  const std::uint64_t end = offset + size;
+  if (end <= begin || end - begin < kPreallocateMin) return {};
+  if (file.io().fallocate(file.fd(), FALLOC_FL_KEEP_SIZE, static_cast<off_t>(begin),
+                          static_cast<off_t>(end - begin)) != 0) {
+    return fmt::format("blocks for the {} beyond the file's end not allocated ahead: fallocate: {}",
+                       format_size(end - begin), std::strerror(errno));
+  }
+  return fmt::format(
+      "the {} beyond the file's end allocated ahead of the writes (fallocate, keeping the "
+      "size): ext4 then writes into allocated blocks, at less CPU than delayed allocation",
+      format_size(end - begin));
 }
 
 std::unique_ptr<core::Worker> PosixBackend::make_worker(const core::RequestContext& context) {
@@ -375,8 +444,9 @@ std::size_t PosixBackend::run_inline(const core::RequestContext& context,
 
 // Buffered writes to one file serialise on the inode's lock in the kernel (ext4 and xfs take it
 // exclusively for each buffered write): measured on the GPU machine, 16 writers reached the
-// speed of one at 14 times its CPU time (bench/NOTES.md). Two keep a GPU copy overlapping a write.
-constexpr std::size_t kBufferedWriters = 2;
+// speed of one at 14 times its CPU time, and two at most the speed of one double-buffered writer
+// (its GPU copies overlap its writes, across tasks too) at twice its CPU time (bench/NOTES.md §4).
+constexpr std::size_t kBufferedWriters = 1;
 
 std::size_t PosixBackend::max_workers(const core::RequestContext& c) const {
   return c.op == Op::kWrite && c.file.direct_fd() < 0 ? kBufferedWriters : SIZE_MAX;

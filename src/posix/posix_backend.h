@@ -22,6 +22,16 @@ constexpr double kColdTaskResident = 0.20;
 // request that is all cached never checks its tasks, one that is all cold need not.
 bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, std::size_t size);
 
+// A buffered write of at least kPreallocateMin bytes beyond the end of a file on ext4 first
+// allocates those blocks with fallocate(FALLOC_FL_KEEP_SIZE): ext4's buffered writes into
+// allocated blocks skip delayed allocation's work for each block, which took about a sixth of
+// the CPU time of a pwrite into the page cache (bench/NOTES.md §4). The size stays until the
+// bytes are written, so a write that fails leaves the file at the size of what it wrote (the
+// blocks allocated beyond stay the file's until it is truncated). Returns what was done, in
+// words, for the route report; empty where nothing was tried.
+constexpr std::uint64_t kPreallocateMin = std::uint64_t{8} << 20;
+std::string preallocate_for_write(core::OpenFile& file, std::uint64_t offset, std::uint64_t size);
+
 class PosixBackend final : public core::Backend {
  public:
   std::unique_ptr<core::Worker> make_worker(const core::RequestContext& context) override;

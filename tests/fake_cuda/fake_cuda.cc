@@ -728,6 +728,15 @@ FAKE_API Result cuStreamSynchronize(abi::Stream stream) {
   return abi::kSuccess;
 }
 
+// Not called by ferry; tests call it (through dlsym) to wait for ferry's own streams' copies.
+FAKE_API Result cuCtxSynchronize() {
+  FAKE_ENTER();
+  if (current_ctx() == nullptr) return kInvalidContext;
+  std::unique_lock lock(state->mu);
+  wait_all(lock);
+  return abi::kSuccess;
+}
+
 FAKE_API Result cuStreamGetCtx(abi::Stream stream, abi::Context* context) {
   FAKE_ENTER();
   Result r = abi::kSuccess;

@@ -1,15 +1,19 @@
 // Reads into and writes from every kind of memory ferry classifies (device, managed, pinned,
 // pageable), at unaligned sizes and buffer offsets, byte for byte against a host reference.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 
+#include "core/open_file.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/ferry.h"
+#include "posix/io_seam.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -246,6 +250,102 @@ TEST_F(Gpu, WritesFromGpuMemoryInOverlappingChunksLandInOrder) {
     auto back = test::read_file(dir / "c.bin");
     ASSERT_EQ(back.size(), size + 4096);
     EXPECT_EQ(0, std::memcmp(back.data() + 4096, data.data(), size)) << "direct " << direct;
+  }
+}
+
+// The system calls, with a hook run before each pwrite.
+class PwriteHook final : public posix::IoSeam {
+ public:
+  explicit PwriteHook(std::function<void(std::uint64_t offset)> hook) : hook_(std::move(hook)) {}
+  int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
+  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
+    return posix::system_io().pread(fd, buf, size, offset);
+  }
+  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
+    hook_(static_cast<std::uint64_t>(offset));
+    return posix::system_io().pwrite(fd, buf, size, offset);
+  }
+  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return posix::system_io().fsync(fd); }
+  int close(int fd) override { return posix::system_io().close(fd); }
+
+ private:
+  std::function<void(std::uint64_t)> hook_;
+};
+
+// cuCtxSynchronize of the libcuda ferry loaded (ferry itself never calls it).
+using CtxSynchronizeFn = int (*)();
+CtxSynchronizeFn ctx_synchronize() {
+  const char* lib = std::getenv("FERRY_CUDA_LIBRARY");
+  void* h = dlopen(lib != nullptr ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return h != nullptr ? reinterpret_cast<CtxSynchronizeFn>(dlsym(h, "cuCtxSynchronize")) : nullptr;
+}
+
+// One buffered writer (the cap) copies the next task's first chunk from the GPU while it
+// writes the last chunk of the task before (run_then), so no copy waits between tasks. Seen
+// from a hook before each task's last pwrite: once every copy queued so far has run, the next
+// task's first chunk is changed on the GPU; the file must hold the bytes from before the change,
+// which it does only if that chunk was copied out before the hook ran.
+TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefore) {
+  CtxSynchronizeFn sync = ctx_synchronize();
+  if (sync == nullptr) GTEST_SKIP() << "cuCtxSynchronize not found in the loaded libcuda";
+  TempDir dir;
+  constexpr std::size_t kTask = 4 << 20, kChunk = 1 << 20, kTasks = 4;
+  const std::size_t size = kTask * kTasks;
+  auto data = test::random_bytes(size, 53);
+  const std::vector<unsigned char> other(kChunk, 0xEE);
+  Buffer b(MemoryKind::kDevice, size, 0);
+  b.copy_from_host(data.data(), size, 0);
+  const auto base = reinterpret_cast<cuda::abi::DevicePtr>(b.data());
+  int changed = 0;
+  PwriteHook io([&](std::uint64_t offset) {
+    // The last chunk of tasks 0 to 2; the hook runs on the writer, whose context is current.
+    if (offset % kTask != kTask - kChunk || offset + kChunk >= size) return;
+    ASSERT_EQ(sync(), 0);
+    ASSERT_EQ(cuda::driver().MemcpyHtoD(base + offset + kChunk, other.data(), kChunk), 0);
+    ++changed;
+  });
+  {
+    File file(std::make_shared<core::OpenFile>(dir / "n.bin", "w", FileOptions{}, io));
+    IoFuture w = file.pwrite(b.data(), size, 0);
+    EXPECT_EQ(w.get(), size);
+    EXPECT_EQ(w.route().workers, 1u);
+    EXPECT_EQ(w.route().tasks, kTasks);
+  }
+  EXPECT_EQ(changed, 3);
+  auto back = test::read_file(dir / "n.bin");
+  ASSERT_EQ(back.size(), size);
+  for (std::size_t t = 1; t < kTasks; ++t) {
+    EXPECT_EQ(0, std::memcmp(back.data() + t * kTask, data.data() + t * kTask, kChunk))
+        << "task " << t << "'s first chunk was copied from the GPU after the task before ended";
+  }
+  EXPECT_EQ(0, std::memcmp(back.data(), data.data(), size));
+}
+
+// Writers that look ahead still yield their one thread to a request waiting to start (the
+// engine never yields with a task claimed ahead): two callers' writes from GPU memory share a
+// pool of one thread, task by task, and every byte of both lands.
+TEST_F(Gpu, WritesThatLookAheadShareOneThreadAndLoseNoTask) {
+  TempDir dir;
+  const std::size_t size = (24 << 20) + 4097;
+  auto data = test::random_bytes(size, 59);
+  Buffer b(MemoryKind::kDevice, size, 0);
+  b.copy_from_host(data.data(), size, 0);
+  FileOptions options;
+  options.settings.set("nthreads", "1");
+  options.settings.set("task_size", "1MiB");
+  File one(dir / "one.bin", "w", options);
+  File two(dir / "two.bin", "w", options);
+  for (int round = 0; round < 3; ++round) {
+    IoFuture a = one.pwrite(b.data(), size, 0);
+    IoFuture c = two.pwrite(b.data(), size, 0);
+    EXPECT_EQ(a.get(), size);
+    EXPECT_EQ(c.get(), size);
+  }
+  for (const char* name : {"one.bin", "two.bin"}) {
+    auto back = test::read_file(dir / name);
+    ASSERT_EQ(back.size(), size);
+    EXPECT_EQ(0, std::memcmp(back.data(), data.data(), size)) << name;
   }
 }
 

@@ -42,6 +42,7 @@ class ScriptedIo final : public posix::IoSeam {
   std::atomic<int> slow_fstats{0};       // the next N fstat calls first sleep `slow`
   int fsync_errno = 0;                   // fsync fails with it
   int close_errno = 0;                   // close (which still closes) reports it
+  int fallocate_errno = 0;               // fallocate fails with it
   std::size_t direct_read_cap = 0;  // preads of an O_DIRECT descriptor move at most this (0: all),
                                     // as NFS or FUSE may return short counts before end of file
 
@@ -50,6 +51,8 @@ class ScriptedIo final : public posix::IoSeam {
   std::atomic<std::uint64_t> bytes_written{0};
   std::atomic<int> opens{0};
   std::atomic<int> closes{0};
+  std::atomic<int> fallocates{0};           // calls of fallocate, failed ones too
+  std::atomic<std::int64_t> fallocated{0};  // bytes the last call was asked for
 
   int open(const char* path, int flags, mode_t mode) override {
     if (open_errno != 0 || (refuse_direct && (flags & O_DIRECT) != 0)) {
@@ -95,6 +98,15 @@ class ScriptedIo final : public posix::IoSeam {
       return -1;
     }
     return posix::system_io().fsync(fd);
+  }
+  int fallocate(int fd, int mode, off_t offset, off_t len) override {
+    fallocates.fetch_add(1);
+    fallocated = len;
+    if (fallocate_errno != 0) {
+      errno = fallocate_errno;
+      return -1;
+    }
+    return posix::system_io().fallocate(fd, mode, offset, len);
   }
   int close(int fd) override {
     closes.fetch_add(1);
