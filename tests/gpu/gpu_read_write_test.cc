@@ -281,8 +281,8 @@ CtxSynchronizeFn ctx_synchronize() {
   return h != nullptr ? reinterpret_cast<CtxSynchronizeFn>(dlsym(h, "cuCtxSynchronize")) : nullptr;
 }
 
-// One buffered writer (the cap) copies the next task's first chunk from the GPU while it
-// writes the last chunk of the task before (run_then), so no copy waits between tasks. Seen
+// One buffered writer copies the next task's first chunk from the GPU while it writes the last
+// chunk of the task before (run_then), so no copy waits between tasks. Seen
 // from a hook before each task's last pwrite: once every copy queued so far has run, the next
 // task's first chunk is changed on the GPU; the file must hold the bytes from before the change,
 // which it does only if that chunk was copied out before the hook ran.
@@ -306,7 +306,9 @@ TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefo
     ++changed;
   });
   {
-    File file(std::make_shared<core::OpenFile>(dir / "n.bin", "w", FileOptions{}, io));
+    FileOptions options;
+    options.settings.set("nthreads", "1");
+    File file(std::make_shared<core::OpenFile>(dir / "n.bin", "w", options, io));
     IoFuture w = file.pwrite(b.data(), size, 0);
     EXPECT_EQ(w.get(), size);
     EXPECT_EQ(w.route().workers, 1u);
