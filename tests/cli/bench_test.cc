@@ -134,6 +134,21 @@ TEST_F(CliBench, GdsioModesAndTransferTypes) {
   EXPECT_TRUE(has(r.out, "excludes")) << r.out;
 }
 
+// A write case and its baseline each start from the file's pages cached and clean: the one that
+// ran second used to write over pages the first had dirtied, which costs less.
+TEST_F(CliBench, WriteCasesStartFromCleanPages) {
+  auto lines = bench("-I write --memory host -s 8MiB -i 1MiB --compare");
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& j : lines) {
+    SCOPED_TRACE(j.dump());
+    expect_sane(j);
+    EXPECT_EQ(j["page_cache_before"]["dirty"], false);
+    EXPECT_GT(j["page_cache_before"]["resident_fraction"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(lines[0]["case"], "ferry");
+  EXPECT_EQ(lines[1]["case"], "baseline");
+}
+
 TEST_F(CliBench, GpuMemoryWithoutADriverFailsAsReadDoes) {
   CliRun read = run_cli("read --gpu 0 " + std::string(FERRY_CLI_PATH));
   if (read.status == 0) GTEST_SKIP() << "a GPU is usable here: nothing to refuse";
