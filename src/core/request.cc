@@ -41,6 +41,7 @@ bool RequestState::ready() const {
 }
 
 void RequestState::wait() const {
+  if (helper_) helper_();
   std::unique_lock lock(mu_);
   cv_.wait(lock, [this] { return done_; });
 }
@@ -136,6 +137,11 @@ struct Job : std::enable_shared_from_this<Job> {
   std::size_t claim = 1;
   std::atomic<std::size_t> jobs_left{0};
   std::atomic<bool> begun{false};  // a job of this request has run (the pool was told)
+  // A request of one task on host memory: its one job, queued on the pool, is run by whichever
+  // comes first, a worker or the caller's wait (RequestState::set_helper). `unstarted` is 1
+  // until one of them takes it.
+  bool helpable = false;
+  std::atomic<int> unstarted{0};
   std::mutex error_mu;
   std::exception_ptr error;  // the first failure
   std::size_t failed_task = SIZE_MAX;
@@ -211,6 +217,18 @@ struct Job : std::enable_shared_from_this<Job> {
   // one: the next of its run, or the first of the next run, which it then claims before the
   // last task of this run ends; never while it means to yield, so a yield strands no claim.
   static constexpr std::chrono::milliseconds kTurn{10};
+  bool take_unstarted() {
+    int n = 1;
+    return unstarted.compare_exchange_strong(n, 0, std::memory_order_acq_rel);
+  }
+  // A job as queued on the pool (continuations after a yield call run_one).
+  void start_one() {
+    if (helpable && !take_unstarted()) return;  // the caller's wait ran it
+    run_one();
+  }
+  void help() {
+    if (take_unstarted()) run_one();
+  }
   void run_one() {
     ThreadPool& pool = *thread_pool;
     if (!begun.exchange(true, std::memory_order_relaxed)) pool.note_request_started();
@@ -658,9 +676,20 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
     auto run_jobs = [job, jobs, threads] {
       job->thread_pool->note_request_queued();
       for (std::size_t j = 0; j < jobs; ++j) {
-        job->thread_pool->submit([job] { job->run_one(); }, threads);
+        job->thread_pool->submit([job] { job->start_one(); }, threads);
       }
     };
+    // One task on host memory, to be waited for at once more often than not: the wait runs it
+    // unless a worker has started it (bench/NOTES.md §19). GPU memory keeps its workers, whose
+    // threads hold the device's context and staging.
+    if (!ordered && jobs == 1 && job->tasks.count() == 1 && backend == &host_path() &&
+        !is_gpu(memory.kind)) {
+      job->helpable = true;
+      job->unstarted = 1;
+      state->set_helper([weak = std::weak_ptr<Job>(job)] {
+        if (auto j = weak.lock()) j->help();
+      });
+    }
     if (!ordered) {
       run_jobs();
       return future;

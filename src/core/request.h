@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,12 +38,17 @@ class RequestState {
   // stream being what orders the buffer's use.
   void set_stream_ordered() { stream_ordered_ = true; }
   bool stream_ordered() const { return stream_ordered_; }
+  // What wait() and get() run first, in the waiting thread: for a request of one task that no
+  // worker has started yet, that task (the wait would otherwise pay two thread wake-ups). Set
+  // before the future is handed out.
+  void set_helper(std::function<void()> helper) { helper_ = std::move(helper); }
 
  private:
   std::atomic<std::uint64_t> progress_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_requested_{false};
-  bool stream_ordered_ = false;  // set before the future is handed out
+  bool stream_ordered_ = false;   // set before the future is handed out
+  std::function<void()> helper_;  // likewise
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;

@@ -40,6 +40,7 @@ class WatchedIo final : public posix::IoSeam {
     {
       std::lock_guard lock(mu_);
       threads_.insert(std::this_thread::get_id());
+      order_.push_back(std::this_thread::get_id());
       most_ = std::max(most_, ++now_);
     }
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
@@ -63,11 +64,20 @@ class WatchedIo final : public posix::IoSeam {
     std::lock_guard lock(mu_);
     return most_;
   }
+  int in_flight() {
+    std::lock_guard lock(mu_);
+    return now_;
+  }
+  std::vector<std::thread::id> order() {
+    std::lock_guard lock(mu_);
+    return order_;
+  }
 
  private:
   std::chrono::microseconds delay_;
   std::mutex mu_;
   std::set<std::thread::id> threads_;
+  std::vector<std::thread::id> order_;  // of each pread, in the order they began
   int now_ = 0;
   int most_ = 0;
 };
@@ -363,6 +373,9 @@ TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
       ++ready;
       while (ready.load() < kCallers) std::this_thread::yield();
       IoFuture r = f.pread(bufs[i].data(), bufs[i].size(), (i % 4) << 20);
+      // Not get() at once: a caller's wait runs a one-task request no worker has started.
+      while (!r.wait_for(0.01)) {
+      }
       EXPECT_EQ(r.get(), bufs[i].size());
       EXPECT_EQ(r.route().tasks, 1u);
     });
@@ -374,6 +387,55 @@ TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
   for (int i = 0; i < kCallers; ++i) {
     EXPECT_EQ(0, std::memcmp(bufs[i].data(), data.data() + ((i % 4) << 20), bufs[i].size()));
   }
+}
+
+// A one-task request on host memory that no worker has started is run by the caller's wait
+// itself: the wait would otherwise pay two thread wake-ups (bench/NOTES.md §19). Here the pool's
+// one thread is busy with a slow read, so the second request's get() runs it beside the first.
+TEST(WaitRuns, AOneTaskRequestNoWorkerStartedRunsInTheWaitingThread) {
+  TempDir dir;
+  const auto data = test::random_bytes(2 << 20, 33);
+  test::write_file(dir / "a.bin", data);
+  Runtime runtime;
+  WatchedIo io(400ms);
+  FileOptions options;
+  options.runtime = &runtime;
+  options.settings.set("host_nthreads", "1");
+  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, io));
+  std::vector<unsigned char> a(1 << 20), b(1 << 20);
+  IoFuture slow = f.pread(a.data(), a.size(), 0);
+  while (io.in_flight() == 0) std::this_thread::sleep_for(1ms);  // the worker is in its pread
+  IoFuture quick = f.pread(b.data(), b.size(), 1 << 20);
+  EXPECT_EQ(quick.get(), b.size());
+  EXPECT_EQ(slow.get(), a.size());
+  EXPECT_EQ(io.most_at_once(), 2) << "the second request waited for the pool's one thread";
+  const auto order = io.order();
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_NE(order[0], std::this_thread::get_id());
+  EXPECT_EQ(order[1], std::this_thread::get_id());
+  EXPECT_EQ(0, std::memcmp(a.data(), data.data(), a.size()));
+  EXPECT_EQ(0, std::memcmp(b.data(), data.data() + (1 << 20), b.size()));
+  EXPECT_EQ(quick.route().workers, 1u);
+}
+
+// Once a worker has started it, the wait only waits; the worker's thread does the read.
+TEST(WaitRuns, ARequestAWorkerStartedIsNotRunAgainByTheWait) {
+  TempDir dir;
+  const auto data = test::random_bytes(1 << 20, 34);
+  test::write_file(dir / "a.bin", data);
+  Runtime runtime;
+  WatchedIo io(100ms);
+  FileOptions options;
+  options.runtime = &runtime;
+  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, io));
+  std::vector<unsigned char> a(1 << 20);
+  IoFuture r = f.pread(a.data(), a.size(), 0);
+  while (io.in_flight() == 0) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(r.get(), a.size());
+  const auto order = io.order();
+  ASSERT_EQ(order.size(), 1u) << "one pread: the wait did not read again";
+  EXPECT_NE(order[0], std::this_thread::get_id());
+  EXPECT_EQ(0, std::memcmp(a.data(), data.data(), a.size()));
 }
 
 TEST(Runtimes, ManyFilesOnManyThreadsShareOneRuntime) {
