@@ -1,10 +1,11 @@
 // What allocating ahead buys a buffered write (bench/NOTES.md §4): one thread writes a new file
-// from host memory with pwrite in 1 MiB calls, into the page cache (no fsync), with its blocks
-// left to delayed allocation ("delalloc", what a plain write does) and with them allocated first
-// by fallocate(FALLOC_FL_KEEP_SIZE) ("keep_size", what ferry does on ext4 for a write of 8 MiB or
-// more beyond the end), the two interleaved for --rounds rounds. One JSON line per run, then the
-// medians. The file is removed after each run, so no run writes over another's pages.
-// Usage: ferry_write_alloc_bench [--file PATH] [--size BYTES] [--rounds N]
+// from host memory with pwrite in calls of --chunk bytes (1 MiB unless told), into the page cache
+// (no fsync), with its blocks left to delayed allocation ("delalloc", what a plain write does) and
+// with them allocated first by fallocate(FALLOC_FL_KEEP_SIZE) ("keep_size", what ferry does on ext4
+// for a write of 8 MiB or more beyond the end), the two interleaved for --rounds rounds. One JSON
+// line per run, then the medians. The file is removed after each run, so no run writes over
+// another's pages. Usage: ferry_write_alloc_bench [--file PATH] [--size BYTES] [--rounds N]
+// [--chunk BYTES]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/falloc.h>
@@ -79,7 +80,9 @@ int main(int argc, char** argv) try {
   const std::string path = arg(argc, argv, "--file", "ferry-write-alloc.bin");
   const std::uint64_t size = ferry::parse_size(arg(argc, argv, "--size", "2GiB"), "--size");
   const int rounds = std::stoi(arg(argc, argv, "--rounds", "6"));
-  std::vector<char> chunk(std::size_t{1} << 20);
+  const std::uint64_t chunk_size = ferry::parse_size(arg(argc, argv, "--chunk", "1MiB"), "--chunk");
+  if (chunk_size == 0) throw std::runtime_error("--chunk must be at least 1 byte");
+  std::vector<char> chunk(chunk_size);
   for (std::size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 131 + 7);
   std::map<std::string, std::vector<Run>> runs;
   for (int round = 0; round < rounds; ++round) {
@@ -88,9 +91,9 @@ int main(int argc, char** argv) try {
       const Run r = write_once(path, chunk, size, keep_size);
       runs[name].push_back(r);
       fmt::print(
-          "{{\"case\":\"{}\",\"round\":{},\"bytes\":{},\"gbps\":{:.3f},\"cpu_seconds_per_gib\":{:."
-          "4f}}}\n",
-          name, round, size, r.gbps, r.cpu_per_gib);
+          "{{\"case\":\"{}\",\"round\":{},\"bytes\":{},\"chunk\":{},\"gbps\":{:.3f},"
+          "\"cpu_seconds_per_gib\":{:.4f}}}\n",
+          name, round, size, chunk.size(), r.gbps, r.cpu_per_gib);
     }
   }
   std::map<std::string, std::pair<double, double>> med;
