@@ -445,16 +445,14 @@ std::size_t PosixBackend::run_inline(const core::RequestContext& context,
 // Buffered writes to one file serialise on the inode's lock in the kernel (ext4 and xfs take it
 // exclusively for each buffered write): measured on the GPU machine, 16 writers reached the
 // speed of one at 14 times its CPU time (bench/NOTES.md §4). From host memory a second writer
-// only waits for that lock; from GPU memory two writers hide each other's copies, at twice the
-// CPU of one double-buffered writer and, measured before it looked ahead across tasks, 1.04 to
-// 1.17x its speed. Whether one writer that looks ahead is as fast is to be measured on the GPU
-// machine (`STEPS=writes scripts/gpu-verify`); until then GPU memory keeps two.
-constexpr std::size_t kBufferedWritersHost = 1;
-constexpr std::size_t kBufferedWritersGpu = 2;
+// only waits for that lock. From GPU memory one writer that copies the next chunk (and the next
+// task's first) during each write ran at 0.95x the speed of two at 0.53x their CPU on an H200,
+// fresh processes of `ferry write` (bench/results/2026-12-01-4905dba-h200-writes/).
+constexpr std::size_t kBufferedWriters = 1;
 
 std::size_t PosixBackend::max_workers(const core::RequestContext& c) const {
   if (c.op != Op::kWrite || c.file.direct_fd() >= 0) return SIZE_MAX;
-  return is_gpu(c.memory.kind) ? kBufferedWritersGpu : kBufferedWritersHost;
+  return kBufferedWriters;
 }
 
 std::string PosixBackend::describe(const core::RequestContext& c) const {

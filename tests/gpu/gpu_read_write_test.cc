@@ -324,6 +324,27 @@ TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefo
   EXPECT_EQ(0, std::memcmp(back.data(), data.data(), size));
 }
 
+// A buffered write from GPU memory runs on one writer whatever the thread setting (the cap of
+// PosixBackend::max_workers; bench/NOTES.md §4), and the report says so.
+TEST_F(Gpu, ABufferedWriteFromGpuMemoryRunsOnOneWriter) {
+  TempDir dir;
+  const std::size_t size = (32 << 20) + 512;
+  auto data = test::random_bytes(size, 61);
+  Buffer b(MemoryKind::kDevice, size, 0);
+  b.copy_from_host(data.data(), size, 0);
+  FileOptions options;
+  options.settings.set("nthreads", "8");
+  File file(dir / "w.bin", "w", options);
+  IoFuture w = file.pwrite(b.data(), size, 0);
+  EXPECT_EQ(w.get(), size);
+  EXPECT_EQ(w.route().workers, 1u);
+  EXPECT_GT(w.route().tasks, 1u);
+  file.close();
+  auto back = test::read_file(dir / "w.bin");
+  ASSERT_EQ(back.size(), size);
+  EXPECT_EQ(0, std::memcmp(back.data(), data.data(), size));
+}
+
 // Writers that look ahead still yield their one thread to a request waiting to start (the
 // engine never yields with a task claimed ahead): two callers' writes from GPU memory share a
 // pool of one thread, task by task, and every byte of both lands.
