@@ -300,11 +300,14 @@ class PosixWorker final : public core::Worker {
 
   // A write from GPU memory, double-buffered: the copy of chunk j + 1 into one bounce slot runs
   // while chunk j is written from the other, so that one writer keeps the GPU copy off its
-  // critical path (bench/NOTES.md §4). Chunks are a quarter of the segment (at least 1 MiB, at
-  // most a slot, whole O_DIRECT blocks), so a task of one slot's size overlaps too. Given the
-  // segment written next (`then`, a buffered write's next task), its first chunk's copy overlaps
-  // this segment's last write, and that segment starts from it. The chunks are written in
-  // order: a failure leaves the prefix written, as moved_ says.
+  // critical path (bench/NOTES.md §4). A chunk that nothing overlaps (a segment's first, unless
+  // it was copied ahead) is a quarter of the segment (at least 1 MiB, at most a slot, whole
+  // O_DIRECT blocks), so a task of one slot's size overlaps too. Given the segment written next
+  // (`then`, a buffered write's next task; its `len` is 0 at the end), its first chunk's copy
+  // overlaps this segment's last write, that segment starts from it, and the chunks after the
+  // first are whole slots: each one's copy overlaps a write all the same, at a quarter of the
+  // copies, event waits and pwrite calls. The chunks are written in order: a failure leaves the
+  // prefix written, as moved_ says.
   struct Segment {
     const char* src;
     std::size_t len;
@@ -327,20 +330,19 @@ class PosixWorker final : public core::Worker {
   }
   void write_from_gpu(int fd, const char* src, std::size_t len, std::uint64_t off,
                       const Segment* then) {
-    const std::size_t chunk = gpu_chunk(len);
-    const std::size_t first = std::min(chunk, len);
-    std::size_t slot =
-        prefetched_.slot != SIZE_MAX && prefetched_.src == src && prefetched_.len == first
-            ? prefetched_.slot
-            : copy_from_gpu(src, first);
+    const std::size_t chunk = then != nullptr ? stager_->size : gpu_chunk(len);
+    const bool ahead = prefetched_.slot != SIZE_MAX && prefetched_.src == src &&
+                       prefetched_.len == std::min(chunk, len);
+    std::size_t n = ahead ? prefetched_.len : std::min(gpu_chunk(len), len);
+    std::size_t slot = ahead ? prefetched_.slot : copy_from_gpu(src, n);
     prefetched_ = {};
     for (std::size_t at = 0; at < len && !c_.cancelled.load(std::memory_order_relaxed);) {
-      const std::size_t n = std::min(chunk, len - at);
+      const std::size_t after = std::min(chunk, len - at - n);
       std::size_t next = SIZE_MAX;
-      if (at + n < len) {
-        next = copy_from_gpu(src + at + n, std::min(chunk, len - at - n));
+      if (after > 0) {
+        next = copy_from_gpu(src + at + n, after);
       } else if (then != nullptr && then->len > 0) {
-        const std::size_t then_first = std::min(gpu_chunk(then->len), then->len);
+        const std::size_t then_first = std::min(chunk, then->len);
         prefetched_ = {then->src, then_first, copy_from_gpu(then->src, then_first)};
       }
       cuda::check(cuda::driver().EventSynchronize(stager_->events[slot]),
@@ -349,6 +351,7 @@ class PosixWorker final : public core::Worker {
       write_full(fd, stager_->slots[slot], n, off + at);
       at += n;
       slot = next;
+      n = after;
     }
   }
 

@@ -256,13 +256,14 @@ TEST_F(Gpu, WritesFromGpuMemoryInOverlappingChunksLandInOrder) {
 // The system calls, with a hook run before each pwrite.
 class PwriteHook final : public posix::IoSeam {
  public:
-  explicit PwriteHook(std::function<void(std::uint64_t offset)> hook) : hook_(std::move(hook)) {}
+  explicit PwriteHook(std::function<void(std::uint64_t offset, std::size_t size)> hook)
+      : hook_(std::move(hook)) {}
   int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
     return posix::system_io().pread(fd, buf, size, offset);
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
-    hook_(static_cast<std::uint64_t>(offset));
+    hook_(static_cast<std::uint64_t>(offset), size);
     return posix::system_io().pwrite(fd, buf, size, offset);
   }
   int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
@@ -270,7 +271,7 @@ class PwriteHook final : public posix::IoSeam {
   int close(int fd) override { return posix::system_io().close(fd); }
 
  private:
-  std::function<void(std::uint64_t)> hook_;
+  std::function<void(std::uint64_t, std::size_t)> hook_;
 };
 
 // cuCtxSynchronize of the libcuda ferry loaded (ferry itself never calls it).
@@ -282,10 +283,12 @@ CtxSynchronizeFn ctx_synchronize() {
 }
 
 // One buffered writer copies the next task's first chunk from the GPU while it writes the last
-// chunk of the task before (run_then), so no copy waits between tasks. Seen
-// from a hook before each task's last pwrite: once every copy queued so far has run, the next
-// task's first chunk is changed on the GPU; the file must hold the bytes from before the change,
-// which it does only if that chunk was copied out before the hook ran.
+// chunk of the task before (run_then), so no copy waits between tasks. Seen from a hook before
+// each task's last pwrite: once every copy queued so far has run, the next task's first bytes
+// are changed on the GPU; the file must hold the bytes from before the change, which it does
+// only if that chunk was copied out before the hook ran. Past the first chunk, the chunks are
+// whole bounce slots: the first task goes as 1 MiB (a quarter, which nothing overlaps) and
+// 3 MiB, every later one in one pwrite.
 TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefore) {
   CtxSynchronizeFn sync = ctx_synchronize();
   if (sync == nullptr) GTEST_SKIP() << "cuCtxSynchronize not found in the loaded libcuda";
@@ -298,16 +301,20 @@ TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefo
   b.copy_from_host(data.data(), size, 0);
   const auto base = reinterpret_cast<cuda::abi::DevicePtr>(b.data());
   int changed = 0;
-  PwriteHook io([&](std::uint64_t offset) {
-    // The last chunk of tasks 0 to 2; the hook runs on the writer, whose context is current.
-    if (offset % kTask != kTask - kChunk || offset + kChunk >= size) return;
+  std::vector<std::pair<std::uint64_t, std::size_t>> writes;
+  PwriteHook io([&](std::uint64_t offset, std::size_t n) {
+    writes.emplace_back(offset, n);
+    // The last pwrite of tasks 0 to 2; the hook runs on the writer, whose context is current.
+    const std::uint64_t end = offset + n;
+    if (end % kTask != 0 || end >= size) return;
     ASSERT_EQ(sync(), 0);
-    ASSERT_EQ(cuda::driver().MemcpyHtoD(base + offset + kChunk, other.data(), kChunk), 0);
+    ASSERT_EQ(cuda::driver().MemcpyHtoD(base + end, other.data(), kChunk), 0);
     ++changed;
   });
   {
     FileOptions options;
     options.settings.set("nthreads", "1");
+    options.settings.set("bounce_buffer_size", "4MiB");
     File file(std::make_shared<core::OpenFile>(dir / "n.bin", "w", options, io));
     IoFuture w = file.pwrite(b.data(), size, 0);
     EXPECT_EQ(w.get(), size);
@@ -315,6 +322,12 @@ TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefo
     EXPECT_EQ(w.route().tasks, kTasks);
   }
   EXPECT_EQ(changed, 3);
+  const std::vector<std::pair<std::uint64_t, std::size_t>> expected = {{0, kChunk},
+                                                                       {kChunk, kTask - kChunk},
+                                                                       {kTask, kTask},
+                                                                       {2 * kTask, kTask},
+                                                                       {3 * kTask, kTask}};
+  EXPECT_EQ(writes, expected);
   auto back = test::read_file(dir / "n.bin");
   ASSERT_EQ(back.size(), size);
   for (std::size_t t = 1; t < kTasks; ++t) {
