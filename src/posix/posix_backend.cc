@@ -449,8 +449,9 @@ std::size_t PosixBackend::run_inline(const core::RequestContext& context,
 // exclusively for each buffered write): measured on the GPU machine, 16 writers reached the
 // speed of one at 14 times its CPU time (bench/NOTES.md §4). From host memory a second writer
 // only waits for that lock. From GPU memory one writer that copies the next chunk (and the next
-// task's first) during each write ran at 0.95x the speed of two at 0.53x their CPU on an H200,
-// fresh processes of `ferry write` (bench/results/2026-12-01-4905dba-h200-writes/).
+// task's first) during each write comes close to two: on an H200, measured as issue 14's "today"
+// was, 0.94x their speed at 0.53x their CPU (0.14 to 0.18 CPU-s/GiB), and 1.55 to 1.69x 5e45e38's
+// speed in fresh processes of `ferry write` (bench/results/2026-12-02-25e01ef-h200-slot-chunks/).
 constexpr std::size_t kBufferedWriters = 1;
 
 std::size_t PosixBackend::max_workers(const core::RequestContext& c) const {
