@@ -164,6 +164,12 @@ int main(int argc, char** argv) try {
   const std::uint64_t write_size = arg_size(argc, argv, "--write-size", std::uint64_t{4} << 30);
   const int repeat = static_cast<int>(arg_size(argc, argv, "--repeat", 3));
   const std::string sweep = arg_text(argc, argv, "--sweep", "yes");
+  // The writes come from the GPU buffer the reads filled, which holds --size bytes.
+  if (write_size > size) {
+    fmt::print(stderr, "ferry_bench: --write-size ({} bytes) must not exceed --size ({} bytes)\n",
+               write_size, size);
+    return 2;
+  }
 
   ferry::CudaStatus cuda = ferry::cuda_status();
   if (!cuda.available || cuda.gpus.empty()) {
