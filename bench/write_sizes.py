@@ -10,34 +10,31 @@ fit on stderr.
 """
 import argparse
 import json
-import os
-import subprocess
 import sys
+
+import write_rounds  # beside this file: one `ferry write` process and its figures
 
 UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
-def to_bytes(text):
+def to_bytes(given):
+    text = given
     for unit, scale in UNITS.items():
         if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * scale)
-    return int(text)
+            text, factor = text[: -len(unit)], scale
+            break
+    else:
+        factor = 1
+    try:
+        return int(float(text) * factor)
+    except ValueError:
+        raise SystemExit(f"write_sizes: --sizes: {given!r} is not a size (bytes, KiB, MiB or GiB)")
 
 
 def one(ferry, path, size, memory):
-    where = ["--gpu", "0"] if memory == "gpu" else ["--host"]
-    cmd = [ferry, "write", path, "--size", size, *where, "--pattern", "zero", "--no-sync", "--json"]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-    if done.returncode != 0:
-        raise SystemExit(f"write_sizes: {' '.join(cmd)} failed ({done.returncode}): "
-                         f"{done.stderr.strip()}")
-    d = json.loads(done.stdout)
-    return {"size": size, "bytes": d["bytes"], "gbps": d["gbps"],
-            "cpu_seconds": d["cpu_seconds_per_gib"] * d["bytes"] / (1 << 30)}
+    r = write_rounds.one(ferry, path, size, memory, [])
+    return {"size": size, "bytes": to_bytes(size), "gbps": r["gbps"],
+            "cpu_seconds": r["cpu_seconds_per_gib"] * to_bytes(size) / (1 << 30)}
 
 
 def main():
