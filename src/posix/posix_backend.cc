@@ -449,9 +449,10 @@ std::size_t PosixBackend::run_inline(const core::RequestContext& context,
 // exclusively for each buffered write): measured on the GPU machine, 16 writers reached the
 // speed of one at 14 times its CPU time (bench/NOTES.md §4). From host memory a second writer
 // only waits for that lock. From GPU memory one writer that copies the next chunk (and the next
-// task's first) during each write comes close to two: on an H200, measured as issue 14's "today"
-// was, 0.94x their speed at 0.53x their CPU (0.14 to 0.18 CPU-s/GiB), and 1.55 to 1.69x 5e45e38's
-// speed in fresh processes of `ferry write` (bench/results/2026-12-02-25e01ef-h200-slot-chunks/).
+// task's first) during each write matches two: on an H200, measured as issue 14's "today" was,
+// 0.99x their speed at 0.49x their CPU (0.155 to 0.192 CPU-s/GiB, 8 rounds:
+// bench/results/2026-12-02-d445ebe-h200-write-rounds/), and 1.55 to 1.69x 5e45e38's speed in
+// fresh processes of `ferry write` (bench/results/2026-12-02-25e01ef-h200-slot-chunks/).
 constexpr std::size_t kBufferedWriters = 1;
 
 std::size_t PosixBackend::max_workers(const core::RequestContext& c) const {
