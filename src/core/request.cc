@@ -454,10 +454,15 @@ RequestTasks gather_tasks(OpenFile& file, RequestSpec& spec, std::size_t task_si
   }
   if (!read) check_no_overlap(file, spec.ranges);
   std::vector<Task> list;
-  for (const ReadRange& r : spec.ranges) {
+  // Ranges into one buffer (pread_ranges) lie in one allocation; ranges of their own buffers
+  // (pread_gather) each name theirs (Task::range).
+  const bool own_buffers = spec.one_buffer == nullptr;
+  for (std::size_t i = 0; i < spec.ranges.size(); ++i) {
+    const ReadRange& r = spec.ranges[i];
     const std::size_t at = reinterpret_cast<std::uintptr_t>(r.buffer) - base;
     for (std::size_t done = 0; done < r.size; done += task_size) {
-      list.push_back(Task{r.file_offset + done, at + done, std::min(task_size, r.size - done)});
+      list.push_back(Task{r.file_offset + done, at + done, std::min(task_size, r.size - done),
+                          own_buffers ? i : 0});
     }
   }
   spec.buffer = list.empty() ? nullptr : reinterpret_cast<void*>(base);

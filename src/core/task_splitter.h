@@ -15,6 +15,10 @@ struct Task {
   std::uint64_t file_offset;
   std::size_t buffer_offset;
   std::size_t size;
+  // The caller's range this task was cut from, in a gathered request whose ranges name buffers
+  // of their own (pread_gather); 0 otherwise. Two such buffers may be separate CUDA allocations,
+  // even adjacent in address space, and one copy must not span two: CUDA refuses it.
+  std::size_t range = 0;
 };
 
 // The tasks of a request as groups of equal size: `full` tasks of `task_size` bytes, then one

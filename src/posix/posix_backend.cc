@@ -213,13 +213,19 @@ class PosixWorker final : public core::Worker {
     const std::size_t n = read_full(fd_, at, task.size, task.file_offset, false);
     if (n == 0) return;
     char* dst = target(task, task.file_offset);
-    if (run_len_ > 0 && run_dst_ + run_len_ == dst && run_src_ + run_len_ == at) {
+    // Only within one of the caller's buffers: the next range's buffer may be another CUDA
+    // allocation that happens to follow this one in address space, and a copy spanning two
+    // fails with CUDA_ERROR_INVALID_VALUE (on the H200, `ferry load --gpu` of every
+    // transformers-saved checkpoint did: its small tensors are adjacent allocations; issue 29).
+    if (run_len_ > 0 && run_range_ == task.range && run_dst_ + run_len_ == dst &&
+        run_src_ + run_len_ == at) {
       run_len_ += n;
     } else {
       flush_copy();
       run_dst_ = dst;
       run_src_ = at;
       run_len_ = n;
+      run_range_ = task.range;
     }
     shared_fill_ += n;
     moved_ = n;
@@ -391,6 +397,7 @@ class PosixWorker final : public core::Worker {
   char* run_dst_ = nullptr;
   const char* run_src_ = nullptr;
   std::size_t run_len_ = 0;
+  std::size_t run_range_ = 0;  // the caller's range (Task::range) the run's bytes belong to
   std::size_t moved_ = 0;
   // A buffered write's next first chunk, copied into `slot` during the last write (run_then).
   struct Prefetched {

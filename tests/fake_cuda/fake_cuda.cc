@@ -117,9 +117,14 @@ struct Allocation {
   bool registered;  // host memory of the caller's, pinned by cuMemHostRegister (not ours to free)
 };
 
-// Device addresses: a reserved range nothing can touch; allocations take it bump-wise (64 KiB
-// aligned) and are never given out twice. 256 GiB where the address space allows, less under
-// ThreadSanitizer, whose shadow memory leaves applications a smaller one (State::device_range).
+// Device addresses: a reserved range nothing can touch; allocations take it bump-wise (small
+// ones packed, large ones 64 KiB aligned) and are never given out twice. 256 GiB where the address
+// space allows, less under ThreadSanitizer, whose shadow memory leaves applications a smaller one
+// (State::device_range).
+
+// cuMemAlloc packs allocations below kPackedBelow at kPackedGrain (cuMemAlloc_v2).
+constexpr std::size_t kPackedBelow = std::size_t{2} << 20;
+constexpr std::size_t kPackedGrain = 512;
 
 struct State {
   std::mutex mu;
@@ -580,14 +585,18 @@ FAKE_API Result cuMemAlloc_v2(abi::DevicePtr* ptr, std::size_t bytes) {
   std::lock_guard lock(state->mu);
   const int dev = current_ctx()->device;
   if (bytes > state->device_memory - state->device_used[dev]) return abi::kErrorOutOfMemory;
-  const std::size_t span = (bytes + 0xffff) & ~std::size_t{0xffff};
-  if (state->device_next + span > state->device_base + state->device_range)
-    return abi::kErrorOutOfMemory;
+  // As CUDA's allocator does, small allocations are packed one after the other (at its 512-byte
+  // granularity), so that two of them can be adjacent in address space and a copy running from
+  // one into the next fails as on a GPU (host_view); large ones start on a 64 KiB boundary.
+  const bool small = bytes < kPackedBelow;
+  const std::size_t grain = small ? kPackedGrain : std::size_t{0x10000};
+  const std::uintptr_t p = (state->device_next + grain - 1) & ~std::uintptr_t{grain - 1};
+  const std::size_t span = (bytes + grain - 1) & ~std::size_t{grain - 1};
+  if (p + span > state->device_base + state->device_range) return abi::kErrorOutOfMemory;
   void* storage = std::malloc(bytes);
   if (storage == nullptr) return abi::kErrorOutOfMemory;
   std::memset(storage, 0xd0, bytes);  // fresh device memory holds no zeros to rely on
-  const std::uintptr_t p = state->device_next;
-  state->device_next += span;
+  state->device_next = p + span;
   state->device_used[dev] += bytes;
   state->allocations[p] = Allocation{bytes, abi::kMemoryTypeDevice, false, dev, storage, false};
   *ptr = p;

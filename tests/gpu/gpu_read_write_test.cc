@@ -99,6 +99,38 @@ TEST_F(Gpu, GatherIntoManyDeviceAllocationsMatchesTheFile) {
   test::expect_io_error([&] { f.pread_gather(mixed).get(); }, (dir / "g.bin").string(), EINVAL);
 }
 
+// Regression (issue 29): `ferry load --gpu` failed on every transformers-saved checkpoint with
+// "cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE". Its small tensors (norms, biases) are separate
+// cuMemAlloc allocations that CUDA packs next to each other, stored next to each other in the
+// file; the worker merged the copies of rows adjacent in the buffer, and a copy spanning two
+// allocations is refused. One request gathers into many small adjacent allocations here.
+TEST_F(Gpu, GatherIntoAdjacentSmallAllocationsCopiesEachOnItsOwn) {
+  TempDir dir;
+  const std::size_t kTensor = 8 << 10;  // an 8 KiB norm, as in a Mistral-family model
+  const int kCount = 24;
+  auto data = test::pattern_bytes(kTensor * kCount, 29);
+  test::write_file(dir / "shard.bin", data);
+  std::vector<Buffer> tensors;
+  std::vector<ReadRange> ranges;
+  int adjacent = 0;
+  for (int i = 0; i < kCount; ++i) {
+    tensors.emplace_back(MemoryKind::kDevice, kTensor, 0);
+    tensors.back().fill(0xEE);
+    ranges.push_back({static_cast<std::uint64_t>(i) * kTensor, kTensor, tensors.back().data()});
+    if (i > 0 && static_cast<char*>(tensors[i - 1].data()) + kTensor == tensors[i].data())
+      ++adjacent;
+  }
+  // What the failure needs, on a GPU as on the double: allocations that follow each other.
+  ASSERT_GT(adjacent, 0) << "no two allocations were adjacent: the case is not exercised";
+  File f(dir / "shard.bin");
+  IoFuture fut = f.pread_gather(ranges);
+  ASSERT_EQ(fut.get(), data.size());
+  for (int i = 0; i < kCount; ++i) {
+    auto back = copy_back(tensors[i], 0, kTensor);
+    ASSERT_EQ(0, std::memcmp(back.data(), data.data() + i * kTensor, kTensor)) << "tensor " << i;
+  }
+}
+
 // A scattered write from many device allocations as one request (how a checkpoint would be
 // saved), buffered and O_DIRECT: every range lands at its offset, the holes read as zeros.
 TEST_F(Gpu, ScatterFromManyDeviceAllocationsWritesEveryRange) {
