@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ferry
-from ._errors import Error
+from ._errors import CudaError, Error
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -125,6 +125,12 @@ class _Torch(_Framework):
         import torch
         self.torch = torch
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            # Before any allocation or I/O: torch's own failure would be an AssertionError
+            # ("Torch not compiled with CUDA enabled") from inside the first allocation.
+            raise CudaError(f"ferry: device {str(device)!r} asked of torch {torch.__version__}, "
+                            "which sees no GPU (torch.cuda.is_available() is False); load to "
+                            "device='cpu' instead")
 
     def raw(self, nbytes: int) -> Any:
         return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
@@ -199,15 +205,113 @@ def _framework(framework: str, device: Any) -> _Framework:
 # --------------------------------------------------------------------------------- loading
 
 
-def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any) -> None:
-    """Converts every floating-point tensor to `dtype` where it lives (on the GPU for GPU
-    tensors), one at a time, so peak memory grows by one tensor, not the checkpoint."""
+# The safetensors dtypes that hold floating-point values: the ones `dtype=` converts.
+_FLOATING = ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0")
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
+                  "half": "float16", "double": "float64"}
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A dtype given as a string, a torch dtype or a NumPy dtype (or type), as a bare name:
+    "torch.bfloat16" and torch.bfloat16 are "bfloat16", numpy.float32 is "float32"."""
+    if isinstance(dtype, str):
+        name = dtype.strip()
+        for prefix in ("torch.", "numpy.", "np."):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        return _DTYPE_ALIASES.get(name.lower(), name)
+    if type(dtype).__module__ == "torch":  # torch.dtype, without importing torch
+        return str(dtype).rsplit(".", 1)[-1]
+    try:
+        import numpy
+        return str(numpy.dtype(dtype))
+    except TypeError:
+        return ""
+
+
+def _target_dtype(fw: _Framework, dtype: Any) -> Any:
+    """`dtype=` of a load, checked before any I/O: a floating-point dtype of the framework
+    loaded into, given as a string, a torch dtype or a NumPy one. Only floating-point tensors
+    are converted, so an integer target (which would silently truncate every weight) is
+    refused, as is a name the framework has no dtype for."""
+    if dtype is None:
+        return None
+    name = _dtype_name(dtype)
+    if fw.name == "pt":
+        target = getattr(fw.torch, name, None) if name else None
+        if not isinstance(target, fw.torch.dtype):
+            raise TypeError(f"ferry: dtype={dtype!r} is not a torch dtype (expected e.g. "
+                            f"torch.bfloat16, 'bfloat16', 'float16', 'float32')")
+        if not target.is_floating_point:
+            raise TypeError(f"ferry: dtype={dtype!r}: only floating-point tensors are "
+                            f"converted, so the target must be a floating-point dtype "
+                            f"(torch.bfloat16, torch.float16, torch.float32...), not {target}")
+        return target
+    import numpy
+    try:
+        target = numpy.dtype(name or dtype)
+    except TypeError:
+        hint = ("; NumPy has no bfloat16: load with framework='pt', or convert with ml_dtypes"
+                if name == "bfloat16" else "")
+        raise TypeError(f"ferry: dtype={dtype!r} is not a NumPy dtype{hint}") from None
+    if target.kind != "f":
+        raise TypeError(f"ferry: dtype={dtype!r}: only floating-point tensors are converted, so "
+                        f"the target must be a floating-point dtype (float16, float32, "
+                        f"float64), not {target}")
+    return target
+
+
+def _f8_table(np: Any, kind: str) -> Any:
+    """float32 values of the 256 codes of an 8-bit float kind (host NumPy)."""
+    codes = np.arange(256, dtype=np.uint32)
+    if kind == "F8_E8M0":  # exponent only: 2**(e - 127); 0xFF is NaN
+        values = np.full(256, np.nan, dtype=np.float32)
+        values[:255] = np.ldexp(np.float32(1), codes[:255].astype(np.int32) - 127)
+        return values
+    mant_bits, bias = (3, 7) if kind == "F8_E4M3" else (2, 15)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> mant_bits) & ((0x7F >> mant_bits))
+    mant = codes & ((1 << mant_bits) - 1)
+    normal = sign * np.ldexp(1.0 + mant / (1 << mant_bits), exp.astype(np.int32) - bias)
+    subnormal = sign * np.ldexp(mant / (1 << mant_bits), 1 - bias)
+    values = np.where(exp == 0, subnormal, normal).astype(np.float32)
+    top = (0x7F >> mant_bits)
+    if kind == "F8_E4M3":  # e4m3fn: no infinities; S.1111.111 is NaN
+        values[(codes & 0x7F) == 0x7F] = np.nan
+    else:  # e5m2: IEEE-like, all-ones exponent is infinity (mantissa 0) or NaN
+        values[(exp == top) & (mant == 0)] = sign[(exp == top) & (mant == 0)] * np.inf
+        values[(exp == top) & (mant != 0)] = np.nan
+    return values
+
+
+def _as_float(fw: _Framework, t: Any, kind: str) -> Any:
+    """The values of a BF16 or F8 tensor that NumPy (or CuPy) holds as raw bits, as float32."""
+    np = fw.np
+    if kind == "BF16":
+        return (t.astype(np.uint32) << 16).view(np.float32)
+    import numpy
+    return np.asarray(_f8_table(numpy, kind))[t]
+
+
+def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any,
+             kinds: Dict[str, str]) -> None:
+    """Converts every floating-point tensor to `dtype` (checked by _target_dtype) where it
+    lives (on the GPU for GPU tensors), one at a time, so peak memory grows by one tensor, not
+    the checkpoint. `kinds` names each tensor's safetensors dtype: NumPy holds BF16 and F8 as
+    raw bits, which are decoded first rather than left unconverted."""
     for name, t in tensors.items():
+        kind = kinds[name]
+        if kind not in _FLOATING:
+            continue
         if fw.name == "pt":
-            if t.is_floating_point() and t.dtype != dtype:
+            if t.dtype != dtype:
                 tensors[name] = t.to(dtype)
-        elif fw.np.issubdtype(t.dtype, fw.np.floating) and t.dtype != dtype:
-            tensors[name] = t.astype(dtype)
+            continue
+        if kind in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0") and fw.name in ("numpy", "cupy"):
+            t = _as_float(fw, t, kind)
+        if t.dtype != dtype:
+            t = t.astype(dtype)
+        tensors[name] = t
 
 
 class Checkpoint:
@@ -243,6 +347,7 @@ class Checkpoint:
              names: Optional[Iterable[str]] = None, dtype: Any = None,
              one_allocation: bool = False) -> Dict[str, Any]:
         fw = _framework(framework, device)
+        dtype = _target_dtype(fw, dtype)
         if names is None:
             chosen = list(self.entries.values())
         else:
@@ -264,7 +369,7 @@ class Checkpoint:
         for e, raw in zip(chosen, raws):
             out[e.name] = fw.view(raw, e)
         if dtype is not None:
-            _convert(out, fw, dtype)
+            _convert(out, fw, dtype, {e.name: e.dtype for e in chosen})
         return out
 
     def _allocate_and_read(self, fw: _Framework,

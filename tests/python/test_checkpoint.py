@@ -289,6 +289,59 @@ def test_dtype_converts_floating_tensors_only(mixed):
     assert arrays["t.F16"].dtype == np.float64
 
 
+def _no_reads(monkeypatch):
+    """Makes any read of a checkpoint fail the test: what is refused must be refused first."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a read started before the request was refused")
+    monkeypatch.setattr(ferry.checkpoint.Checkpoint, "_allocate_and_read", refuse)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, "int32", "uint8", "no-such-type", "bfloat16"])
+def test_numpy_dtype_is_checked_before_any_read(mixed, monkeypatch, dtype):
+    # Issue 29: dtype=int8 cast every weight to int8; "bfloat16" failed after the whole read.
+    _no_reads(monkeypatch)
+    with pytest.raises(TypeError, match=r"dtype=") as e:
+        ferry.load_checkpoint(mixed[0], framework="numpy", dtype=dtype)
+    if dtype == "bfloat16":
+        assert "NumPy has no bfloat16" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "numpy.float32", "fp32", np.float32,
+                                   np.dtype("float32")])
+def test_numpy_dtype_converts_bf16_and_f8_bits_too(tmp_path, dtype):
+    # NumPy holds BF16 and F8 as raw bits; dtype= must convert their values, not skip them.
+    values = np.array([1.0, -2.5, 0.15625, 448.0], dtype=np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype(np.uint16)
+    # float8_e4m3fn: 1.0 = 0x38, -2.5 = 0xC2, 0.15625 = 0x22, 448 = 0x7E (its largest)
+    e4m3 = np.array([0x38, 0xC2, 0x22, 0x7E], dtype=np.uint8)
+    # float8_e5m2: 1.0 = 0x3C, -2.5 = 0xC1, 0.15625 = 0x31, +inf = 0x7C
+    e5m2 = np.array([0x3C, 0xC1, 0x31, 0x7C], dtype=np.uint8)
+    path = tmp_path / "f.safetensors"
+    path.write_bytes(encode([("bf", "BF16", (4,), bf16.tobytes()),
+                             ("e4", "F8_E4M3", (4,), e4m3.tobytes()),
+                             ("e5", "F8_E5M2", (4,), e5m2.tobytes()),
+                             ("i", "I32", (1,), np.int32(7).tobytes())]))
+    arrays = ferry.load_checkpoint(path, framework="numpy", dtype=dtype)
+    for name in ("bf", "e4"):
+        assert arrays[name].dtype == np.float32, name
+        assert np.array_equal(arrays[name], values), (name, arrays[name])
+    assert np.array_equal(arrays["e5"], np.array([1.0, -2.5, 0.15625, np.inf], np.float32))
+    assert arrays["i"].dtype == np.int32 and arrays["i"][0] == 7
+
+
+def test_f8_tables_decode_every_code_as_ieee_rules_say():
+    from ferry.checkpoint import _f8_table
+    e4 = _f8_table(np, "F8_E4M3")
+    assert e4[0x00] == 0 and e4[0x01] == 2.0 ** -9 and e4[0x08] == 2.0 ** -6
+    assert np.isnan(e4[0x7F]) and np.isnan(e4[0xFF]) and e4[0xFE] == -448
+    assert np.isfinite(np.delete(e4, [0x7F, 0xFF])).all()
+    e5 = _f8_table(np, "F8_E5M2")
+    assert e5[0x7B] == 57344 and e5[0xFC] == -np.inf and np.isnan(e5[0x7D])
+    assert e5[0x01] == 2.0 ** -16
+    e8 = _f8_table(np, "F8_E8M0")
+    assert e8[127] == 1 and e8[0] == 2.0 ** -127 and np.isnan(e8[255])
+
+
 def test_cli_load_reports_tensors_bytes_and_route(mixed):
     cli = os.environ.get("FERRY_CLI")
     if not cli:
@@ -344,6 +397,42 @@ def test_torch_load_file_matches_numpy_bits(cpu_torch, mixed):
     assert converted["t.BF16"].dtype == torch.float32
     assert torch.equal(converted["t.BF16"], bf.float())
     assert converted["t.I32"].dtype == torch.int32
+
+
+@pytest.mark.parametrize("dtype", ["int8", "torch.int8", "float99", np.int16])
+def test_torch_dtype_is_checked_before_any_read(cpu_torch, mixed, monkeypatch, dtype):
+    from ferry.safetensors.torch import load_file
+    _no_reads(monkeypatch)
+    if isinstance(dtype, str) and dtype.endswith("int8"):
+        dtype = cpu_torch.int8 if dtype == "torch.int8" else dtype
+    with pytest.raises(TypeError, match=r"dtype="):
+        load_file(mixed[0], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "torch.bfloat16", "bf16", np.float32])
+def test_torch_dtype_takes_strings_numpy_and_torch_dtypes(cpu_torch, tmp_path, dtype):
+    torch = cpu_torch
+    data = np.arange(6, dtype=np.float32)
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(encode([("w", "F32", (6,), data.tobytes()),
+                             ("n", "I64", (1,), np.int64(3).tobytes())]))
+    out = ferry.load_checkpoint(path, dtype=dtype)
+    want = torch.float32 if dtype is np.float32 else torch.bfloat16
+    assert out["w"].dtype == want and torch.equal(out["w"], torch.from_numpy(data).to(want))
+    assert out["n"].dtype == torch.int64
+
+
+def test_torch_gpu_device_without_a_gpu_is_a_cuda_error_before_any_read(cpu_torch, mixed,
+                                                                        monkeypatch):
+    # Issue 29: torch's own AssertionError ("Torch not compiled with CUDA enabled") came from
+    # inside ferry's first allocation.
+    if cpu_torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here")
+    from ferry.safetensors.torch import load_file
+    _no_reads(monkeypatch)
+    for device in ("cuda:0", "cuda", 0):
+        with pytest.raises(ferry.CudaError, match="sees no GPU"):
+            load_file(mixed[0], device=device)
 
 
 def test_torch_safe_open_slices_rows(cpu_torch, tmp_path):
