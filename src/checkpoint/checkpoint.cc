@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -74,6 +75,9 @@ std::string join_verdicts(const std::vector<RouteReport>& routes) {
 }
 
 constexpr std::size_t kAlignment = 256;  // what cuMemAlloc gives: enough for every dtype
+// A load's part: the tensors of one shard, cut where they pass this many bytes (as Python's
+// loader cuts them, python/ferry/checkpoint.py).
+constexpr std::uint64_t kPartBytes = std::uint64_t{1} << 30;
 
 }  // namespace
 
@@ -169,39 +173,64 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
 }
 
 LoadResult Checkpoint::load(const LoadOptions& options) const {
+  const State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::size_t> chosen;
   if (options.names.empty()) {
-    for (std::size_t i = 0; i < state_->tensors.size(); ++i) chosen.push_back(i);
+    for (std::size_t i = 0; i < s.tensors.size(); ++i) chosen.push_back(i);
   } else {
     for (const std::string& name : options.names) chosen.push_back(find(name));
     std::sort(chosen.begin(), chosen.end());
     chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
   }
   LoadResult result;
-  std::vector<TensorTarget> targets;
   std::vector<std::uint64_t> offsets;  // in the one allocation
   std::uint64_t packed = 0;
   for (std::size_t i : chosen) {
     offsets.push_back(packed);
-    packed += (state_->tensors[i].nbytes + kAlignment - 1) / kAlignment * kAlignment;
+    packed += (s.tensors[i].nbytes + kAlignment - 1) / kAlignment * kAlignment;
   }
   if (options.one_allocation) result.memory.emplace_back(options.memory, packed, options.device);
+  // Each part's read is submitted as soon as its tensors' memory exists, so that allocating the
+  // next part (cuMemAlloc maps memory: milliseconds for a large tensor) overlaps the reads in
+  // flight. Declared after `result`: on a failure the futures, destroyed first, wait for their
+  // reads before any buffer is freed.
+  std::deque<std::vector<ReadRange>> parts;  // each part's ranges, kept until its read is done
+  std::vector<IoFuture> futures;
+  std::size_t shard = SIZE_MAX;
+  std::uint64_t part_bytes = 0;
+  auto submit = [&] {
+    if (!parts.empty() && !parts.back().empty()) {
+      futures.push_back(s.files[shard]->pread_gather(parts.back()));
+    }
+  };
   for (std::size_t k = 0; k < chosen.size(); ++k) {
-    const TensorInfo& t = state_->tensors[chosen[k]];
+    const TensorInfo& t = s.tensors[chosen[k]];
+    if (t.shard != shard || part_bytes >= kPartBytes) {
+      submit();
+      parts.emplace_back();
+      shard = t.shard;
+      part_bytes = 0;
+    }
     void* data;
     if (options.one_allocation) {
       data = static_cast<char*>(result.memory.front().data()) + offsets[k];
     } else {
       data = result.memory.emplace_back(options.memory, t.nbytes, options.device).data();
     }
-    targets.push_back({chosen[k], data});
     result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
+    if (t.nbytes > 0) {
+      parts.back().push_back({t.file_offset, static_cast<std::size_t>(t.nbytes), data});
+      part_bytes += t.nbytes;
+    }
   }
-  result.report = read_into(targets);
+  submit();
+  LoadReport& report = result.report;
+  report.tensors = chosen.size();
+  for (IoFuture& f : futures) report.bytes += f.get();
+  for (IoFuture& f : futures) report.routes.push_back(f.route());
   // The allocations are part of what a user waits for.
-  result.report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -20,8 +20,24 @@ struct LoadArgs {
   std::vector<std::string> tensors;
   bool one_allocation = false;
   bool list = false;
+  bool checksum = false;
   bool json = false;
 };
+
+// SHA-256 of each loaded tensor's bytes, read back from where they landed (GPU or host).
+std::vector<std::string> tensor_digests(const LoadResult& result) {
+  std::vector<std::string> digests;
+  for (std::size_t k = 0; k < result.tensors.size(); ++k) {
+    const LoadedTensor& t = result.tensors[k];
+    // One allocation behind every tensor, or one each in the tensors' order (LoadResult).
+    const Buffer& b =
+        result.memory.size() == result.tensors.size() ? result.memory[k] : result.memory.front();
+    const std::size_t offset =
+        t.nbytes == 0 ? 0 : static_cast<const char*>(t.data) - static_cast<const char*>(b.data());
+    digests.push_back(sha256(b, offset, t.nbytes));
+  }
+  return digests;
+}
 
 nlohmann::json tensor_json(const TensorInfo& t, const Checkpoint& ckpt) {
   return {{"name", t.name},     {"dtype", to_string(t.dtype)},    {"shape", t.shape},
@@ -43,6 +59,8 @@ int run(const LoadArgs& a) {
   const LoadResult result = ckpt.load(options);
   const LoadReport& report = result.report;
   const double cpu = cpu_seconds() - cpu0;
+  const std::vector<std::string> digests =
+      a.checksum ? tensor_digests(result) : std::vector<std::string>{};
   const std::string where =
       is_gpu(target.kind) ? fmt::format("GPU {}", target.device) : to_string(target.kind);
   if (a.json) {
@@ -62,10 +80,11 @@ int run(const LoadArgs& a) {
                           {"one_allocation", a.one_allocation},
                           {"routes", routes}};
     if (!target.note.empty()) out["note"] = target.note;
-    if (a.list) {
+    if (a.list || a.checksum) {
       nlohmann::json list = nlohmann::json::array();
-      for (const LoadedTensor& t : result.tensors) {
-        list.push_back(tensor_json(ckpt.tensors()[ckpt.find(t.name)], ckpt));
+      for (std::size_t k = 0; k < result.tensors.size(); ++k) {
+        list.push_back(tensor_json(ckpt.tensors()[ckpt.find(result.tensors[k].name)], ckpt));
+        if (a.checksum) list.back()["sha256"] = digests[k];
       }
       out["tensor_list"] = list;
     }
@@ -73,10 +92,11 @@ int run(const LoadArgs& a) {
     return 0;
   }
   if (!target.note.empty()) fmt::print("note: {}\n", target.note);
-  if (a.list) {
-    for (const LoadedTensor& t : result.tensors) {
-      fmt::print("{:<60} {:<8} [{}] {} B\n", t.name, to_string(t.dtype), fmt::join(t.shape, ", "),
-                 t.nbytes);
+  if (a.list || a.checksum) {
+    for (std::size_t k = 0; k < result.tensors.size(); ++k) {
+      const LoadedTensor& t = result.tensors[k];
+      fmt::print("{:<60} {:<8} [{}] {} B{}\n", t.name, to_string(t.dtype), fmt::join(t.shape, ", "),
+                 t.nbytes, a.checksum ? " sha256 " + digests[k] : "");
     }
   }
   fmt::print(
@@ -103,6 +123,8 @@ void add_load_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_flag("--one-allocation", args->one_allocation,
                 "One allocation behind every tensor instead of one each");
   cmd->add_flag("--list", args->list, "Print every tensor loaded: name, dtype, shape, bytes");
+  cmd->add_flag("--checksum", args->checksum,
+                "Also print each tensor's SHA-256, of its bytes as they landed (implies --list)");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });
 }

@@ -76,9 +76,9 @@ GpuList parse_gpu_list(const std::string& text) {
     const std::size_t comma = text.find(',', start);
     const std::string item =
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const bool digits = !item.empty() && item.size() <= 4 &&
-                        std::all_of(item.begin(), item.end(),
-                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+    const bool digits =
+        !item.empty() && item.size() <= 4 &&
+        std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
     if (!digits) {
       throw Error(fmt::format("'{}' is not a GPU ordinal, a list such as 0,1, or all", text));
     }
@@ -105,8 +105,8 @@ std::vector<int> resolve_gpus(const GpuList& list) {
   }
   for (int ordinal : list.ordinals) {
     if (ordinal >= count) {
-      throw Error(fmt::format("--gpu: GPU {} does not exist: this machine has {} GPU(s)", ordinal,
-                              count));
+      throw Error(
+          fmt::format("--gpu: GPU {} does not exist: this machine has {} GPU(s)", ordinal, count));
     }
   }
   return list.ordinals;
@@ -128,23 +128,30 @@ Target resolve_target(const MemoryChoice& choice) {
   return {MemoryKind::kDevice, 0, ""};
 }
 
-std::string sha256(const Buffer& buffer, std::size_t size) { return sha256({{&buffer, size}}); }
+namespace {
 
-std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& parts) {
+struct Part {
+  const Buffer* buffer;
+  std::size_t offset;
+  std::size_t size;
+};
+
+std::string sha256_of(const std::vector<Part>& parts) {
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     throw Error("OpenSSL: SHA-256 initialisation failed");
   }
-  for (const auto& [buffer, size] : parts) {
+  for (const auto& [buffer, offset, size] : parts) {
+    if (size == 0) continue;
     if (!is_gpu(buffer->kind())) {
-      EVP_DigestUpdate(ctx.get(), buffer->data(), size);
+      EVP_DigestUpdate(ctx.get(), static_cast<const char*>(buffer->data()) + offset, size);
       continue;
     }
     constexpr std::size_t kChunk = std::size_t{64} << 20;
     std::vector<unsigned char> host(std::min(kChunk, size));
     for (std::size_t off = 0; off < size; off += kChunk) {
       std::size_t n = std::min(kChunk, size - off);
-      buffer->copy_to_host(host.data(), n, off);
+      buffer->copy_to_host(host.data(), n, offset + off);
       EVP_DigestUpdate(ctx.get(), host.data(), n);
     }
   }
@@ -154,6 +161,22 @@ std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& par
   std::string hex;
   for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
   return hex;
+}
+
+}  // namespace
+
+std::string sha256(const Buffer& buffer, std::size_t size) {
+  return sha256_of({{&buffer, 0, size}});
+}
+
+std::string sha256(const Buffer& buffer, std::size_t offset, std::size_t size) {
+  return sha256_of({{&buffer, offset, size}});
+}
+
+std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& parts) {
+  std::vector<Part> all;
+  for (const auto& [buffer, size] : parts) all.push_back({buffer, 0, size});
+  return sha256_of(all);
 }
 
 void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed) {
