@@ -181,7 +181,7 @@ class _Slice:
         return list(self._handle.ckpt.entry(self._name).shape)
 
     def get_dtype(self) -> str:
-        return self._handle.ckpt.entry(self._name).dtype
+        return str(self._handle.ckpt.entry(self._name).dtype)
 
     def __getitem__(self, index: Any) -> Any:
         return self._handle.take(self._name)[index]
@@ -427,7 +427,7 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
 
 
 def _install() -> None:
-    import transformers.modeling_utils as module
+    import transformers.modeling_utils as module  # type: ignore[import]
     why = _seam(module)
     if why:
         raise RuntimeError(f"ferry.transformers: cannot patch transformers "
