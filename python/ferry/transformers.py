@@ -26,6 +26,7 @@ import inspect
 import os
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -427,11 +428,16 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
 
 
 def _install() -> None:
+    """Installs the patch unless it is in; where this transformers lacks the seam, warns and
+    leaves transformers as it is (its loads stay stock)."""
+    if _patch.module is not None:
+        return
     import transformers.modeling_utils as module  # type: ignore[import]
     why = _seam(module)
     if why:
-        raise RuntimeError(f"ferry.transformers: cannot patch transformers "
-                           f"{_transformers_version()}: {why}")
+        warnings.warn(f"ferry.transformers: transformers {_transformers_version()} is left stock: "
+                      f"{why}", RuntimeWarning, stacklevel=4)
+        return
     _patch.module = module
     _patch.original_load = inspect.getattr_static(module.PreTrainedModel,
                                                   "_load_pretrained_model")
@@ -442,6 +448,8 @@ def _install() -> None:
 
 def _uninstall() -> None:
     module = _patch.module
+    if module is None:
+        return
     module.PreTrainedModel._load_pretrained_model = _patch.original_load
     module.safe_open = _patch.original_safe_open
     _patch.module = _patch.original_load = _patch.original_safe_open = None
@@ -457,8 +465,7 @@ def _transformers_version() -> str:
 
 def _acquire() -> None:
     with _patch.lock:
-        if _patch.users == 0 and not _patch.enabled:
-            _install()
+        _install()
         _patch.users += 1
 
 
@@ -469,20 +476,21 @@ def _release() -> None:
             _uninstall()
 
 
-def enable() -> None:
+def enable() -> bool:
     """Make every ``from_pretrained`` of this process read safetensors weights through ferry
-    (where it can; the rest stays stock, with the reason in ``last_load_report()``)."""
+    (where it can; the rest stays stock, with the reason in ``last_load_report()``). False, with
+    a RuntimeWarning saying why, where this transformers lacks the seam ferry patches."""
     with _patch.lock:
-        if not _patch.enabled and _patch.users == 0:
-            _install()
+        _install()
         _patch.enabled = True
+        return _patch.module is not None
 
 
 def disable() -> None:
     """Undo ``enable()``: transformers' own functions are back once no ``loading()`` block
     is open."""
     with _patch.lock:
-        if _patch.enabled and _patch.users == 0:
+        if _patch.users == 0:
             _uninstall()
         _patch.enabled = False
 

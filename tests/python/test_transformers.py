@@ -208,7 +208,7 @@ def assert_same_model(a, b):
 def test_enable_and_disable_put_back_transformers_own_functions(fake_transformers):
     mu = fake_transformers.mu
     load = inspect.getattr_static(mu.PreTrainedModel, "_load_pretrained_model")
-    ft.enable()
+    assert ft.enable() is True
     assert mu.safe_open is not stock_safe_open
     assert inspect.getattr_static(mu.PreTrainedModel, "_load_pretrained_model") is not load
     ft.disable()
@@ -234,7 +234,7 @@ def test_loading_block_removes_the_patch_even_when_the_load_raises(fake_transfor
     assert fake_transformers.mu.safe_open is stock_safe_open
 
 
-def test_a_seam_of_another_shape_is_refused_and_nothing_is_patched(fake_transformers):
+def test_a_seam_of_another_shape_warns_and_leaves_transformers_stock(fake_transformers):
     mu = fake_transformers.mu
 
     class Other:
@@ -243,9 +243,16 @@ def test_a_seam_of_another_shape_is_refused_and_nothing_is_patched(fake_transfor
             return None
 
     mu.PreTrainedModel = Other
-    with pytest.raises(RuntimeError, match=r"takes \(cls, model, state_dict"):
-        ft.enable()
+    with pytest.warns(RuntimeWarning, match=r"5.0.stand-in is left stock: .*takes \(cls, model"):
+        assert ft.enable() is False
     assert mu.safe_open is stock_safe_open and not ft.is_enabled()
+    ft.disable()
+    with pytest.warns(RuntimeWarning, match="left stock"):
+        with ft.loading():
+            assert not ft.is_enabled()
+    assert "_load_pretrained_model" not in vars(Other) or \
+        inspect.getattr_static(Other, "_load_pretrained_model").__func__.__name__ == \
+        "_load_pretrained_model"
 
 
 def test_safe_open_outside_a_served_load_is_safetensors_own(fake_transformers, sharded):
