@@ -55,7 +55,6 @@ def build(family):
 def checkpoints(tmp_path_factory):
     """family -> directory of a sharded bf16 checkpoint (BERT's rewritten with legacy names and
     without its pooler)."""
-    from safetensors.torch import load_file, save_file
     out = {}
     for family in ("qwen2", "mixtral", "bert", "gpt2"):
         path = tmp_path_factory.mktemp(family)
@@ -64,14 +63,31 @@ def checkpoints(tmp_path_factory):
         shards = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
         assert len(shards) >= 2, shards
         if family == "bert":
-            for shard in shards:
-                tensors = load_file(path / shard)
-                renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
-                           .replace("LayerNorm.bias", "LayerNorm.beta"): v
-                           for k, v in tensors.items() if not k.startswith("pooler.")}
-                save_file(renamed, path / shard, metadata={"format": "pt"})
+            legacy_bert(path, shards)
         out[family] = str(path)
     return out
+
+
+def legacy_bert(path, shards):
+    """Rewrites a saved BERT as an old checkpoint: LayerNorm.gamma/beta, no pooler (so that
+    transformers renames keys and initialises missing weights); the index follows."""
+    import json
+    from safetensors.torch import load_file, save_file
+    weight_map = {}
+    for shard in shards:
+        tensors = load_file(path / shard)
+        renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+                   .replace("LayerNorm.bias", "LayerNorm.beta"): v
+                   for k, v in tensors.items() if not k.startswith("pooler.")}
+        if not renamed:
+            os.remove(path / shard)
+            continue
+        save_file(renamed, path / shard, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(renamed, shard))
+    index = path / "model.safetensors.index.json"
+    meta = json.loads(index.read_text())
+    meta["weight_map"] = weight_map
+    index.write_text(json.dumps(meta))
 
 
 def load_both(cls, path, **kwargs):
