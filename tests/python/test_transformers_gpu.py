@@ -180,7 +180,9 @@ def test_function_form_reads_through_ferry(checkpoints):
     assert ft.last_load_report().taken == "ferry" and not ft.is_enabled()
 
 
-def test_sentence_transformers_loads_its_bert_through_ferry(checkpoints, tmp_path):
+@pytest.mark.parametrize("model_kwargs,read_into", [(None, "cpu"),
+                                                    ({"device_map": "cuda"}, "cuda:0")])
+def test_sentence_transformers_loads_its_bert_through_ferry(tmp_path, model_kwargs, read_into):
     st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is absent")
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ferry", "reads", "weights", "fast"]
     tokenizer = transformers.BertTokenizer(vocab={w: i for i, w in enumerate(words)})
@@ -190,11 +192,12 @@ def test_sentence_transformers_loads_its_bert_through_ferry(checkpoints, tmp_pat
     tokenizer.save_pretrained(path)
     sentences = ["ferry reads weights fast", "weights"]
     torch.manual_seed(0)
-    stock = st.SentenceTransformer(str(path), device="cuda")
+    stock = st.SentenceTransformer(str(path), device="cuda", model_kwargs=model_kwargs)
     torch.manual_seed(0)
     with ft.loading():
-        mine = st.SentenceTransformer(str(path), device="cuda")
+        mine = st.SentenceTransformer(str(path), device="cuda", model_kwargs=model_kwargs)
     report = ft.last_load_report()
     assert report is not None and report.taken == "ferry", str(report)
+    assert report.device == read_into
     assert torch.equal(mine.encode(sentences, convert_to_tensor=True),
                        stock.encode(sentences, convert_to_tensor=True))
