@@ -477,3 +477,14 @@ def test_packed_dtypes_stay_stock(fake_transformers, tmp_path, monkeypatch):
     plan.finish()
     (f,) = plan.report.files
     assert f.taken == "stock" and "'proj.bias' is F4" in f.reason
+
+
+def test_keyword_calls_of_the_seam_pass_through_as_peft_makes_them(fake_transformers, sharded):
+    files = sorted(os.path.join(sharded, f) for f in os.listdir(sharded))
+    model = TinyModel()
+    with ft.loading():
+        info, _ = fake_transformers.mu.PreTrainedModel._load_pretrained_model(
+            model=model, state_dict=None, checkpoint_files=files,
+            load_config=LoadStateDictConfig(), expected_keys=["proj.weight"])
+    assert info["loaded"] == ["embed.weight", "proj.bias", "proj.gamma"]
+    assert ft.last_load_report().taken == "ferry" and stock_safe_open.opened == []
