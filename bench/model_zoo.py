@@ -141,7 +141,7 @@ def make_dtypes(out: str) -> str:
             continue
         raw = torch.randint(0, 256, (3, 5, 8 * 8), dtype=torch.uint8, generator=g)
         if name == "bool":
-            tensors[f"t.{name}"] = (raw & 1).bool()[..., :8]
+            tensors[f"t.{name}"] = (raw & 1).bool()[..., :8].contiguous()
             continue
         size = torch.empty((), dtype=dt).element_size()
         t = raw.view(-1)[: 3 * 5 * 8 * size].view(dt).reshape(3, 5, 8)
