@@ -211,3 +211,23 @@ def test_cli_load_of_named_tensors_equals_safetensors():
     report = cli_load(str(ZOO / "mixtral"), *sum((["--tensor", n] for n in names), []))
     assert {t["name"]: t["sha256"] for t in report["tensor_list"]} == \
         {n: ref[n]["sha256"] for n in names}
+
+
+@pytest.mark.parametrize("member", ["qwen2", "mistral", "mixtral", "t5"])
+@pytest.mark.parametrize("flags", [(), ("--one-allocation",)])
+def test_cli_gpu_load_on_the_libcuda_double_equals_safetensors(member, flags):
+    # Issue 29: `ferry load --gpu 0` failed on every transformers-saved checkpoint (copies that
+    # spanned two of its small adjacent allocations). The libcuda double packs small allocations
+    # and refuses such copies as CUDA does, so this runs the GPU path in CI.
+    cli, fake = os.environ.get("FERRY_CLI"), os.environ.get("FERRY_FAKE_CUDA")
+    if not cli or not fake:
+        pytest.skip("FERRY_CLI and FERRY_FAKE_CUDA (the libcuda double) are not both set")
+    out = subprocess.run([cli, "load", str(ZOO / member), "--gpu", "0", "--checksum", "--json",
+                          *flags], capture_output=True, text=True,
+                         env={**os.environ, "FERRY_CUDA_LIBRARY": fake})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["memory"] == "gpu"
+    ref = DIGESTS[member]["tensors"]
+    assert {t["name"]: t["sha256"] for t in report["tensor_list"]} == \
+        {n: r["sha256"] for n, r in ref.items()}
