@@ -44,6 +44,8 @@ enum class Dtype {
   kF6E2M3,
   kF6E3M2,
   kF4,
+  kF8E4M3FNUZ,
+  kF8E5M2FNUZ,
 };
 std::string_view to_string(Dtype dtype);
 // The dtype named `name` exactly as the format spells it, or nullopt.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_writer.h"
 #include "ferry/cufile.h"
 #include "ferry/error.h"
 #include "ferry/explain.h"

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 from . import _ferry
 from ._arrays import fromfile, last_route, load, read_into
-from .checkpoint import CheckpointError, last_load_report, load_checkpoint
+from .checkpoint import CheckpointError, last_load_report, load_checkpoint, save_checkpoint
 from ._errors import CudaError, Error, IoError, RouteError, SettingError
 from ._file import File
 from ._future import Future
@@ -43,7 +43,7 @@ __all__ = [
     "PageCacheResidency", "RegisteredBuffer", "last_load_report", "load_checkpoint",
     "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
     "cufile_status", "free_idle_staging", "fromfile", "last_route", "load", "open", "read_into",
-    "register_buffer", "settings", "stats", "warm_up",
+    "register_buffer", "save_checkpoint", "settings", "stats", "warm_up",
 ]
 
 

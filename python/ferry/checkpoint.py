@@ -78,6 +78,7 @@ _NUMPY_NAMES = {
     "F16": "float16", "BF16": "uint16", "U32": "uint32", "I32": "int32", "F32": "float32",
     "U64": "uint64", "I64": "int64", "F64": "float64", "C64": "complex64",
     "F8_E4M3": "uint8", "F8_E5M2": "uint8", "F8_E8M0": "uint8",
+    "F8_E4M3FNUZ": "uint8", "F8_E5M2FNUZ": "uint8",
 }
 
 
@@ -115,6 +116,7 @@ _TORCH_NAMES = {
     "F16": "float16", "BF16": "bfloat16", "U32": "uint32", "I32": "int32", "F32": "float32",
     "U64": "uint64", "I64": "int64", "F64": "float64", "C64": "complex64",
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
 }
 
 
@@ -434,4 +436,22 @@ def last_load_report() -> Any:
 
 _last: List[Any] = [None]
 
-__all__: Sequence[str] = ["Checkpoint", "CheckpointError", "last_load_report", "load_checkpoint"]
+__all__: Sequence[str] = ["Checkpoint", "CheckpointError", "last_load_report", "load_checkpoint",
+                          "save_checkpoint"]
+
+
+def save_checkpoint(tensors: Dict[str, Any], directory: PathLike, *,
+                    max_shard_size: Union[int, str, None] = None,
+                    metadata: Optional[Dict[str, str]] = None, durable: bool = True,
+                    asynchronous: bool = False, snapshot: bool = False) -> Any:
+    """Saves `tensors` (torch tensors on CPU or CUDA, or NumPy arrays) into `directory` as
+    transformers' save_pretrained lays them out: shards of at most `max_shard_size` (bytes, or
+    "5GB", "500MiB"; None: one shard) named model-00001-of-0000N.safetensors (model.safetensors
+    for one), and model.safetensors.index.json written last (also for one shard). A checkpoint
+    already in `directory` stays loadable, whole, until the new index replaces it
+    (docs/checkpoints.md). Returns a ``SaveReport``; with ``asynchronous=True`` a Future of it
+    (see ferry.safetensors.torch.save_file for ``snapshot``)."""
+    from . import _save
+    return _save.save_checkpoint(tensors, directory, max_shard_size=max_shard_size,
+                                 metadata=metadata, durable=durable, asynchronous=asynchronous,
+                                 snapshot_first=snapshot)

@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "buffer_view.h"
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_writer.h"
 
 namespace ferry::python {
 
@@ -51,6 +52,37 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
   }
   py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
   return ckpt.read_into(plan);
+}
+
+// (name, dtype, shape, data pointer, nbytes) rows from Python, as TensorSources.
+std::vector<TensorSource> sources(const py::list& rows) {
+  std::vector<TensorSource> out;
+  out.reserve(rows.size());
+  for (const py::handle& item : rows) {
+    auto row = item.cast<py::tuple>();
+    TensorSource t;
+    t.name = row[0].cast<std::string>();
+    const std::string dtype = row[1].cast<std::string>();
+    const std::optional<Dtype> parsed = parse_dtype(dtype);
+    if (!parsed) throw py::type_error("ferry: tensor '" + t.name + "': unknown dtype " + dtype);
+    t.dtype = *parsed;
+    t.shape = row[2].cast<std::vector<std::uint64_t>>();
+    t.data = reinterpret_cast<const void*>(row[3].cast<std::uintptr_t>());
+    t.nbytes = row[4].cast<std::uint64_t>();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+SaveOptions save_options(std::optional<std::map<std::string, std::string>> metadata, bool durable,
+                         std::uint64_t max_shard_size,
+                         const std::map<std::string, std::string>& settings) {
+  SaveOptions o;
+  o.metadata = std::move(metadata);
+  o.durable = durable;
+  o.max_shard_size = max_shard_size;
+  for (const auto& [name, value] : settings) o.file.settings.set(name, value);
+  return o;
 }
 
 void translate_checkpoint_errors(std::exception_ptr p) {
@@ -102,6 +134,53 @@ void bind_checkpoint(py::module_& m) {
       arg("parts"), arg("seconds"),
       "One LoadReport for a load read in parts: bytes, tensors and routes of every part, and "
       "`seconds` for the whole.");
+
+  py::class_<SaveReport>(m, "SaveReport", "How a checkpoint save went: files, bytes, routes.")
+      .def_readonly("files", &SaveReport::files)
+      .def_readonly("bytes", &SaveReport::bytes)
+      .def_readonly("tensors", &SaveReport::tensors)
+      .def_readonly("seconds", &SaveReport::seconds)
+      .def_readonly("routes", &SaveReport::routes)
+      .def("summary", &SaveReport::summary)
+      .def("__repr__", &SaveReport::summary);
+
+  m.def(
+      "safetensors_layout",
+      [](const py::list& rows, std::optional<std::map<std::string, std::string>> metadata) {
+        const std::vector<TensorSource> tensors = sources(rows);
+        SafetensorsLayout layout = safetensors_layout(tensors, metadata);
+        return py::make_tuple(py::bytes(layout.header), layout.order);
+      },
+      arg("tensors"), arg("metadata"),
+      "(header bytes, order of the tensors' bytes) of [(name, dtype, shape, ptr, nbytes), ...] "
+      "as safetensors 0.8 lays them out.");
+  m.def(
+      "save_file",
+      [](const py::list& rows, const std::string& path,
+         std::optional<std::map<std::string, std::string>> metadata, bool durable,
+         const std::map<std::string, std::string>& settings) {
+        const std::vector<TensorSource> tensors = sources(rows);
+        const SaveOptions o = save_options(std::move(metadata), durable, 0, settings);
+        py::gil_scoped_release release;
+        return save_file(tensors, path, o);
+      },
+      arg("tensors"), arg("path"), arg("metadata"), arg("durable") = true,
+      arg("settings") = std::map<std::string, std::string>{},
+      "Writes [(name, dtype, shape, ptr, nbytes), ...] to `path` with the GIL released; the "
+      "memory must stay unchanged until it returns.");
+  m.def(
+      "save_checkpoint",
+      [](const py::list& rows, const std::string& directory,
+         std::optional<std::map<std::string, std::string>> metadata, bool durable,
+         std::uint64_t max_shard_size, const std::map<std::string, std::string>& settings) {
+        const std::vector<TensorSource> tensors = sources(rows);
+        const SaveOptions o = save_options(std::move(metadata), durable, max_shard_size, settings);
+        py::gil_scoped_release release;
+        return save_checkpoint(tensors, directory, o);
+      },
+      arg("tensors"), arg("directory"), arg("metadata"), arg("durable") = true,
+      arg("max_shard_size") = 0, arg("settings") = std::map<std::string, std::string>{},
+      "Writes shards and model.safetensors.index.json into `directory` with the GIL released.");
 
   py::class_<Checkpoint>(m, "Checkpoint")
       .def(py::init([](const std::string& path, bool direct,

@@ -1,0 +1,295 @@
+"""Saving tensors in the safetensors format through ferry's write engine: the checks safetensors
+0.8 makes before it writes (same exception types and wording class), the rows handed to the C++
+writer, and the asynchronous form. docs/checkpoints.md ("Saving") has the layout and the save
+protocol; ``ferry.safetensors.torch``/``numpy`` and ``ferry.save_checkpoint`` are the entry points.
+
+Asynchronous saves (``asynchronous=True``) return a ``concurrent.futures.Future`` once the
+tensors are captured: their dtype, shape and memory address are read, and references to them
+are held until the write completes. The bytes are read from that memory while the future runs,
+so the caller must not modify the tensors until ``future.result()`` returns (forward and
+backward passes may run; an optimizer step may not). ``snapshot=True`` copies every tensor
+first (on its own device: GPU memory for GPU tensors) and returns once the copies are made; the
+caller may then change the originals at once, at the cost of that memory until the save ends.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import threading
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from . import _ferry
+
+PathLike = Union[str, "os.PathLike[str]"]
+Row = Tuple[str, str, Tuple[int, ...], int, int]
+
+_TORCH_FORMAT = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
+    "float16": "F16", "bfloat16": "BF16", "int32": "I32", "uint32": "U32", "float32": "F32",
+    "int64": "I64", "uint64": "U64", "float64": "F64", "complex64": "C64",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+    "float4_e2m1fn_x2": "F4",
+}
+_NUMPY_FORMAT = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
+    "float16": "F16", "int32": "I32", "uint32": "U32", "float32": "F32", "int64": "I64",
+    "uint64": "U64", "float64": "F64", "complex64": "C64",
+}
+
+_executor_lock = threading.Lock()
+_executor: Optional[ThreadPoolExecutor] = None
+
+
+def check_metadata(metadata: Any) -> Optional[Dict[str, str]]:
+    """safetensors takes metadata as a str -> str dict (or None); anything else is a TypeError."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise TypeError(f"ferry: metadata must be a dict of str to str, not "
+                        f"{type(metadata).__name__}")
+    for k, v in metadata.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"ferry: metadata must map str to str; {k!r}: {v!r} is "
+                            f"{type(k).__name__} -> {type(v).__name__}")
+    return dict(metadata)
+
+
+def _is_torch(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+# ------------------------------------------------------------------------------ torch checks
+
+
+def _storage(t: Any) -> Tuple[int, int]:
+    """(data pointer, bytes) of the storage behind `t` (torch 1.13 has no untyped_storage)."""
+    try:
+        s = t.untyped_storage()
+        return s.data_ptr(), s.nbytes()
+    except AttributeError:
+        s = t.storage()
+        return s.data_ptr(), s.size() * t.element_size()
+    except NotImplementedError:
+        return 0, 0
+
+
+def _end(t: Any) -> int:
+    return t.data_ptr() + t.numel() * t.element_size() if t.numel() else t.data_ptr()
+
+
+def _shared_groups(tensors: Dict[str, Any]) -> List[Set[str]]:
+    """Names whose memory overlaps, grouped as safetensors groups them: tensors of one storage
+    (same device, address and size), split where their byte ranges do not overlap."""
+    by_storage: Dict[Any, Set[str]] = defaultdict(set)
+    for k, v in tensors.items():
+        if v.device.type == "meta":
+            continue
+        ptr, size = _storage(v)
+        if ptr != 0 and size != 0:
+            by_storage[(str(v.device), ptr, size)].add(k)
+    groups: List[Set[str]] = []
+    for names in sorted(by_storage.values(), key=sorted):
+        if len(names) < 2:
+            groups.append(names)
+            continue
+        areas = sorted((tensors[n].data_ptr(), _end(tensors[n]), n) for n in names)
+        _, last_stop, first = areas[0]
+        groups.append({first})
+        for start, stop, name in areas[1:]:
+            if start >= last_stop:
+                groups.append({name})
+            else:
+                groups[-1].add(name)
+            last_stop = stop
+    return groups
+
+
+def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
+    import torch
+    sparse = [k for k, v in tensors.items() if v.layout != torch.strided]
+    if sparse:
+        raise ValueError(f"You are trying to save a sparse tensors: `{sparse}` which this library "
+                         f"does not support. Make it dense first with `.to_dense()`.")
+    failing = [names for names in _shared_groups(tensors) if len(names) > 1]
+    if failing:
+        raise RuntimeError(
+            f"Some tensors share memory, this will lead to duplicate memory on disk and potential "
+            f"differences when loading them again: {failing}. Save each storage once (e.g. "
+            f"safetensors' save_model, which drops the duplicates), or clone the views.")
+    rows: List[Row] = []
+    devices = set()
+    for k, v in tensors.items():
+        if not v.is_contiguous():
+            raise ValueError(
+                f"You are trying to save a non contiguous tensor: `{k}` which is not allowed. It "
+                f"either means you are trying to save tensors which are reference of each other "
+                f"in which case it's recommended to save only the full tensors, and reslice at "
+                f"load time, or simply call `.contiguous()` on your tensor to pack it before "
+                f"saving.")
+        name = str(v.dtype).split(".")[-1]
+        fmt = _TORCH_FORMAT.get(name)
+        if fmt is None:
+            raise TypeError(f"ferry: tensor '{k}' is {v.dtype}, which safetensors has no dtype "
+                            f"for")
+        shape = tuple(int(d) for d in v.shape)
+        if fmt == "F4" and shape:  # two values a byte: the header counts values
+            shape = shape[:-1] + (shape[-1] * 2,)
+        nbytes = v.numel() * v.element_size()
+        if v.device.type == "cuda":
+            devices.add(v.device)
+        elif v.device.type != "cpu":
+            raise ValueError(f"ferry: tensor '{k}' is on {v.device}; ferry saves from CPU and "
+                             f"CUDA memory")
+        keep.append(v)
+        rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes))
+    # ferry's copies run on its own streams: let the work queued for the tensors finish first.
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+    return rows
+
+
+def _numpy_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
+    import numpy as np
+    rows: List[Row] = []
+    for k, v in tensors.items():
+        if not isinstance(v, np.ndarray):
+            raise ValueError(f"Key `{k}` is invalid, expected np.ndarray but received {type(v)}")
+        if not v.flags.c_contiguous:
+            raise ValueError(f"You are trying to save a non contiguous tensor: `{k}` which is not "
+                             f"allowed. Call `np.ascontiguousarray` on it before saving.")
+        if v.dtype.byteorder == ">" or (v.dtype.byteorder == "=" and sys.byteorder == "big"):
+            v = v.byteswap().view(v.dtype.newbyteorder("<"))
+        fmt = _NUMPY_FORMAT.get(v.dtype.name)
+        if fmt is None:
+            raise TypeError(f"ferry: array '{k}' is {v.dtype}, which safetensors has no dtype for")
+        keep.append(v)
+        rows.append((k, fmt, tuple(int(d) for d in v.shape), v.ctypes.data if v.nbytes else 0,
+                     int(v.nbytes)))
+    return rows
+
+
+def rows_of(tensors: Any, framework: str, keep: List[Any]) -> List[Row]:
+    """The rows the C++ writer takes, after safetensors' checks for `framework` ("pt",
+    "numpy", or "any": each value's own)."""
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, tensor] but received {type(tensors)}")
+    for k in tensors:
+        if not isinstance(k, str):
+            raise TypeError(f"ferry: tensor names must be str, not {type(k).__name__} ({k!r})")
+    if framework == "any":
+        framework = "pt" if tensors and all(_is_torch(v) for v in tensors.values()) else "numpy"
+    if framework == "pt":
+        for k, v in tensors.items():
+            if not _is_torch(v):
+                raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received "
+                                 f"{type(v)}")
+        return _torch_rows(tensors, keep)
+    return _numpy_rows(tensors, keep)
+
+
+def snapshot(tensors: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of every tensor on its own device, made before returning."""
+    out = {k: (v.clone() if _is_torch(v) else v.copy()) for k, v in tensors.items()}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and any(
+            _is_torch(v) and v.is_cuda for v in out.values()):
+        torch.cuda.synchronize()
+    return out
+
+
+def to_bytes(tensors: Any, framework: str, metadata: Any) -> bytes:
+    """The whole file as bytes (safetensors' ``save``)."""
+    keep: List[Any] = []
+    rows = rows_of(tensors, framework, keep)
+    header, order = _ferry.safetensors_layout(rows, check_metadata(metadata))
+    parts = [header]
+    for i in order:
+        value = keep[i]
+        if _is_torch(value) and value.device.type != "cpu":
+            value = value.cpu()
+            parts.append(ctypes.string_at(value.data_ptr(), rows[i][4]) if rows[i][4] else b"")
+        else:
+            parts.append(ctypes.string_at(rows[i][3], rows[i][4]) if rows[i][4] else b"")
+    return b"".join(parts)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ferry-save")
+        return _executor
+
+
+def run(call: Any, asynchronous: bool) -> Any:
+    """Runs `call` now, or on ferry's save threads returning a Future."""
+    if not asynchronous:
+        return call()
+    return _pool().submit(call)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(size: Union[int, str, None]) -> int:
+    """transformers' max_shard_size: an int of bytes or "5GB" (10^9), "500MiB" (2^20)..."""
+    if size is None:
+        return 0
+    if isinstance(size, int):
+        if size < 0:
+            raise ValueError(f"ferry: max_shard_size must be positive, not {size}")
+        return size
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*", str(size).upper())
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(f"ferry: max_shard_size {size!r} is not a size such as 5GB or 500MiB")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *,
+              durable: bool, asynchronous: bool, snapshot_first: bool) -> Any:
+    metadata = check_metadata(metadata)
+    path = os.fspath(filename)
+    if snapshot_first:
+        rows_of(tensors, framework, [])  # refuse what safetensors refuses before copying
+        tensors = snapshot(tensors)
+    keep: List[Any] = []
+    rows = rows_of(tensors, framework, keep)
+
+    def call() -> Any:
+        report = _ferry.save_file(rows, path, metadata, durable)
+        del keep[:]
+        return report
+
+    result = run(call, asynchronous)
+    return result if asynchronous else None
+
+
+def save_checkpoint(tensors: Any, directory: PathLike, *, max_shard_size: Any = None,
+                    metadata: Any = None, durable: bool = True, asynchronous: bool = False,
+                    snapshot_first: bool = False) -> Any:
+    metadata = check_metadata(metadata)
+    limit = parse_size(max_shard_size)
+    path = os.fspath(directory)
+    if snapshot_first:
+        rows_of(tensors, "any", [])
+        tensors = snapshot(tensors)
+    keep: List[Any] = []
+    rows = rows_of(tensors, "any", keep)
+
+    def call() -> Any:
+        report = _ferry.save_checkpoint(rows, path, metadata, durable, limit)
+        del keep[:]
+        return report
+
+    return run(call, asynchronous)
+
+
+__all__: Sequence[str] = ()
