@@ -84,7 +84,14 @@ int run(const LoadArgs& a) {
       "read in {:.4f} s)\n",
       report.tensors, report.bytes, ckpt.shards().size(), where, report.seconds,
       gbps(report.bytes, report.seconds), cpu_words(cpu, report.bytes), open_seconds);
-  for (const RouteReport& r : report.routes) fmt::print("{}", r.to_text());
+  // One route block per shard; with several, each under its shard's name.
+  const bool named = report.routes.size() > 1 && report.routes.size() == ckpt.shards().size();
+  for (std::size_t i = 0; i < report.routes.size(); ++i) {
+    if (named) {
+      fmt::print("shard {} of {}: {}\n", i + 1, report.routes.size(), ckpt.shards()[i]);
+    }
+    fmt::print("{}", report.routes[i].to_text());
+  }
   return 0;
 }
 
