@@ -123,3 +123,9 @@ def test_open_with_a_setting_replaces_a_malformed_variable_of_it(raw):
                           env={**os.environ, "FERRY_TASK_SIZE": "abc"}, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["4096", "still refused: True"], done.stdout
+
+
+def test_threads_means_ferrys_workers_for_both_memories_as_the_cli_flag(raw):
+    p, _ = raw
+    with ferry.open(p, threads=3) as f:
+        assert f.settings["nthreads"] == 3 and f.settings["host_nthreads"] == 3
