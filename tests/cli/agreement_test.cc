@@ -68,8 +68,8 @@ TEST_P(CliAgreement, PlanCheckExplainAndReadSayThePathTheReadTakes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Memory, CliAgreement, ::testing::Values("", " --host"),
-                         [](const auto& info) {
-                           return info.param.empty() ? std::string("DefaultMemory")
+                         [](const auto& test) {
+                           return test.param.empty() ? std::string("DefaultMemory")
                                                      : std::string("HostMemory");
                          });
 

@@ -81,8 +81,9 @@ std::string usage_error(const CLI::ParseError& e, CLI::App& app, CLI::App* comma
     for (int i = 1; i < argc; ++i) {
       if (!std::string(argv[i]).starts_with("-")) return unknown_command(app, argv[i]);
     }
-  } else if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
-    if (std::string text = unknown_option(*command, argc, argv); !text.empty()) return text;
+  } else if (std::string text = unknown_option(*command, argc, argv); !text.empty()) {
+    // A misspelt option is the cause whatever CLI11 met first ("--szie" leaves --size missing).
+    return text;
   }
   if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && command == nullptr) {
     std::string names;
