@@ -16,7 +16,7 @@ import sys
 from typing import Any, NamedTuple, Optional, Sequence, Union
 
 from . import _ferry
-from ._errors import CudaError
+from ._errors import CudaError, _io_class
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -296,9 +296,12 @@ def _count_as_shape(who: str, shape: Any, count: int) -> Any:
 
 
 def _missing(who: str, path: PathLike) -> None:
-    """FileNotFoundError, as numpy.load and open() raise, when `path` does not exist."""
+    """FileNotFoundError, as numpy.load and open() raise, when `path` does not exist: ferry's
+    own (also an IoError, as every error of a file ferry opens)."""
     if not os.path.exists(path):
-        raise FileNotFoundError(errno.ENOENT, f"{who}: no such file", os.fspath(path))
+        error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file", os.fspath(path))
+        error.op = "open"
+        raise error
 
 
 def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = None,

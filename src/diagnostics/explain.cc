@@ -280,8 +280,9 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
                                        e.direct_tasks, e.tasks)});
   }
 
-  // Host memory never goes to cuFile: what blocks nvidia-fs cannot matter to this read.
-  const bool gpu_memory = is_gpu(e.memory);
+  // Host memory asked for never goes to cuFile: what blocks nvidia-fs cannot matter to this read.
+  // Where host memory is only the fallback (no GPU here), the facts still describe the storage.
+  const bool gpu_memory = is_gpu(e.memory) || (!r.host && !r.pinned);
   if (gpu_memory) judge_layer2_facts(e);
   if (e.path == Path::kCufile) predict_layer2(r, e);
   // Measured on the GPU machine (docs/platform.md): without it cuFileHandleRegister fails with
