@@ -36,6 +36,9 @@ struct PlanRequest {
   CompatMode compat_mode = CompatMode::kAuto;
   bool buffer_registered = false;
   CufileScheduling cufile;
+  // Set where ferry's POSIX path will take every task whatever the file (route_outlook in
+  // ferry/explain.h: no GPU, or cuFile could only use its compatibility path): why, in words.
+  std::optional<std::string> posix_because;
 };
 
 enum class PlanPath {
@@ -43,6 +46,7 @@ enum class PlanPath {
   kPosixBelowThreshold,  // size < gds_threshold: one POSIX read, cuFile not called
   kPosixCompatOn,        // compat mode on: ferry's POSIX path, cuFile never called
   kCufile,               // tasks go to cuFile (in AUTO only if cuFile opens for this file)
+  kPosix,                // ferry's POSIX path, for the reason in PlanRequest::posix_because
 };
 std::string_view to_string(PlanPath p);
 

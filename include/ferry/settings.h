@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/error.h"
+
 namespace ferry {
 
 // Whether ferry calls cuFile: auto tries it and falls back with a reason, on never calls it,
@@ -86,8 +88,30 @@ struct SettingInfo {
   std::string source_env = {};
   // KvikIO's variables for this setting, honoured when `env` is unset (none for require).
   std::vector<std::string> kvikio_env = {};
+  // The malformed variable's error when the environment gave a bad value; `value` is then the
+  // default in use meanwhile (settings() throws this error until code sets the setting).
+  std::string error = {};
 };
+// Never throws for a malformed variable (it is reported in `error`): diagnostics go on.
 std::vector<SettingInfo> describe_settings();
+
+// The process-wide settings as settings() gives them, except that a malformed variable's
+// setting is left at its default instead of throwing; `errors` lists those variables' errors.
+// For diagnostics (ferry check), which report them and go on.
+struct SettingsCheck {
+  Settings settings;
+  std::vector<SettingError> errors;
+};
+SettingsCheck check_settings();
+
+// settings() with `changes` layered on top, where a malformed variable is no error when
+// `changes` sets that very setting (a File's or a command line's own value replaces it).
+Settings settings_with(const SettingsOverride& changes);
+
+// The name in `names` nearest to `word` (edits, a swap of neighbours counting one), when it is
+// near enough to be a misspelling of it: for "did you mean" messages. Case-insensitive.
+std::optional<std::string> nearest_name(std::string_view word,
+                                        const std::vector<std::string>& names);
 
 // Forgets the process-wide settings, set_settings() changes included, and reads the environment
 // again at the next use, as at start-up (scopes stay). For tests that change the environment.

@@ -5,15 +5,18 @@ framework (CuPy, PyTorch, NumPy; JAX through DLPack)."""
 from __future__ import annotations
 
 import builtins
+import difflib
+import errno
 import importlib
 import math
 import operator
 import os
 import threading
-from typing import Any, Optional, Sequence, Union
+import sys
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 from . import _ferry
-from ._errors import CudaError
+from ._errors import CudaError, _io_class
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -35,6 +38,88 @@ def _nonnegative(value: Any, name: str, who: str) -> int:
     return n
 
 
+# The keywords fromfile and load take besides settings; NumPy's names are mapped below.
+_KEYWORDS = ("dtype", "shape", "device", "like", "file_offset", "offset", "count")
+
+
+def _check_keywords(who: str, settings: dict[str, Any]) -> None:
+    """Refuses a keyword that is neither a parameter nor a setting, naming the nearest one:
+    a TypeError, as Python's own for a misspelt keyword."""
+    from ._settings import ALIASES
+
+    names = list(_ferry.get_settings()) + list(ALIASES)
+    for key in settings:
+        if key in names:
+            continue
+        near = difflib.get_close_matches(key, list(_KEYWORDS) + names, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise TypeError(f"{who}() got an unexpected keyword argument '{key}'{hint}")
+
+
+def _numpy_keywords(who: str, file_offset: int, settings: dict[str, Any]) -> tuple[int, int]:
+    """NumPy's names for what ferry calls otherwise: `offset` is file_offset, `count` the number
+    of items (-1: all). `sep` (text files) and `mmap_mode` (mapping) are refused: ferry reads
+    binary files into memory. Returns (file_offset, count); removes them from `settings`."""
+    if "offset" in settings:
+        offset = settings.pop("offset")
+        if file_offset:
+            raise TypeError(f"{who}: offset (NumPy's name) and file_offset are the same; give one")
+        file_offset = offset
+    count = settings.pop("count", -1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < -1:
+        raise ValueError(f"{who}: count must be -1 (the whole file) or a number of items >= 0, "
+                         f"not {count!r}")
+    if settings.get("sep", "") != "":
+        raise ValueError(f"{who}: sep={settings['sep']!r} reads a text file in NumPy; ferry reads "
+                         "binary files only (use numpy.fromfile or numpy.loadtxt for text)")
+    settings.pop("sep", None)
+    if settings.get("mmap_mode") is not None:
+        raise ValueError(f"{who}: mmap_mode={settings['mmap_mode']!r} maps the file in NumPy; "
+                         "ferry reads it into memory (use numpy.load(..., mmap_mode=...) to map)")
+    settings.pop("mmap_mode", None)
+    _check_keywords(who, settings)
+    return file_offset, count
+
+
+class _Items(NamedTuple):
+    """The item type asked for, in NumPy's and PyTorch's terms where each has it."""
+    numpy: Any  # a numpy.dtype, or None (bfloat16 has none)
+    torch: Any  # a torch.dtype, or None where it was not given as one
+    itemsize: int
+    name: str
+
+
+def _items_of(who: str, dtype: Any) -> _Items:
+    """A NumPy dtype (or anything numpy.dtype takes: "float32", "<f4", numpy.float32), a torch
+    dtype (torch.bfloat16) or its name ("bfloat16")."""
+    import numpy
+
+    torch = sys.modules.get("torch")
+    if torch is None and isinstance(dtype, str):
+        torch = _import("torch") if dtype in ("bfloat16",) else None
+    if isinstance(dtype, str) and torch is not None:
+        named = getattr(torch, dtype, None)
+        if isinstance(named, torch.dtype):
+            try:
+                numpy.dtype(dtype)
+            except TypeError:
+                dtype = named  # a name only PyTorch knows
+    if torch is not None and isinstance(dtype, torch.dtype):
+        probe = torch.empty(0, dtype=dtype)
+        try:
+            as_numpy = numpy.dtype(probe.numpy().dtype)
+        except (TypeError, RuntimeError):
+            as_numpy = None  # bfloat16
+        return _Items(as_numpy, dtype, probe.element_size(), str(dtype).replace("torch.", ""))
+    try:
+        as_numpy = numpy.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{who}: dtype {dtype!r} is neither a NumPy nor a PyTorch dtype") from None
+    if as_numpy.hasobject:
+        raise TypeError(f"{who}: dtype {as_numpy} holds Python objects, which files cannot")
+    return _Items(as_numpy, None, as_numpy.itemsize, str(as_numpy))
+
+
 def _fill(f: Any, array: Any, file_offset: int, path: PathLike) -> Any:
     """Reads the whole of `array` from the open File `f`; EOFError when the file is shorter."""
     _, nbytes, _ = _ferry.buffer_info(array, True)
@@ -52,6 +137,7 @@ def read_into(path: PathLike, array: Any, file_offset: int = 0, **settings: Any)
     from . import open as _open
 
     file_offset = _nonnegative(file_offset, "file_offset", "ferry.read_into")
+    _check_keywords("ferry.read_into", settings)
     _ferry.buffer_info(array, True)  # a bad buffer is refused before the file is opened
     with _open(path, "r", **settings) as f:
         return _fill(f, array, file_offset, path)
@@ -88,6 +174,11 @@ def _gpu_framework() -> Optional[str]:
     if torch is not None and torch.cuda.is_available():
         return "torch"
     return None
+
+
+def _torch_sees_gpu() -> bool:
+    torch = _import("torch")
+    return torch is not None and bool(torch.cuda.is_available())
 
 
 def _parse_device(device: Any) -> Optional[int]:
@@ -142,8 +233,17 @@ def _npy_header(path: PathLike) -> Optional[tuple[tuple[int, ...], Any, int]]:
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _empty(framework: str, shape: tuple[int, ...], dtype: Any, ordinal: Optional[int]) -> Any:
+def _is_zip(path: PathLike) -> bool:
+    with builtins.open(path, "rb") as fh:
+        return fh.read(4) == b"PK\x03\x04"
+
+
+def _empty(framework: str, shape: tuple[int, ...], items: _Items, ordinal: Optional[int]) -> Any:
     import numpy
+
+    if framework != "torch" and items.numpy is None:
+        raise TypeError(f"ferry.load: dtype {items.name} exists in PyTorch only: pass like='torch'")
+    dtype = items.numpy
 
     if framework == "numpy":
         if ordinal is not None:
@@ -159,9 +259,9 @@ def _empty(framework: str, shape: tuple[int, ...], dtype: Any, ordinal: Optional
     if framework == "torch":
         import torch  # type: ignore[import]
 
-        torch_dtype = torch.from_numpy(numpy.empty(0, dtype)).dtype
+        torch_dtype = items.torch or torch.from_numpy(numpy.empty(0, items.numpy)).dtype
         where = "cpu" if ordinal is None else f"cuda:{ordinal}"
-        raw = torch.empty(math.prod(shape) * dtype.itemsize, dtype=torch.uint8, device=where)
+        raw = torch.empty(math.prod(shape) * items.itemsize, dtype=torch.uint8, device=where)
         return raw.view(torch_dtype).view(shape)
     raise ValueError(f"ferry.load: no allocator for {framework!r}; use like='cupy', 'torch', "
                      "'numpy' or 'jax'")
@@ -171,15 +271,37 @@ def fromfile(path: PathLike, dtype: Any, shape: Any = None, device: Any = None,
              like: Any = None, file_offset: int = 0, **settings: Any) -> Any:
     """Reads a file's raw bytes into a new array, like ``numpy.fromfile``: no header is parsed.
 
-    `dtype` is the type of the items. `shape` (an int or a sequence of ints) defaults to the
-    whole file from `file_offset` as one dimension. `like` picks the framework: a name ("cupy",
-    "torch", "numpy", "jax"), a module or an array. Without it: CuPy or PyTorch when one sees a
-    GPU, else NumPy on the host. `device` is "cpu", "cuda", "cuda:N" or N; by default the GPU 0
-    for GPU frameworks and "cpu" for NumPy (and for JAX when no GPU framework sees a GPU). JAX
+    `dtype` is the type of the items: a NumPy dtype, a PyTorch one (``torch.bfloat16``, which
+    makes a PyTorch tensor) or a name ("float32", "bfloat16"). `shape` (an int or a sequence of
+    ints) defaults to the whole file from `file_offset` as one dimension. NumPy's names work too:
+    ``offset=`` is `file_offset`, ``count=`` a number of items (one dimension); ``sep`` (text)
+    is refused. `like` picks the framework: a name ("cupy", "torch", "numpy", "jax"), a module
+    or an array. Without it: CuPy or PyTorch when one sees a GPU, else NumPy on the host.
+    `device` is "cpu", "cuda", "cuda:N" or N; by default the GPU 0 where the framework sees a
+    GPU, else "cpu" (NumPy, PyTorch without CUDA, JAX when no GPU framework sees a GPU). JAX
     arrays are allocated by CuPy or PyTorch (NumPy on "cpu") and handed over through DLPack,
     without a copy.
     """
+    file_offset, count = _numpy_keywords("ferry.fromfile", file_offset, settings)
+    shape = _count_as_shape("ferry.fromfile", shape, count)
     return _load("ferry.fromfile", path, dtype, shape, device, like, file_offset, settings)
+
+
+def _count_as_shape(who: str, shape: Any, count: int) -> Any:
+    if count == -1:
+        return shape
+    if shape is not None:
+        raise TypeError(f"{who}: count (NumPy's name) and shape both give the size; give one")
+    return (count,)
+
+
+def _missing(who: str, path: PathLike) -> None:
+    """FileNotFoundError, as numpy.load and open() raise, when `path` does not exist: ferry's
+    own (also an IoError, as every error of a file ferry opens)."""
+    if not os.path.exists(path):
+        error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file", os.fspath(path))
+        error.op = "open"
+        raise error
 
 
 def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = None,
@@ -188,8 +310,14 @@ def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = Non
     `dtype` or `shape` given must match), any other file as raw bytes, exactly as
     :func:`fromfile` (then `dtype` is required). The other arguments are those of
     :func:`fromfile`."""
-    header = _npy_header(path) if os.path.exists(path) else None
+    file_offset, count = _numpy_keywords("ferry.load", file_offset, settings)
+    shape = _count_as_shape("ferry.load", shape, count)
+    _missing("ferry.load", path)
+    header = _npy_header(path)
     if header is None:
+        if _is_zip(path):
+            raise ValueError(f"ferry.load: {os.fspath(path)} is a .npz archive (a zip of .npy "
+                             "files); ferry reads .npy and raw files (numpy.load reads .npz)")
         if dtype is None:
             raise TypeError(f"ferry.load: {os.fspath(path)} has no .npy header: pass dtype= to "
                             "read its raw bytes (or use ferry.fromfile)")
@@ -198,8 +326,8 @@ def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = Non
 
     npy_shape, npy_dtype, data_offset = header
     where = f"ferry.load: {os.fspath(path)} is a .npy file of {npy_dtype} {npy_shape}"
-    if dtype is not None and numpy.dtype(dtype) != npy_dtype:
-        raise ValueError(f"{where}, not {numpy.dtype(dtype)}")
+    if dtype is not None and _items_of("ferry.load", dtype).numpy != npy_dtype:
+        raise ValueError(f"{where}, not {_items_of('ferry.load', dtype).name}")
     if shape is not None and _shape_of(shape) != npy_shape:
         raise ValueError(f"{where}, not shape {_shape_of(shape)}")
     if file_offset:
@@ -209,16 +337,15 @@ def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = Non
 
 def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: Any,
           file_offset: int, settings: dict[str, Any]) -> Any:
-    import numpy
-
     from . import open as _open
 
-    dtype = numpy.dtype(dtype)
-    if dtype.hasobject:
-        raise TypeError(f"{who}: dtype {dtype} holds Python objects, which files cannot")
+    items = _items_of(who, dtype)
     file_offset = _nonnegative(file_offset, "file_offset", who)
+    _missing(who, path)
     on_cpu = device is not None and _parse_device(device) is None
     framework = _framework_of(like) if like is not None else None
+    if framework is None and items.numpy is None:
+        framework = "torch"  # bfloat16 and its kin: PyTorch has them, NumPy does not
     if framework == "jax" and _import("jax") is None:
         raise ImportError(f"{who}: like='jax' but JAX is not installed")
     gpu = _gpu_framework() if not on_cpu and framework in (None, "jax") else None
@@ -227,8 +354,9 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
         if framework is None:
             raise CudaError(f"{who}: device={device!r} but neither CuPy nor PyTorch sees a GPU; "
                             "pass device='cpu' for a NumPy array")
-    if device is None:  # the framework's own default
-        on_cpu = framework == "numpy" or (framework == "jax" and gpu is None)
+    if device is None:  # the framework's own default, by what the machine has
+        on_cpu = (framework == "numpy" or (framework == "jax" and gpu is None)
+                  or (framework == "torch" and not _torch_sees_gpu()))
         device = "cpu" if on_cpu else 0
     ordinal = _parse_device(device)
     allocator = framework
@@ -246,13 +374,13 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
                              f"{os.fspath(path)} ({size} bytes)")
         if shape is None:
             available = size - file_offset
-            if available % dtype.itemsize:
+            if available % items.itemsize:
                 raise ValueError(f"{who}: {os.fspath(path)} has {available} bytes from offset "
-                                 f"{file_offset}, not a whole number of {dtype} items")
-            dims: tuple[int, ...] = (available // dtype.itemsize,)
+                                 f"{file_offset}, not a whole number of {items.name} items")
+            dims: tuple[int, ...] = (available // items.itemsize,)
         else:
             dims = _shape_of(shape)
-        array = _fill(f, _empty(allocator, dims, dtype, ordinal), file_offset, path)
+        array = _fill(f, _empty(allocator, dims, items, ordinal), file_offset, path)
     if framework == "jax":
         import jax.numpy as jnp  # type: ignore[import]
 

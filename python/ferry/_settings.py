@@ -17,8 +17,10 @@ from typing import Any, Iterator
 
 from . import _ferry
 
-# Short names accepted wherever a setting is named.
+# Short names accepted wherever a setting is named. `threads` means what the CLI's --threads
+# means: ferry's worker threads for GPU and host memory alike (nthreads and host_nthreads).
 ALIASES = {"compat": "compat_mode", "threads": "nthreads"}
+BOTH_THREADS = ("nthreads", "host_nthreads")
 
 
 def as_text(values: Mapping[str, Any]) -> dict[str, str]:
@@ -31,7 +33,10 @@ def as_text(values: Mapping[str, Any]) -> dict[str, str]:
             text = str(value)
         else:
             raise TypeError(f"ferry setting '{name}': expected str or int, got {type(value).__name__}")
-        out[ALIASES.get(name, name)] = text
+        if name == "threads":
+            out.update({both: text for both in BOTH_THREADS})
+        else:
+            out[ALIASES.get(name, name)] = text
     return out
 
 

@@ -58,6 +58,7 @@ void bind_settings(py::module_& m) {
       row["source"] = to_string(info.source);
       row["source_env"] = info.source_env;  // the variable it was read from: FERRY_* or KVIKIO_*
       row["kvikio_env"] = info.kvikio_env;
+      row["error"] = info.error;  // a malformed variable's error; value is then the default
       rows.append(row);
     }
     return rows;

@@ -79,7 +79,8 @@ class OpenFile {
   // larger of the file's size and the end of the last reservation, so appends from several
   // threads get disjoint ranges in the order they reserve. Throws IoError (fstat).
   std::uint64_t reserve_append(std::size_t size);
-  Settings settings() const { return options_.settings.apply_to(ferry::settings()); }
+  // The File's own values replace a malformed variable of the same setting.
+  Settings settings() const { return settings_with(options_.settings); }
   // Current size from fstat; throws IoError.
   std::uint64_t size() const;
   // Refuses new requests, waits for those running, then closes the descriptors. Throws IoError

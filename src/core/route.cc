@@ -81,7 +81,12 @@ std::string RouteReport::verdict() const {
 }
 
 std::string RouteReport::to_text() const {
-  std::string text = fmt::format("route: {}\n", verdict());
+  // The reasons are listed once, under layer 1: a POSIX headline does not repeat them.
+  std::string text =
+      cufile_tasks == 0
+          ? fmt::format("route: {} task(s) went to ferry's POSIX path, cuFile was not called\n",
+                        tasks)
+          : fmt::format("route: {}\n", verdict());
   if (ranges > 0) {
     text += fmt::format("  gathered: {} range(s) in {} run(s) once adjacent ones were coalesced\n",
                         ranges, runs);

@@ -6,9 +6,12 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -35,44 +38,58 @@ struct Descriptor {
 };
 
 constexpr std::array<Descriptor, 7> kTable{{
-    {"compat_mode", "FERRY_COMPAT_MODE", {"KVIKIO_COMPAT_MODE", nullptr},
+    {"compat_mode",
+     "FERRY_COMPAT_MODE",
+     {"KVIKIO_COMPAT_MODE", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.compat_mode = parse_compat_mode(v, e);
      },
      [](const SettingsOverride& o) { return o.compat_mode.has_value(); },
      [](const Settings& s) { return to_string(s.compat_mode); }},
-    {"require", "FERRY_REQUIRE", {nullptr, nullptr},
+    {"require",
+     "FERRY_REQUIRE",
+     {nullptr, nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.require = parse_require(v, e);
      },
      [](const SettingsOverride& o) { return o.require.has_value(); },
      [](const Settings& s) { return to_string(s.require); }},
-    {"task_size", "FERRY_TASK_SIZE", {"KVIKIO_TASK_SIZE", nullptr},
+    {"task_size",
+     "FERRY_TASK_SIZE",
+     {"KVIKIO_TASK_SIZE", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.task_size = parse_size(v, e);
      },
      [](const SettingsOverride& o) { return o.task_size.has_value(); },
      [](const Settings& s) { return format_size(s.task_size); }},
-    {"gds_threshold", "FERRY_GDS_THRESHOLD", {"KVIKIO_GDS_THRESHOLD", nullptr},
+    {"gds_threshold",
+     "FERRY_GDS_THRESHOLD",
+     {"KVIKIO_GDS_THRESHOLD", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.gds_threshold = parse_size(v, e);
      },
      [](const SettingsOverride& o) { return o.gds_threshold.has_value(); },
      [](const Settings& s) { return format_size(s.gds_threshold); }},
     // KvikIO has one thread pool for every kind of memory: its count sets both of ferry's.
-    {"nthreads", "FERRY_NTHREADS", {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
+    {"nthreads",
+     "FERRY_NTHREADS",
+     {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.nthreads = parse_count(v, e);
      },
      [](const SettingsOverride& o) { return o.nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.nthreads); }},
-    {"host_nthreads", "FERRY_HOST_NTHREADS", {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
+    {"host_nthreads",
+     "FERRY_HOST_NTHREADS",
+     {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.host_nthreads = parse_count(v, e);
      },
      [](const SettingsOverride& o) { return o.host_nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.host_nthreads); }},
-    {"bounce_buffer_size", "FERRY_BOUNCE_BUFFER_SIZE", {"KVIKIO_BOUNCE_BUFFER_SIZE", nullptr},
+    {"bounce_buffer_size",
+     "FERRY_BOUNCE_BUFFER_SIZE",
+     {"KVIKIO_BOUNCE_BUFFER_SIZE", nullptr},
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.bounce_buffer_size = parse_size(v, e);
      },
@@ -151,12 +168,41 @@ std::optional<Variable> find_variable(const Descriptor& d) {
   return found;
 }
 
+// The FERRY_* variables ferry itself reads outside the settings table (docs/stats.md,
+// docs/install.md); any other FERRY_* variable near one of these or of the table's is taken as a
+// misspelling.
+constexpr std::array<const char*, 4> kOtherVariables{"FERRY_STATS_PUBLISH", "FERRY_STATS_DIR",
+                                                     "FERRY_CUDA_LIBRARY", "FERRY_CUFILE_LIBRARY"};
+
+// Says once per process, on stderr, which FERRY_* variables look like misspelt settings: a
+// variable nobody reads would otherwise be ignored without a word. Variables far from every
+// known name (test and build variables) are left alone.
+void warn_misspelt_variables() {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  std::vector<std::string> known;
+  for (const Descriptor& d : kTable) known.emplace_back(d.env);
+  for (const char* v : kOtherVariables) known.emplace_back(v);
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    if (!entry.starts_with("FERRY_")) continue;
+    const std::string name(entry.substr(0, entry.find('=')));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    if (std::optional<std::string> near = nearest_name(name, known)) {
+      fmt::print(stderr,
+                 "ferry: warning: {} is not a ferry setting and is ignored; did you mean {}?\n",
+                 name, *near);
+    }
+  }
+}
+
 // Reads the environment on first use. Each variable is parsed and checked on its own: a
 // malformed one is kept as that setting's error (and its default used meanwhile), so code can
 // repair it by setting that one setting.
 Global& loaded_global() {
   Global& g = global();
   if (g.loaded) return g;
+  warn_misspelt_variables();
   SettingsOverride env;
   for (size_t i = 0; i < kTable.size(); ++i) {
     try {
@@ -283,6 +329,84 @@ Settings settings() {
   return effective;
 }
 
+Settings settings_with(const SettingsOverride& changes) {
+  try {
+    return changes.apply_to(settings());
+  } catch (const SettingError&) {
+    // Slow path, only while a variable is malformed: ignore the errors `changes` repairs.
+  }
+  Global& g = global();
+  Settings base;
+  {
+    std::lock_guard lock(g.mu);
+    loaded_global();
+    for (size_t i = 0; i < kTable.size(); ++i) {
+      if (g.env_errors[i] && !kTable[i].is_set(changes)) throw *g.env_errors[i];
+    }
+    base = g.current;
+  }
+  ThreadScopes& mine = *this_thread_scopes();
+  std::lock_guard lock(mine.mu);
+  for (const auto& [id, layer] : mine.layers) base = layer.apply_to(base);
+  return changes.apply_to(base);
+}
+
+SettingsCheck check_settings() {
+  SettingsCheck check;
+  Global& g = global();
+  {
+    std::lock_guard lock(g.mu);
+    loaded_global();
+    check.settings = g.current;  // defaults where a variable is malformed
+    for (const auto& error : g.env_errors) {
+      if (error) check.errors.push_back(*error);
+    }
+  }
+  ThreadScopes& mine = *this_thread_scopes();
+  std::lock_guard lock(mine.mu);
+  for (const auto& [id, layer] : mine.layers) check.settings = layer.apply_to(check.settings);
+  return check;
+}
+
+std::optional<std::string> nearest_name(std::string_view word,
+                                        const std::vector<std::string>& names) {
+  auto lower = [](std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  // Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
+  // neighbours ("raed" is one edit from "read").
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+    for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+      for (std::size_t j = 1; j <= b.size(); ++j) {
+        const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+    return d[a.size()][b.size()];
+  };
+  const std::string w = lower(word);
+  std::optional<std::string> best;
+  std::size_t best_distance = 0;
+  for (const std::string& name : names) {
+    const std::size_t n = distance(w, lower(name));
+    if (!best || n < best_distance) {
+      best = name;
+      best_distance = n;
+    }
+  }
+  // Near enough to be a slip of the fingers: a third of the word, at least one edit, at most 3.
+  const std::size_t limit = std::clamp<std::size_t>(w.size() / 3, 1, 3);
+  if (!best || best_distance == 0 || best_distance > limit) return std::nullopt;
+  return best;
+}
+
 void set_settings(const SettingsOverride& changes) {
   Global& g = global();
   std::lock_guard lock(g.mu);
@@ -296,14 +420,18 @@ void set_settings(const SettingsOverride& changes) {
 }
 
 std::vector<SettingInfo> describe_settings() {
-  Settings current = settings();  // this thread's view: its scopes included
+  Settings current = check_settings().settings;  // this thread's view: its scopes included
   Global& g = global();
   std::array<SettingSource, kTable.size()> sources;
   std::array<std::string, kTable.size()> source_env;
+  std::array<std::string, kTable.size()> errors;
   {
     std::lock_guard lock(g.mu);
     sources = g.sources;
     source_env = g.source_env;
+    for (size_t i = 0; i < kTable.size(); ++i) {
+      if (g.env_errors[i]) errors[i] = g.env_errors[i]->what();
+    }
   }
   {
     ThreadScopes& mine = *this_thread_scopes();
@@ -318,6 +446,7 @@ std::vector<SettingInfo> describe_settings() {
   for (size_t i = 0; i < kTable.size(); ++i) {
     SettingInfo row{kTable[i].name, kTable[i].env, kTable[i].print(current), sources[i]};
     if (row.source == SettingSource::kEnvironment) row.source_env = source_env[i];
+    row.error = errors[i];
     for (const char* var : kTable[i].kvikio) {
       if (var != nullptr) row.kvikio_env.emplace_back(var);
     }

@@ -92,6 +92,11 @@ std::optional<std::string> file_system_blocks(int fd) {
 
 }  // namespace
 
+Outlook process_outlook() {
+  const std::string& why = process_facts();
+  return {why.empty(), why};
+}
+
 Outlook accelerated_outlook(int fd) {
   const std::string& why = process_facts();
   if (!why.empty()) return {false, why};

@@ -16,5 +16,8 @@ struct Outlook {
 };
 
 Outlook accelerated_outlook(int fd);
+// The process facts alone (no file): where they already rule out an accelerated path, no file
+// can change that.
+Outlook process_outlook();
 
 }  // namespace ferry::cufile

@@ -20,6 +20,7 @@
 #include "core/routing.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
+#include "cufile/cufile_outlook.h"
 #include "cufile/cufile_testing.h"
 #include "ferry/plan.h"
 #include "posix/io_seam.h"
@@ -199,6 +200,29 @@ std::string to_string(PredictedLayer2 p) {
   return "?";
 }
 
+RouteOutlook route_outlook(std::uint64_t size, const ExplainRequest& r) {
+  Explanation e;  // choose_memory notes its choice here
+  const CudaStatus cuda = cuda_status();
+  const MemoryInfo memory = choose_memory(r, cuda, e);
+  const Settings settings = settings_with(r.settings);
+  core::RouteFacts facts;
+  facts.compat_only = []() -> std::optional<std::string> {
+    cufile::Outlook o = cufile::process_outlook();
+    if (o.accelerated) return std::nullopt;
+    return o.why_not;
+  };
+  facts.probe_cufile = [] { return std::optional<std::string>(); };  // the file decides
+  core::RouteDecision d =
+      core::decide_route(settings, cufile::testing::route_view(memory), size, facts);
+  RouteOutlook o;
+  o.path = d.path;
+  o.reasons = d.reasons;
+  o.failure = e.failure ? e.failure : d.refusal;
+  o.memory = e.memory;
+  o.memory_note = e.memory_note;
+  return o;
+}
+
 Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) {
   Explanation e;
   e.file = path.string();
@@ -256,11 +280,14 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
                                        e.direct_tasks, e.tasks)});
   }
 
-  judge_layer2_facts(e);
+  // Host memory asked for never goes to cuFile: what blocks nvidia-fs cannot matter to this read.
+  // Where host memory is only the fallback (no GPU here), the facts still describe the storage.
+  const bool gpu_memory = is_gpu(e.memory) || (!r.host && !r.pinned);
+  if (gpu_memory) judge_layer2_facts(e);
   if (e.path == Path::kCufile) predict_layer2(r, e);
   // Measured on the GPU machine (docs/platform.md): without it cuFileHandleRegister fails with
   // 5027, so layer 1 falls back; said even where an earlier blocker hides it.
-  if (e.storage.udev_fs_usage == false) {
+  if (gpu_memory && e.storage.udev_fs_usage == false) {
     std::string text =
         fmt::format("udev, device {}: {}", e.storage.device.value_or("?"), e.storage.udev_reason);
     if (text.find("5027") == std::string::npos)

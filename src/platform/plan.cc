@@ -37,6 +37,8 @@ std::string_view to_string(PlanPath p) {
       return "posix-compat-on";
     case PlanPath::kCufile:
       return "cufile";
+    case PlanPath::kPosix:
+      return "posix";
   }
   return "?";
 }
@@ -66,8 +68,11 @@ Plan plan(const PlanRequest& r) {
         size_words(r.size), size_words(r.gds_threshold), p.task_count));
     return p;
   }
-  bool cufile = r.compat_mode != CompatMode::kOn;
-  p.path = cufile ? PlanPath::kCufile : PlanPath::kPosixCompatOn;
+  const bool posix = r.compat_mode == CompatMode::kOn || r.posix_because.has_value();
+  const bool cufile = !posix;
+  p.path = r.compat_mode == CompatMode::kOn
+               ? PlanPath::kPosixCompatOn
+               : (r.posix_because ? PlanPath::kPosix : PlanPath::kCufile);
   auto group = [&](std::uint64_t count, std::uint64_t size) {
     PlanTaskGroup g{count, size, std::nullopt};
     if (cufile) g.pieces = predict_cufile_pieces(size, r.buffer_registered, r.cufile);
@@ -83,10 +88,15 @@ Plan plan(const PlanRequest& r) {
                                   : fmt::format("{} tasks of {}", full, size_words(task)));
   p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.", size_words(r.size),
                                 r.offset, size_words(task), split));
-  if (!cufile) {
+  if (p.path == PlanPath::kPosixCompatOn) {
     p.words.push_back(
         "ferry: compat mode ON: its own POSIX path reads every task; cuFile is never "
         "called.");
+    return p;
+  }
+  if (p.path == PlanPath::kPosix) {
+    p.words.push_back(fmt::format(
+        "ferry: its own POSIX path reads every task, cuFile is not called: {}.", *r.posix_because));
     return p;
   }
   p.words.push_back(fmt::format(

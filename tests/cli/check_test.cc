@@ -146,11 +146,21 @@ TEST(CliCheck, SettingsSayWhereTheyCameFrom) {
   EXPECT_TRUE(found);
 }
 
-TEST(CliCheck, MalformedSettingIsOneLineAndNonZero) {
-  CliRun r = run_cli("check", "FERRY_TASK_SIZE=lots");
-  EXPECT_NE(r.status, 0);
-  EXPECT_EQ(r.out.rfind("ferry: ", 0), 0u) << r.out;
-  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+// check exists to diagnose a malformed variable: it reports it beside the default left in its
+// place and goes on with the whole report (issue 35), then exits non-zero with one line.
+TEST(CliCheck, MalformedSettingIsReportedAndTheReportGoesOn) {
+  CliRun r = run_cli("check", "FERRY_TASK_SIZE=lots", /*merge_stderr=*/false);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "verdict: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "ferry task_size")) << r.out;
+  EXPECT_TRUE(has(r.out, "FERRY_TASK_SIZE='lots'")) << r.out;
+  auto j = nlohmann::json::parse(
+      run_cli("check --json", "FERRY_TASK_SIZE=lots", /*merge_stderr=*/false).out);
+  bool reported = false;
+  for (const auto& row : j["settings"]) {
+    if (row["name"] == "task_size") reported = has(row["error"].get<std::string>(), "'lots'");
+  }
+  EXPECT_TRUE(reported) << j["settings"].dump(2);
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ bool has(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
 
+std::string fake_gpu_env() { return "FERRY_CUDA_LIBRARY=" FERRY_FAKE_CUDA_PATH; }
+
 std::string platform_data() {
   const char* d = std::getenv("FERRY_TEST_DATA");
   return std::string(d ? d : "tests/data") + "/platform";

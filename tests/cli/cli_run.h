@@ -20,6 +20,9 @@ nlohmann::json run_cli_json(const std::string& args, const std::string& env = ""
 
 bool has(const std::string& text, const std::string& what);
 
+// "FERRY_CUDA_LIBRARY=<the test double of libcuda>": one GPU, for a command that must see one.
+std::string fake_gpu_env();
+
 // tests/data/platform (FERRY_TEST_DATA).
 std::string platform_data();
 

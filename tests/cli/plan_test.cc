@@ -11,20 +11,24 @@ namespace ferry::test {
 namespace {
 
 std::string stock() { return " --cufile-json " + platform_data() + "/cufile/stock.json"; }
+// A read that goes to cuFile whatever this machine has: GPU memory (the test double of libcuda)
+// and compat_mode=off, so that cuFile's pieces are planned. Without them `plan` says what the
+// read would do here: ferry's POSIX path (CliAgreement checks that).
+std::string cufile() { return " --compat off" + stock(); }
 
 TEST(CliPlan, ArticleFiguresInWords) {
-  CliRun r = run_cli("plan --size 1GiB --task-size 4MiB" + stock());
+  CliRun r = run_cli("plan --size 1GiB --task-size 4MiB" + cufile(), fake_gpu_env());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "plan: 256 cuFile request(s); 256 x 4 MiB: 1 piece of 4 MiB")) << r.out;
   EXPECT_TRUE(has(r.out, "256 piece(s) in all")) << r.out;
 
-  r = run_cli("plan --size 1GiB --task-size 1GiB" + stock());
+  r = run_cli("plan --size 1GiB --task-size 1GiB" + cufile(), fake_gpu_env());
   EXPECT_TRUE(has(r.out, "plan: 1 cuFile request(s); 1 x 1 GiB: 4 pieces of 256 MiB")) << r.out;
 
-  r = run_cli("plan --size 16MiB --task-size 16MiB" + stock());
+  r = run_cli("plan --size 16MiB --task-size 16MiB" + cufile(), fake_gpu_env());
   EXPECT_TRUE(has(r.out, "1 x 16 MiB: 2 pieces of 8 MiB")) << r.out;
 
-  r = run_cli("plan --size 32MiB --task-size 32MiB" + stock());
+  r = run_cli("plan --size 32MiB --task-size 32MiB" + cufile(), fake_gpu_env());
   EXPECT_TRUE(has(r.out, "1 x 32 MiB: 4 pieces of 8 MiB")) << r.out;
 
   r = run_cli("plan --size 8KiB" + stock());
@@ -35,7 +39,7 @@ TEST(CliPlan, ArticleFiguresInWords) {
 }
 
 TEST(CliPlan, ArticleFiguresInJson) {
-  auto j = run_cli_json("plan --size 1GiB --task-size 4MiB --threads 4" + stock());
+  auto j = run_cli_json("plan --size 1GiB --task-size 4MiB --threads 4" + cufile(), fake_gpu_env());
   EXPECT_EQ(j["path"], "cufile");
   EXPECT_EQ(j["tasks"], 256);
   EXPECT_EQ(j["cufile_requests"], 256);
@@ -45,17 +49,17 @@ TEST(CliPlan, ArticleFiguresInJson) {
   EXPECT_EQ(j["cufile"]["max_request_parallelism"], 4);
   EXPECT_EQ(j["cufile"]["min_io_threshold_size_kb"], 8192);
 
-  j = run_cli_json("plan --size 1GiB --task-size 1GiB" + stock());
+  j = run_cli_json("plan --size 1GiB --task-size 1GiB" + cufile(), fake_gpu_env());
   EXPECT_EQ(j["tasks"], 1);
   EXPECT_EQ(j["groups"][0]["pieces"]["count"], 4);
   EXPECT_EQ(j["groups"][0]["pieces"]["first_size"], 256 << 20);
   EXPECT_EQ(j["cufile_pieces_total"], 4);
 
-  j = run_cli_json("plan --size 16MiB --task-size 16MiB" + stock());
+  j = run_cli_json("plan --size 16MiB --task-size 16MiB" + cufile(), fake_gpu_env());
   EXPECT_EQ(j["groups"][0]["pieces"]["count"], 2);
   EXPECT_EQ(j["groups"][0]["pieces"]["first_size"], 8 << 20);
 
-  j = run_cli_json("plan --size 32MiB --task-size 32MiB" + stock());
+  j = run_cli_json("plan --size 32MiB --task-size 32MiB" + cufile(), fake_gpu_env());
   EXPECT_EQ(j["groups"][0]["pieces"]["count"], 4);
 
   j = run_cli_json("plan --size 8KiB" + stock());
@@ -73,7 +77,7 @@ TEST(CliPlan, CompatOnNeverCallsCufile) {
 }
 
 TEST(CliPlan, SettingsComeFromTheEnvironmentByDefault) {
-  auto j = run_cli_json("plan --size 1GiB" + stock(), "FERRY_TASK_SIZE=1GiB");
+  auto j = run_cli_json("plan --size 1GiB" + cufile(), fake_gpu_env() + " FERRY_TASK_SIZE=1GiB");
   EXPECT_EQ(j["tasks"], 1);
   EXPECT_EQ(j["cufile_pieces_total"], 4);
 }
@@ -81,12 +85,14 @@ TEST(CliPlan, SettingsComeFromTheEnvironmentByDefault) {
 TEST(CliPlan, ParallelIoFalseIsUnknownNotGuessed) {
   TempDir dir;
   std::ofstream(dir / "cufile.json") << R"({"execution": {"parallel_io": false}})";
-  auto j = run_cli_json("plan --size 1GiB --task-size 1GiB --cufile-json " +
-                        (dir / "cufile.json").string());
+  auto j = run_cli_json("plan --size 1GiB --task-size 1GiB --compat off --cufile-json " +
+                            (dir / "cufile.json").string(),
+                        fake_gpu_env());
   EXPECT_EQ(j["groups"][0]["pieces"]["known"], false);
   EXPECT_TRUE(j["cufile_pieces_total"].is_null());
-  CliRun r =
-      run_cli("plan --size 1GiB --task-size 1GiB --cufile-json " + (dir / "cufile.json").string());
+  CliRun r = run_cli("plan --size 1GiB --task-size 1GiB --compat off --cufile-json " +
+                         (dir / "cufile.json").string(),
+                     fake_gpu_env());
   EXPECT_TRUE(has(r.out, "cuFile's pieces unknown")) << r.out;
 }
 

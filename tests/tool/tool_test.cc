@@ -111,7 +111,7 @@ TEST(Cli, BadEnvironmentValueNamesTheVariable) {
   TempDir dir;
   ferry::test::write_file(dir / "e.bin", {1, 2, 3});
   CliRun r = run("read " + (dir / "e.bin").string() + " --host", "FERRY_TASK_SIZE=4XB");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2) << "a malformed setting is refused before any work";
   EXPECT_NE(r.out.find("FERRY_TASK_SIZE='4XB'"), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line expected: " << r.out;
 }
@@ -120,7 +120,7 @@ TEST(Cli, BadOptionValueNamesTheOption) {
   TempDir dir;
   ferry::test::write_file(dir / "o.bin", {1, 2, 3});
   CliRun r = run("read " + (dir / "o.bin").string() + " --host --task-size 0");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2) << "a malformed flag value is refused before any work";
   EXPECT_NE(r.out.find("--task-size='0'"), std::string::npos) << r.out;
 }
 
@@ -288,7 +288,7 @@ TEST(CliLimits, SizesThatOverflowAreClearErrorsNotHangsOrCrashes) {
   CliRun r = run(
       "read " + path.string() + " --host --direct --offset 1 --bounce-size 18446744073709551615",
       "timeout 20");
-  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("bounce_buffer_size"), std::string::npos) << r.out;
   // A page round-up wrapped: 0 bytes allocated for SIZE_MAX, then a segfault.
   r = run("write " + (dir / "o.bin").string() + " --size 18446744073709551615 --host");
@@ -305,10 +305,10 @@ TEST(CliLimits, SizesThatOverflowAreClearErrorsNotHangsOrCrashes) {
   EXPECT_NE(r.out.find("at or past the end of the file"), std::string::npos) << r.out;
   // Task sizes and thread counts that would cost more than they give.
   r = run("read " + path.string() + " --host --task-size 1");
-  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("task_size=1: must be from 4 KiB"), std::string::npos) << r.out;
   r = run("read " + path.string() + " --host --threads 4096");
-  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("from 1 to 256"), std::string::npos) << r.out;
 }
 
@@ -330,9 +330,10 @@ TEST(CliLimits, ZeroOffsetInAnySpellingAndRepeatAtLeastOne) {
   EXPECT_NE(r.out.find("--repeat"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1000000"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(".000000"), std::string::npos) << r.out;
-  // A small read states its CPU time, not an extrapolation to CPU-s/GiB.
+  // CPU time in one unit whatever the size (issue 35): CPU-s/GiB, never microseconds.
   r = run("read " + path.string() + " --host");
-  EXPECT_NE(r.out.find("us of CPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPU-s/GiB"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("us of CPU"), std::string::npos) << r.out;
 }
 
 // Issue 11's CLI details: a plan of a read that cannot run, a rounded size that hid bytes, and a
@@ -345,7 +346,7 @@ TEST(CliLimits, PlanAndCheckSayWhenTheirInputCannotBe) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("4194303 bytes"), std::string::npos) << r.out;
   r = run("plan --size 16MiB --task-size 1");
-  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("task_size"), std::string::npos) << r.out;
   r = run("check --path /nonexistent/ferry-check");
   EXPECT_EQ(r.status, 1) << r.out;

@@ -53,12 +53,14 @@ Modes, for gdsio users:
       gdsio opens files with O_DIRECT; add --direct to measure the same thing, or --cold to
       read from storage through the page cache.
   -i, -w, -s, -T, -f, -D, -d are gdsio's request size, threads, file size, seconds, file,
-      directory and GPU.
+      directory and GPU. Long names as in every ferry command: --io-size (the request size;
+      --size elsewhere is the bytes of the whole read or write), --jobs (threads issuing
+      requests), --threads (ferry's own worker threads, as in ferry read).
 Routes: auto (ferry decides and says why), posix (compat mode on: cuFile is never called),
   cufile (compat mode off, require=cufile: cuFile or an error), gds (require=gds).
 --depth: requests in flight per thread (IoFuture). Reads and writes of 64 KiB or less into host
   memory complete in the calling thread (a hand-off costs more than they do), so there --depth
-  adds nothing: use more --threads.
+  adds nothing: use more --jobs.
 Warm or cold: warm reads find the file in the page cache (it is read once first); --cold drops
   its pages with posix_fadvise(DONTNEED) before every run (no root needed) and says how much of
   the file the kernel kept anyway (tmpfs, pages mapped elsewhere), measured with mincore.
@@ -169,13 +171,15 @@ struct BenchArgs {
   int transfer = -1;
   int gpu = 0;
   std::string sizes = "1MiB";
-  std::string threads = "1";
+  std::string jobs = "1";
   int depth = 1;
   std::string total;
   double seconds = 0;
   std::string memory = "auto";
   std::string routes = "auto";
-  std::string workers;
+  std::string threads;      // ferry's worker threads, as in ferry read
+  std::string old_workers;  // --workers: the former name of --threads
+  std::string old_size;     // --size: the former name of --io-size
   std::string task_size;
   bool direct = false;
   bool cold = false;
@@ -658,10 +662,10 @@ struct Plan {
 Plan make_plan(const BenchArgs& a) {
   Plan p;
   p.mode = parse_mode(a.mode);
-  for (const std::string& s : split_list(a.sizes)) p.sizes.push_back(size_option(s, "--size"));
-  for (const std::string& s : split_list(a.threads)) {
-    const std::size_t n = parse_count(s, "--threads");
-    if (n > 1024) throw Error(fmt::format("--threads {}: at most 1024", n));
+  for (const std::string& s : split_list(a.sizes)) p.sizes.push_back(size_option(s, "--io-size"));
+  for (const std::string& s : split_list(a.jobs)) {
+    const std::size_t n = parse_count(s, "--jobs");
+    if (n > 1024) throw Error(fmt::format("--jobs {}: at most 1024", n));
     p.threads.push_back(static_cast<int>(n));
   }
   std::vector<std::string> memories = split_list(a.memory);
@@ -775,8 +779,8 @@ int run(const BenchArgs& a) {
       FileOptions options;
       options.direct = a.direct;
       options.settings = route_settings(route);
-      if (!a.workers.empty()) {
-        options.settings.nthreads = parse_count(a.workers, "--workers");
+      if (!a.threads.empty()) {
+        options.settings.nthreads = parse_count(a.threads, "--threads");
         options.settings.host_nthreads = options.settings.nthreads;
       }
       if (!a.task_size.empty())
@@ -906,19 +910,23 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
   auto* x = cmd->add_option("-x,--transfer", a->transfer,
                             "gdsio transfer type: 0 cuFile into GPU memory, 1 host memory, 2 or 3 "
                             "POSIX into GPU memory (see below)")
-                ->check(CLI::Range(0, 7));
-  cmd->add_option("-d,--gpu", a->gpu, "GPU ordinal for -x 0, 2 and 3")->capture_default_str();
-  cmd->add_option("-i,--size", a->sizes, "Request size, or several: 4KiB,64KiB,1MiB (a sweep)")
+                ->check(whole_number("a gdsio transfer type", 0, 7));
+  cmd->add_option("-d,--gpu", a->gpu, "GPU ordinal for -x 0, 2 and 3")
+      ->check(whole_number("a GPU ordinal", 0, 9999))
       ->capture_default_str();
-  cmd->add_option("-w,--threads", a->threads,
-                  "Threads issuing requests, or several: 1,2,4 (a sweep)")
+  cmd->add_option("-i,--io-size", a->sizes, "Request size, or several: 4KiB,64KiB,1MiB (a sweep)")
       ->capture_default_str();
+  cmd->add_option("-w,--jobs", a->jobs, "Threads issuing requests, or several: 1,2,4 (a sweep)")
+      ->capture_default_str();
+  // The former names, kept working with a warning (hidden from --help).
+  cmd->add_option("--size", a->old_size)->group("");
+  cmd->add_option("--workers", a->old_workers)->group("");
   cmd->add_option("--depth", a->depth, "Requests in flight per thread")
-      ->check(CLI::Range(1, 1024))
+      ->check(whole_number("a number of requests in flight", 1, 1024))
       ->capture_default_str();
   auto* total = cmd->add_option("--total", a->total, "Bytes per case (default: the file's size)");
   auto* time = cmd->add_option("-T,--time", a->seconds, "Seconds per case, instead of --total")
-                   ->check(CLI::PositiveNumber);
+                   ->check(seconds_above_zero(7 * 86400.0));
   total->excludes(time);
   auto* memory = cmd->add_option("--memory", a->memory,
                                  "gpu:N, pinned, host, or several (a sweep); auto: GPU 0 when one "
@@ -927,8 +935,9 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
   auto* route = cmd->add_option("--route", a->routes, "auto, posix, cufile, gds, or several")
                     ->capture_default_str();
   x->excludes(memory)->excludes(route);
-  cmd->add_option("--workers", a->workers,
-                  "ferry's worker threads (FERRY_NTHREADS and FERRY_HOST_NTHREADS)");
+  cmd->add_option("--threads", a->threads,
+                  "ferry's worker threads, for GPU and host memory alike, as in ferry read "
+                  "(FERRY_NTHREADS and FERRY_HOST_NTHREADS); the issuing threads are -w/--jobs");
   cmd->add_option("--task-size", a->task_size, "ferry's task size (FERRY_TASK_SIZE)");
   cmd->add_flag("--direct", a->direct, "O_DIRECT, for ferry and the baseline alike");
   cmd->add_flag("--cold", a->cold, "Drop the file's pages before every run (reads)");
@@ -947,7 +956,24 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("-s,--file-size", a->file_size, "Size of the file made")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random offsets and the file's bytes")
       ->capture_default_str();
-  cmd->callback([a, &action] { action = [a] { return run(*a); }; });
+  cmd->callback([a, &action] {
+    if (a->threads.find(',') != std::string::npos) {
+      throw CLI::ValidationError(
+          "--threads",
+          "sets ferry's worker threads (one number), as in ferry read; a sweep of "
+          "threads issuing requests is -w/--jobs " +
+              a->threads);
+    }
+    if (!a->old_size.empty()) {
+      fmt::print(stderr, "ferry: warning: bench --size is now --io-size (-i)\n");
+      a->sizes = a->old_size;
+    }
+    if (!a->old_workers.empty()) {
+      fmt::print(stderr, "ferry: warning: bench --workers is now --threads, as in ferry read\n");
+      if (a->threads.empty()) a->threads = a->old_workers;
+    }
+    action = [a] { return run(*a); };
+  });
 }
 
 }  // namespace ferry::cli

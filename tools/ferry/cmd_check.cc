@@ -2,6 +2,7 @@
 // any I/O: GPUs, CUDA driver, libcufile, cufile.json, nvidia-fs, IOMMU, ACS, P2PDMA, ferry's
 // settings, and one verdict per GPU in words.
 #include <ferry/cufile.h>
+#include <ferry/explain.h>
 #include <ferry/platform.h>
 #include <fmt/format.h>
 
@@ -72,20 +73,43 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
     cufile = fmt::format("cuFile {} is usable", c.version_text);
   }
   std::string ferry;
+  const bool cufile_usable = c.loaded && !(c.driver_open_attempted && !c.driver_open);
   if (!cuda.available) {
     ferry = "ferry cannot use GPU memory (" + cuda.why_not +
             ") and reads into host memory through its POSIX path";
   } else if (s.compat_mode == CompatMode::kOn) {
     ferry = "ferry will not call cuFile (compat_mode=on) and reads through its POSIX path";
-  } else if (!c.loaded || (c.driver_open_attempted && !c.driver_open)) {
-    ferry = s.compat_mode == CompatMode::kOff
-                ? "ferry will fail GPU reads (compat_mode=off requires cuFile)"
-                : "ferry will read through its own POSIX path";
+  } else if (s.compat_mode == CompatMode::kOff || s.require != Require::kAny) {
+    const std::string why =
+        s.compat_mode == CompatMode::kOff ? "compat_mode=off" : "require=" + to_string(s.require);
+    ferry = cufile_usable ? fmt::format(
+                                "ferry will send GPU reads to cuFile ({}), failing where it cannot "
+                                "serve them",
+                                why)
+                          : fmt::format("ferry will fail GPU reads ({} requires cuFile)", why);
   } else {
-    ferry = fmt::format(
-        "ferry will send GPU reads of {} or more to cuFile, per file where cuFile can register it "
-        "(else its POSIX path, with the reason)",
-        format_size(s.gds_threshold));
+    // Auto mode's own rule (src/core/routing.cc), from the facts known before a file is named.
+    ExplainRequest gpu_read;
+    gpu_read.gpu = 0;
+    gpu_read.settings = {s.compat_mode, s.require,       s.task_size,         s.gds_threshold,
+                         s.nthreads,    s.host_nthreads, s.bounce_buffer_size};
+    const RouteOutlook o = route_outlook(s.gds_threshold, gpu_read);
+    std::string why;
+    for (const RouteReason& r : o.reasons) why += (why.empty() ? "" : "; ") + r.text;
+    if (o.failure) {
+      ferry = "ferry cannot read into GPU memory (" + *o.failure + ")";
+    } else if (o.path == Path::kPosix) {
+      ferry = "ferry will read into GPU memory through its own POSIX path, cuFile is not called: " +
+              why;
+    } else if (!cufile_usable) {
+      ferry = "ferry will read into GPU memory through its own POSIX path, cuFile is not usable";
+    } else {
+      ferry = fmt::format(
+          "ferry will send GPU reads of {} or more to cuFile where the range is not in the page "
+          "cache and cuFile can register the file (else its POSIX path, with the reason: "
+          "`ferry explain FILE` tells per file)",
+          format_size(s.gds_threshold));
+    }
   }
   return fmt::format("GDS accelerated path: {}; {}; {}", gds, cufile, ferry);
 }
@@ -94,7 +118,10 @@ int run(const CheckArgs& a) {
   PlatformReport p = read_platform(a.root);
   const CudaStatus cuda = cuda_status();
   const CufileStatus cufile = cufile_status(true);
-  const Settings s = settings();
+  // A malformed FERRY_* variable is what check is there to diagnose: report it, go on with the
+  // default it leaves in place.
+  const SettingsCheck checked = check_settings();
+  const Settings& s = checked.settings;
   merge_gpus(p, cuda);
   std::error_code ec;
   if (!std::filesystem::exists(a.path, ec)) {
@@ -127,7 +154,8 @@ int run(const CheckArgs& a) {
                                {"value", i.value},
                                {"source", to_string(i.source)},
                                {"source_env", i.source_env},
-                               {"kvikio_env", i.kvikio_env}});
+                               {"kvikio_env", i.kvikio_env},
+                               {"error", i.error}});
     nlohmann::json out = {
         {"platform", nlohmann::json::parse(platform_report_json(p, storage))},
         {"cuda",
@@ -142,7 +170,7 @@ int run(const CheckArgs& a) {
         {"process_note", process_note},
     };
     fmt::print("{}\n", out.dump(2));
-    return 0;
+    return checked.errors.empty() ? 0 : 1;
   }
   fmt::print("{}", format_platform_report(p, storage));
   auto line = [](std::string_view label, const std::string& value) {
@@ -165,13 +193,20 @@ int run(const CheckArgs& a) {
     for (const auto& m : cufile.missing_symbols) missing += (missing.empty() ? "" : ", ") + m;
     line("  missing symbols", missing);
   }
-  for (const SettingInfo& i : describe_settings())
+  for (const SettingInfo& i : describe_settings()) {
+    if (!i.error.empty()) {
+      line("ferry " + i.name, fmt::format("{} (default: {})", i.value, i.error));
+      continue;
+    }
     line("ferry " + i.name,
          fmt::format("{} ({}{})", i.value, to_string(i.source),
                      i.source == SettingSource::kEnvironment ? " " + i.source_env : ""));
+  }
   if (own_root) line("note", process_note);
   for (const auto& v : verdicts) fmt::print("verdict: {}\n", v);
-  return 0;
+  for (const SettingError& e : checked.errors)
+    fmt::print(stderr, "ferry: check: {}; its default is shown above\n", e.what());
+  return checked.errors.empty() ? 0 : 1;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -118,7 +119,15 @@ int run(const LoadArgs& a) {
       gbps(report.bytes, report.seconds), cpu_words(cpu, report.bytes), open_seconds,
       is_gpu(target.kind) ? fmt::format(", CUDA started in {:.4f} s before", cuda_start_seconds)
                           : "");
-  for (const RouteReport& r : report.routes) fmt::print("{}", r.to_text());
+  // One route block per request (a part of a shard); with several, each under its shard's name.
+  const std::vector<std::string>& shards = ckpt.shards();
+  for (const RouteReport& r : report.routes) {
+    if (report.routes.size() > 1) {
+      const auto it = std::find(shards.begin(), shards.end(), r.file);
+      fmt::print("shard {} of {}: {}\n", it - shards.begin() + 1, shards.size(), r.file);
+    }
+    fmt::print("{}", r.to_text());
+  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // ferry plan: how one read will be split, into ferry's tasks and then into cuFile's pieces, from
 // the settings and cufile.json; no file is touched.
+#include <ferry/explain.h>
 #include <ferry/plan.h>
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ namespace ferry::cli {
 namespace {
 
 struct PlanArgs {
+  MemoryChoice memory;
   std::string size;
   std::string task_size;
   std::string threshold;
@@ -62,6 +64,7 @@ nlohmann::json plan_json(const Plan& p, std::size_t threads) {
         {"source", r.cufile.source},
         {"unknown_reason", r.cufile.unknown_reason}}},
       {"path", std::string(to_string(p.path))},
+      {"posix_because", opt_json(r.posix_because)},
       {"tasks", p.task_count},
       {"first_task_size", p.first_task_size},
       {"last_task_size", p.last_task_size},
@@ -94,8 +97,26 @@ int run(const PlanArgs& a) {
       a.threshold.empty() ? base.gds_threshold : size_option(a.threshold, "--threshold");
   r.compat_mode = a.compat.empty() ? base.compat_mode : parse_compat_mode(a.compat, "--compat");
   r.buffer_registered = a.registered;
-  const std::size_t threads =
-      a.threads.empty() ? base.nthreads : parse_count(a.threads, "--threads");
+  // What the engine's own rule says before any file is named (the memory read would use, the
+  // settings, cuFile's process-wide outlook): a POSIX route then holds for every file.
+  ExplainRequest memory;
+  memory.gpu = a.memory.gpu;
+  memory.host = a.memory.host;
+  memory.pinned = a.memory.pinned;
+  memory.settings.task_size = r.task_size;
+  memory.settings.gds_threshold = r.gds_threshold;
+  memory.settings.compat_mode = r.compat_mode;
+  const RouteOutlook outlook = route_outlook(r.size, memory);
+  if (outlook.failure) throw Error("plan: the read would fail: " + *outlook.failure);
+  if (outlook.path == Path::kPosix && r.compat_mode == CompatMode::kAuto &&
+      r.size >= r.gds_threshold) {
+    std::string why;
+    for (const RouteReason& reason : outlook.reasons)
+      why += (why.empty() ? "" : "; ") + reason.text;
+    r.posix_because = why;
+  }
+  const std::size_t threads = a.threads.empty() ? workers_for(base, is_gpu(outlook.memory))
+                                                : parse_count(a.threads, "--threads");
   if (!a.cufile_json.empty()) {
     // cuFile's own rule for finding its file; the reader follows it.
     std::filesystem::path f = std::filesystem::absolute(a.cufile_json);
@@ -121,6 +142,10 @@ int run(const PlanArgs& a) {
     case PlanPath::kPosixCompatOn:
       summary = fmt::format("{} task(s) on ferry's POSIX path (compat_mode=on)", p.task_count);
       break;
+    case PlanPath::kPosix:
+      summary = fmt::format("{} task(s) on ferry's POSIX path, cuFile is not called: {}",
+                            p.task_count, *r.posix_because);
+      break;
     case PlanPath::kCufile:
       summary = fmt::format("{} cuFile request(s)", p.task_count);
       for (const auto& g : p.groups) {
@@ -143,10 +168,13 @@ void add_plan_command(CLI::App& app, std::function<int()>& action) {
   CLI::App* cmd = app.add_subcommand(
       "plan", "Show how a read is split into ferry's tasks and cuFile's pieces, before any I/O");
   cmd->add_option("--size", args->size, "Bytes to read, e.g. 1GiB")->required();
+  add_memory_options(*cmd, args->memory);
   cmd->add_option("--task-size", args->task_size, "Task size (default: FERRY_TASK_SIZE or 4MiB)");
   cmd->add_option("--threshold", args->threshold,
                   "gds_threshold (default: FERRY_GDS_THRESHOLD or 16KiB)");
-  cmd->add_option("--threads", args->threads, "Worker threads (default: FERRY_NTHREADS)");
+  cmd->add_option("--threads", args->threads,
+                  "ferry's worker threads, as in ferry read (default: FERRY_NTHREADS for GPU "
+                  "memory, FERRY_HOST_NTHREADS for host memory)");
   cmd->add_option("--compat", args->compat, "compat mode: auto, on or off");
   cmd->add_option(
       "--cufile-json", args->cufile_json,

@@ -28,7 +28,7 @@ struct ReadArgs {
 
 // [offset, offset + size) in `parts` contiguous pieces, cut on 4 KiB boundaries of the file.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> split_range(std::uint64_t offset,
-                                                                  std::uint64_t size, int parts) {
+                                                                 std::uint64_t size, int parts) {
   constexpr std::uint64_t kAlign = 4096;
   std::vector<std::uint64_t> cuts{offset};
   for (int k = 1; k < parts; ++k) {
@@ -88,19 +88,16 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
                      {"seconds", routes[k].seconds},
                      {"gbps", gbps(got[k], routes[k].seconds)}});
     }
-    runs.push_back({{"seconds", wall},
-                    {"gbps", gbps(bytes, wall)},
-                    {"cpu_seconds", cpu},
-                    {"parts", per}});
+    runs.push_back(
+        {{"seconds", wall}, {"gbps", gbps(bytes, wall)}, {"cpu_seconds", cpu}, {"parts", per}});
     if (!a.json) {
       std::string line;
       for (std::size_t k = 0; k < gpus.size(); ++k) {
         line += fmt::format("{}GPU {} {:.2f} GB/s", k ? ", " : "", gpus[k],
                             gbps(got[k], routes[k].seconds));
       }
-      fmt::print("read {} B from {} into {} GPUs in {:.4f} s: {:.2f} GB/s in all ({}), {}\n",
-                 bytes, a.path, gpus.size(), wall, gbps(bytes, wall), line,
-                 cpu_words(cpu, bytes));
+      fmt::print("read {} B from {} into {} GPUs in {:.4f} s: {:.2f} GB/s in all ({}), {}\n", bytes,
+                 a.path, gpus.size(), wall, gbps(bytes, wall), line, cpu_words(cpu, bytes));
     }
   }
   std::vector<std::pair<const Buffer*, std::size_t>> pieces;
@@ -116,16 +113,11 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
                      {"gbps", gbps(got[k], routes[k].seconds)},
                      {"route", nlohmann::json::parse(routes[k].to_json())}});
     }
-    nlohmann::json out = {{"file", a.path},
-                          {"bytes", bytes},
-                          {"seconds", wall},
-                          {"gbps", gbps(bytes, wall)},
-                          {"best_gbps", best},
-                          {"cpu_seconds_per_gib", cpu_per_gib},
-                          {"memory", "gpu"},
-                          {"memory_kind", to_string(MemoryKind::kDevice)},
-                          {"devices", gpus},
-                          {"parts", per},
+    nlohmann::json out = {{"file", a.path},    {"bytes", bytes},
+                          {"seconds", wall},   {"gbps", gbps(bytes, wall)},
+                          {"best_gbps", best}, {"cpu_seconds_per_gib", cpu_per_gib},
+                          {"memory", "gpu"},   {"memory_kind", to_string(MemoryKind::kDevice)},
+                          {"devices", gpus},   {"parts", per},
                           {"runs", runs}};
     if (!short_note.empty()) out["end_of_file"] = short_note;
     if (a.checksum) out["sha256"] = digest;
@@ -239,7 +231,7 @@ void add_read_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--offset", args->offset, "File offset to start at (bytes or units)");
   cmd->add_option("--size", args->size, "Bytes to read (default: to the end of the file)");
   cmd->add_option("--repeat", args->repeat, "Read this many times (1 or more)")
-      ->check(CLI::Range(1, 1000000));
+      ->check(whole_number("a number of reads", 1, 1000000));
   cmd->add_flag("--checksum", args->checksum, "Print the SHA-256 of the bytes that landed");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });

@@ -23,6 +23,11 @@ constexpr const char* kPerRequest =
     "per-request cuFile counts (nvfs, posix, p2p pieces) are in each route report: "
     "ferry read --json, route.layer2";
 
+// Linux's largest pid_max (PID_MAX_LIMIT on 64-bit kernels).
+constexpr long long kMaxPid = 4194304;
+// A day: a longer interval is a typo, and sleeping that long would look like a hang.
+constexpr double kMaxWatchSeconds = 86400;
+
 struct StatsArgs {
   std::string root = "/";
   double watch = 0;
@@ -124,8 +129,10 @@ int run_system_wide(const StatsArgs& a) {
   if (!d.known) {
     fmt::print("over {} s: unknown: {}\n", a.watch, d.reason);
   } else {
-    fmt::print("over {} s: reads {} ({:.1f} MiB/s), writes {} ({:.1f} MiB/s)\n", a.watch,
-               rw_text(d.reads), d.reads.mib / a.watch, rw_text(d.writes), d.writes.mib / a.watch);
+    // nvidia-fs counts MiB; rates are said in GB/s, as everywhere in ferry.
+    fmt::print("over {} s: reads {} ({}), writes {} ({})\n", a.watch, rw_text(d.reads),
+               rate_words(d.reads.mib * 1048576.0 / a.watch), rw_text(d.writes),
+               rate_words(d.writes.mib * 1048576.0 / a.watch));
   }
   fmt::print("note: {}\n", kPerRequest);
   return 0;
@@ -133,15 +140,7 @@ int run_system_wide(const StatsArgs& a) {
 
 // --- One process ------------------------------------------------------------------------------
 
-std::string rate_bytes(double bytes_per_s) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (unit < 4 && bytes_per_s >= 1024) {
-    bytes_per_s /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.3g} {}/s", bytes_per_s, kUnits[unit]);
-}
+std::string rate_bytes(double bytes_per_s) { return rate_words(bytes_per_s); }
 
 // Growth from `before` to `after` per second; `before` null: since the process began counting.
 nlohmann::json rates_json(const ProcessStats& after, const ProcessStats* before) {
@@ -262,7 +261,7 @@ int run_all(const StatsArgs& a) {
       fmt::print("{:>8} {:>6} {:<16} {:>10} {:>8} {:>10} {:>10} {:>10}  {}\n", e.pid, e.uid,
                  p.command.substr(0, 16), p.totals.requests, p.totals.failed_requests,
                  p.posix.counts.requests(), p.cufile.counts.requests(),
-                 fmt::format("{:.3g} MiB", static_cast<double>(p.totals.bytes_read) / 1048576.0),
+                 bytes_words(static_cast<double>(p.totals.bytes_read)),
                  e.state == ProcessEntry::State::kReadable ? "readable"
                                                            : to_string(e.state) + ": " + e.detail);
     } else {
@@ -289,7 +288,7 @@ void add_stats_command(CLI::App& app, std::function<int()>& action) {
       "(--all), or nvidia-fs's system-wide counters (gds_stats)");
   CLI::Option* pid =
       cmd->add_option("-p,--pid", args->pid, "Print this process's ferry counters and rates")
-          ->check(CLI::PositiveNumber);
+          ->check(whole_number("a process id", 1, kMaxPid));
   CLI::Option* all = cmd->add_flag(
       "--all", args->all,
       "List the processes that publish ferry counters (removing those of exited ones)");
@@ -298,10 +297,10 @@ void add_stats_command(CLI::App& app, std::function<int()>& action) {
                 "Print OpenMetrics text (of -p PID, else of every readable process)");
   cmd->add_option("--watch", args->watch,
                   "Print the counters' growth over this many seconds (with -p: and their rates)")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_above_zero(kMaxWatchSeconds));
   cmd->add_option("--repeat", args->repeat,
                   "With -p and --watch: intervals to print, 0 for until interrupted (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number("a count of intervals", 0, 1000000000));
   cmd->add_option("--dir", args->dir,
                   "Read segments from this directory (default: FERRY_STATS_DIR, else /dev/shm)");
   cmd->add_option("--root", args->root,

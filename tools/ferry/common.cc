@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -28,7 +30,8 @@ void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus) 
                 }
               });
   } else {
-    gpu = cmd.add_option("--gpu", choice.gpu, "GPU ordinal to use (default: 0 when a GPU exists)");
+    gpu = cmd.add_option("--gpu", choice.gpu, "GPU ordinal to use (default: 0 when a GPU exists)")
+              ->check(whole_number("a GPU ordinal", 0, 9999));
   }
   auto* host = cmd.add_flag("--host", choice.host, "Use pageable host memory");
   auto* pinned = cmd.add_flag("--pinned", choice.pinned, "Use pinned host memory (needs a driver)");
@@ -121,9 +124,10 @@ Target resolve_target(const MemoryChoice& choice) {
     return {MemoryKind::kDevice, *choice.gpu, ""};
   }
   CudaStatus cuda = cuda_status();
-  if (!cuda.available || cuda.gpus.empty()) {
-    return {MemoryKind::kHostPageable, -1,
-            fmt::format("no GPU, using host memory ({})", cuda.why_not)};
+  // Without a driver the route report's reason names it (no_cuda_driver): said once, there.
+  if (!cuda.available) return {MemoryKind::kHostPageable, -1, "no GPU, using host memory"};
+  if (cuda.gpus.empty()) {
+    return {MemoryKind::kHostPageable, -1, "no GPU, using host memory (the CUDA driver sees none)"};
   }
   return {MemoryKind::kDevice, 0, ""};
 }
@@ -247,11 +251,59 @@ std::uint64_t offset_option(const std::string& text, const char* option) {
 }
 
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes) {
-  // Per GiB only where there are enough bytes for the figure to mean something.
-  if (bytes >= (std::uint64_t{64} << 20)) {
-    return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds / (static_cast<double>(bytes) / (1 << 30)));
+  if (bytes == 0) return fmt::format("{:.3f} CPU-s", cpu_seconds);
+  return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds / (static_cast<double>(bytes) / (1 << 30)));
+}
+
+namespace {
+// About three significant digits, never in exponent form: 3.33, 33.3, 333, 3333.
+std::string three_digits(double v) {
+  if (v >= 100) return fmt::format("{:.0f}", v);
+  return v >= 10 ? fmt::format("{:.1f}", v) : fmt::format("{:.2f}", v);
+}
+}  // namespace
+
+std::string rate_words(double bytes_per_s) {
+  if (bytes_per_s >= 1e9) return three_digits(bytes_per_s / 1e9) + " GB/s";
+  if (bytes_per_s >= 1e6) return three_digits(bytes_per_s / 1e6) + " MB/s";
+  if (bytes_per_s >= 1e3) return three_digits(bytes_per_s / 1e3) + " kB/s";
+  return three_digits(bytes_per_s) + " B/s";
+}
+
+std::string bytes_words(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (unit < 6 && bytes >= 1024) {
+    bytes /= 1024;
+    ++unit;
   }
-  return fmt::format("{:.0f} us of CPU", cpu_seconds * 1e6);
+  return unit == 0 ? fmt::format("{:.0f} B", bytes) : three_digits(bytes) + " " + kUnits[unit];
+}
+
+CLI::Validator whole_number(const std::string& what, long long low, long long high) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        long long value = 0;
+        const char* end = text.data() + text.size();
+        auto [at, ec] = std::from_chars(text.data(), end, value);
+        if (ec == std::errc() && at == end && value >= low && value <= high) return {};
+        return fmt::format("must be {} from {} to {}, not '{}'", what, low, high, text);
+      },
+      fmt::format("{}..{}", low, high));
+}
+
+CLI::Validator seconds_above_zero(double most) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double value = 0;
+        const char* end = text.data() + text.size();
+        auto [at, ec] = std::from_chars(text.data(), end, value);
+        if (ec == std::errc() && at == end && std::isfinite(value) && value > 0 && value <= most)
+          return {};
+        return fmt::format("must be a number of seconds above 0 and at most {:g}, not '{}'", most,
+                           text);
+      },
+      "SECONDS");
 }
 
 double gbps(std::uint64_t bytes, double seconds) {

@@ -77,10 +77,21 @@ void clear_progress();
 double cpu_seconds();
 
 std::uint64_t size_option(const std::string& text, const char* option);
-// "0.160 CPU-s/GiB" for 64 MiB and more, else "420 us of CPU".
+// CPU time per byte moved, in one unit whatever the size: "0.160 CPU-s/GiB".
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes);
 // A file offset: a size, or zero in any spelling ("0", "00", "0B").
 std::uint64_t offset_option(const std::string& text, const char* option);
+
+// CLI11 checks whose failure says the accepted range in words, never a bound such as DBL_MAX:
+// "--pid must be a process id from 1 to 4194304, not 'abc'". `what` names the quantity.
+CLI::Validator whole_number(const std::string& what, long long low, long long high);
+// A finite number of seconds above 0 and at most `most`.
+CLI::Validator seconds_above_zero(double most);
+
+// Rates in one unit family everywhere: "1.07 GB/s", "312 MB/s" below 1 GB/s, "18.0 kB/s".
+std::string rate_words(double bytes_per_s);
+// An amount of bytes in binary units, 3 significant digits: "3.33 TiB", "512 KiB", "12 B".
+std::string bytes_words(double bytes);
 
 // "1.07 GB/s" style helpers.
 double gbps(std::uint64_t bytes, double seconds);
