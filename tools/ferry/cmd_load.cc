@@ -69,14 +69,15 @@ int run(const LoadArgs& a) {
       }
       out["tensor_list"] = list;
     }
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out, 2));
     return 0;
   }
   if (!target.note.empty()) fmt::print("note: {}\n", target.note);
   if (a.list) {
     for (const LoadedTensor& t : result.tensors) {
-      fmt::print("{:<60} {:<8} [{}] {} B\n", t.name, to_string(t.dtype), fmt::join(t.shape, ", "),
-                 t.nbytes);
+      // A name is the file's text: escaped, so that no terminal escape sequence reaches the screen.
+      fmt::print("{:<60} {:<8} [{}] {} B\n", printable(t.name), to_string(t.dtype),
+                 fmt::join(t.shape, ", "), t.nbytes);
     }
   }
   fmt::print(
