@@ -6,14 +6,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 
 namespace ferry {
-
-// `text` made safe to print on a terminal or in a log: control characters (C0, DEL, C1, so no
-// terminal escape sequence survives) and bytes that are not UTF-8 become \xNN; the rest is kept.
-// Names read from files (tensor names, shard names) pass through it before any message shows them.
-std::string printable(std::string_view text);
 
 class Error : public std::runtime_error {
  public:

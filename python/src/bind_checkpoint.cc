@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "buffer_view.h"
 #include "ferry/checkpoint.h"
+#include "ferry/printable.h"
 
 namespace ferry::python {
 

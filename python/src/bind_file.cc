@@ -16,6 +16,7 @@
 #include "bindings.h"
 #include "buffer_view.h"
 #include "ferry/file.h"
+#include "ferry/printable.h"
 #include "settings_dict.h"
 
 namespace ferry::python {

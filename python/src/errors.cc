@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
+#include "ferry/printable.h"
 
 namespace ferry::python {
 

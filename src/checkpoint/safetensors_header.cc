@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "checkpoint/json_scan.h"
+#include "ferry/printable.h"
 
 namespace ferry {
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/utf8.h"
+#include "ferry/printable.h"
 
 namespace ferry {
 

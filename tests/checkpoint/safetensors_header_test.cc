@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checkpoint/safetensors_writer.h"
+#include "ferry/printable.h"
 
 namespace ferry {
 namespace {

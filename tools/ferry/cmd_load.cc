@@ -1,6 +1,7 @@
 // ferry load: load a safetensors checkpoint (a file, an index or a directory of shards) into one
 // GPU or host memory and say how it went: tensors, bytes, seconds, GB/s and each shard's route.
 #include <ferry/checkpoint.h>
+#include <ferry/printable.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
