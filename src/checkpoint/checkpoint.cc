@@ -178,7 +178,7 @@ std::size_t Checkpoint::find(std::string_view name) const {
 LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
   const State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::vector<ReadRange>> ranges(s.files.size());
+  std::vector<std::vector<ReadRange>> ranges(s.shard_names.size());
   LoadReport report;
   for (const TensorTarget& target : targets) {
     if (target.tensor >= s.tensors.size()) {
