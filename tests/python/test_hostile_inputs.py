@@ -39,6 +39,30 @@ def cli():
     return path
 
 
+# --------------------------------------------------------------------------- finding 5
+
+
+def test_each_load_path_parses_each_header_once(tmp_path, monkeypatch):
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(st_bytes([("a", "U8", [2], b"ab"), ("b", "U8", [1], b"c")]))
+    real, opened = ferry.checkpoint._ferry.Checkpoint, []
+
+    def counting(*args, **kwargs):
+        opened.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ferry.checkpoint._ferry, "Checkpoint", counting)
+    from ferry.safetensors import safe_open
+    from ferry.safetensors.numpy import load_file
+    assert set(load_file(str(path))) == {"a", "b"}
+    assert len(opened) == 1
+    assert set(ferry.load_checkpoint(str(path), framework="numpy")) == {"a", "b"}
+    assert len(opened) == 2
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.get_tensor("a").tobytes() == b"ab" and f.get_slice("b")[0:1].tobytes() == b"c"
+    assert len(opened) == 3
+
+
 # --------------------------------------------------------------------------- finding 6: NUL
 
 
