@@ -47,9 +47,9 @@ __all__ = [
 ]
 
 
-def open(path: Union[str, "os.PathLike[str]"], mode: str = "r", direct: bool = False,
-         **settings: Any) -> File:
-    """Opens `path` (a str or ``os.PathLike``) in `mode` "r", "r+", "w", "w+" or "a" (always
+def open(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], mode: str = "r",
+         direct: bool = False, **settings: Any) -> File:
+    """Opens `path` (a str, bytes or ``os.PathLike``; a NUL byte is a ValueError) in `mode` "r", "r+", "w", "w+" or "a" (always
     binary; any other mode is a ValueError); `direct` asks for O_DIRECT (falling back to
     buffered I/O with a reason in the route report). Keyword arguments override settings for
     this file only: ``ferry.open(p, task_size="1MiB", compat="on")``."""

@@ -13,7 +13,7 @@ from . import _ferry
 from ._future import Future, off_loop
 from ._streams import stream_handle
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 
 class File(_ferry.File):

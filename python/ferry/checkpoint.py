@@ -321,7 +321,7 @@ class Checkpoint:
 
     def __init__(self, path: PathLike, direct: bool = False, **settings: Any) -> None:
         from ._settings import as_text
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)  # str, bytes or PathLike; the C++ side refuses a NUL
         self._c = _ferry.Checkpoint(self.path, direct, as_text(settings))
         self.entries: Dict[str, _Entry] = {
             row[0]: _Entry(i, row) for i, row in enumerate(self._c.tensors())}

@@ -11,6 +11,7 @@
 #include "buffer_view.h"
 #include "ferry/checkpoint.h"
 #include "ferry/checkpoint_writer.h"
+#include "ferry/printable.h"
 
 namespace ferry::python {
 
@@ -19,8 +20,8 @@ namespace {
 py::tuple tensor_tuple(const TensorInfo& t) {
   py::tuple shape(t.shape.size());
   for (std::size_t i = 0; i < t.shape.size(); ++i) shape[i] = t.shape[i];
-  return py::make_tuple(t.name, std::string(to_string(t.dtype)), shape, t.file_offset, t.nbytes,
-                        t.shard);
+  return py::make_tuple(text_str(t.name), std::string(to_string(t.dtype)), shape, t.file_offset,
+                        t.nbytes, t.shard);
 }
 
 // `targets`: (tensor index, destination, begin, length) with length -1 for "to the end".
@@ -33,14 +34,14 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
   for (const py::handle& item : targets) {
     auto entry = item.cast<py::tuple>();
     TensorTarget target;
-    target.tensor = entry[0].cast<std::size_t>();
+    target.tensor = static_cast<std::size_t>(*index_arg(entry[0], "tensor index"));
     if (target.tensor >= tensors.size()) throw py::index_error("ferry: no tensor at that index");
     const TensorInfo& t = tensors[target.tensor];
-    target.begin = entry.size() > 2 ? entry[2].cast<std::uint64_t>() : 0;
-    std::int64_t length = entry.size() > 3 ? entry[3].cast<std::int64_t>() : -1;
-    const std::uint64_t want = length < 0 ? (target.begin <= t.nbytes ? t.nbytes - target.begin : 0)
-                                          : static_cast<std::uint64_t>(length);
-    if (length >= 0) target.length = want;
+    target.begin = entry.size() > 2 ? *index_arg(entry[2], "begin") : 0;
+    const bool to_end = entry.size() <= 3 || py::int_(entry[3]) < py::int_(0);
+    const std::uint64_t want = to_end ? (target.begin <= t.nbytes ? t.nbytes - target.begin : 0)
+                                      : *index_arg(entry[3], "length");
+    if (!to_end) target.length = want;
     views.push_back(BufferView::of(entry[1], true));
     if (views.back()->nbytes() < want) {
       throw py::value_error("ferry: tensor '" + t.name + "' needs " + std::to_string(want) +
@@ -91,13 +92,13 @@ void translate_checkpoint_errors(std::exception_ptr p) {
   } catch (const CheckpointError& e) {
     try {
       py::object cls = py::module_::import("ferry.checkpoint").attr("CheckpointError");
-      py::object exc = cls(e.what());
-      exc.attr("filename") = e.file();
-      exc.attr("tensor") = e.tensor();
+      py::object exc = cls(text_str(e.what()));
+      exc.attr("filename") = path_str(e.file());
+      exc.attr("tensor") = text_str(e.tensor());
       set_python_error(exc);
     } catch (const py::error_already_set& err) {
       PyErr_SetString(PyExc_ValueError,
-                      (std::string(e.what()) + " (and " + err.what() + ")").c_str());
+                      (printable(e.what()) + " (and " + err.what() + ")").c_str());
     }
   }
 }
@@ -183,8 +184,9 @@ void bind_checkpoint(py::module_& m) {
       "Writes shards and model.safetensors.index.json into `directory` with the GIL released.");
 
   py::class_<Checkpoint>(m, "Checkpoint")
-      .def(py::init([](const std::string& path, bool direct,
+      .def(py::init([](const py::object& path_object, bool direct,
                        const std::map<std::string, std::string>& settings) {
+             const std::string path = path_arg(path_object);
              FileOptions options;
              options.direct = direct;
              for (const auto& [name, value] : settings) options.settings.set(name, value);
@@ -193,7 +195,12 @@ void bind_checkpoint(py::module_& m) {
            }),
            arg("path"), arg("direct") = false,
            arg("settings") = std::map<std::string, std::string>{})
-      .def_property_readonly("shards", &Checkpoint::shards)
+      .def_property_readonly("shards",
+                             [](const Checkpoint& c) {
+                               py::list out;
+                               for (const std::string& s : c.shards()) out.append(path_str(s));
+                               return out;
+                             })
       .def_property_readonly("total_bytes", &Checkpoint::total_bytes)
       .def_property_readonly("index_metadata_json", &Checkpoint::index_metadata_json)
       .def(

@@ -16,9 +16,52 @@
 #include "bindings.h"
 #include "buffer_view.h"
 #include "ferry/file.h"
+#include "ferry/printable.h"
 #include "settings_dict.h"
 
 namespace ferry::python {
+
+// "ferry: file_offset must be an int, not float" rather than pybind11's overload listing.
+std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name, bool none_ok) {
+  if (value.is_none() && none_ok) return std::nullopt;
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string("ferry: ") + name + " must be an int, not " +
+                         Py_TYPE(value.ptr())->tp_name);
+  }
+  py::int_ n = py::reinterpret_steal<py::int_>(index);
+  if (n < py::int_(0)) {
+    throw py::value_error(std::string("ferry: ") + name + " must be >= 0, not " +
+                          py::str(n).cast<std::string>());
+  }
+  if (n > py::int_(UINT64_MAX)) {
+    PyErr_SetString(PyExc_OverflowError,
+                    (std::string("ferry: ") + name + " must be below 2**64, not " +
+                     py::str(n).cast<std::string>())
+                        .c_str());
+    throw py::error_already_set();
+  }
+  return n.cast<std::uint64_t>();
+}
+
+std::string path_arg(const py::handle& path) {
+  py::bytes encoded = py::module_::import("os").attr("fsencode")(path);
+  std::string out = encoded;
+  if (out.find('\0') != std::string::npos) throw py::value_error("embedded null byte");
+  return out;
+}
+
+py::str path_str(const std::string& path) {
+  return py::module_::import("os").attr("fsdecode")(py::bytes(path));
+}
+
+py::str text_str(const std::string& text) {
+  PyObject* s =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (s == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
 
 namespace {
 
@@ -32,24 +75,6 @@ constexpr double kSignalSlice = 0.05;
 constexpr std::size_t kSmallSync = std::size_t{4} << 20;
 // Up to this size File::pread runs a request in the caller's thread itself (core::kSmallAsync).
 constexpr std::size_t kSmallAsync = std::size_t{64} << 10;
-
-// "ferry: file_offset must be an int, not float" rather than pybind11's overload listing.
-std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name,
-                                       bool none_ok = false) {
-  if (value.is_none() && none_ok) return std::nullopt;
-  PyObject* index = PyNumber_Index(value.ptr());
-  if (index == nullptr) {
-    PyErr_Clear();
-    throw py::type_error(std::string("ferry: ") + name + " must be an int, not " +
-                         Py_TYPE(value.ptr())->tp_name);
-  }
-  py::int_ n = py::reinterpret_steal<py::int_>(index);
-  if (n < py::int_(0)) {
-    throw py::value_error(std::string("ferry: ") + name + " must be >= 0, not " +
-                          py::str(n).cast<std::string>());
-  }
-  return n.cast<std::uint64_t>();
-}
 
 struct Pending {
   std::shared_ptr<BufferView> buffer;  // null once the request is seen over
@@ -221,7 +246,7 @@ class PyFile {
       throw py::value_error("ferry.open: mode must be 'r', 'r+', 'w', 'w+' or 'a', not '" + mode +
                             "' (files are always binary: no 'b' or 't')");
     }
-    std::string name = py::module_::import("os").attr("fspath")(path).cast<std::string>();
+    std::string name = path_arg(path);
     mode_ = mode;
     FileOptions options;
     options.direct = direct;
@@ -367,7 +392,7 @@ class PyFile {
   }
   void check_open() const {
     if (!file_.is_open()) {
-      throw py::value_error("I/O operation on closed file (" + file_.path() + ")");
+      throw py::value_error("I/O operation on closed file (" + printable(file_.path()) + ")");
     }
   }
   // None before any request of this File has ended.
@@ -556,7 +581,8 @@ void bind_file(py::module_& m) {
       .def_property_readonly(
           "closed", [](PyFile& f) { return !f.file().is_open(); }, "True after close().")
       .def_property_readonly(
-          "path", [](PyFile& f) { return f.file().path(); }, "The path it was opened with.")
+          "path", [](PyFile& f) { return path_str(f.file().path()); },
+          "The path it was opened with (str, undecodable bytes as os.fsdecode gives them).")
       .def_property_readonly(
           "mode", [](PyFile& f) { return f.mode(); }, "The mode it was opened with.")
       .def_property_readonly("in_flight", &PyFile::in_flight,

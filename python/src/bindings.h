@@ -4,6 +4,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ferry/error.h"
@@ -31,6 +33,21 @@ class RouteErrorWithReport : public RouteError {
  private:
   RouteReport report_;
 };
+
+// A path argument as the bytes the system gets: str (encoded as os.fsencode does, so a name from
+// os.fsdecode of non-UTF-8 bytes comes back exact), bytes, or os.PathLike of either. An embedded
+// NUL byte raises ValueError("embedded null byte") as Python's open does: the system would cut
+// the path there and open another file.
+std::string path_arg(const py::handle& path);
+// A path from C++ as Python's str for it (os.fsdecode: undecodable bytes as surrogates).
+py::str path_str(const std::string& path);
+// Text from C++ (a message that may quote bytes of a file) as a str; bytes that are not UTF-8
+// become backslash escapes instead of failing the conversion.
+py::str text_str(const std::string& text);
+// An integer argument in [0, 2**64): TypeError for a non-integer, ValueError below 0,
+// OverflowError above, each naming the argument. None gives nullopt where `none_ok`.
+std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name,
+                                       bool none_ok = false);
 
 // Raises `exc` (an instance built by ferry._errors.from_cpp) as the current Python error.
 void set_python_error(const py::handle& exc);

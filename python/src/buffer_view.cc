@@ -134,23 +134,83 @@ std::shared_ptr<BufferView> BufferView::exported_otherwise(std::shared_ptr<Buffe
 
   py::object cai = py::getattr(obj, "__cuda_array_interface__", py::none());
   if (!cai.is_none()) {
+    // The interface is the exporter's word: each field is checked, and a malformed one is named
+    // (not a bare "stoul" or KeyError from deep inside).
+    auto malformed = [&](const std::string& what) {
+      return py::value_error("ferry: the __cuda_array_interface__ of the target (" +
+                             type_name(obj) + ") " + what);
+    };
+    if (!py::isinstance<py::dict>(cai)) {
+      throw py::type_error("ferry: the __cuda_array_interface__ of the target (" + type_name(obj) +
+                           ") is a " + type_name(cai) + ", not a dict");
+    }
     py::dict d = cai.cast<py::dict>();
+    for (const char* key : {"typestr", "shape", "data"}) {
+      if (!d.contains(key)) throw malformed(std::string("has no '") + key + "'");
+    }
     if (d.contains("mask") && !d["mask"].is_none()) {
       throw py::value_error("ferry: masked CUDA arrays are not supported");
     }
-    std::string typestr = d["typestr"].cast<std::string>();
-    if (typestr.size() > 1 && typestr[1] == 'O') not_plain_bytes(obj, typestr);
-    std::size_t itemsize = std::stoul(typestr.substr(2));
-    std::vector<std::int64_t> shape, strides;
-    for (py::handle e : d["shape"]) shape.push_back(e.cast<std::int64_t>());
-    if (d.contains("strides") && !d["strides"].is_none()) {
-      for (py::handle e : d["strides"]) strides.push_back(e.cast<std::int64_t>());
+    const py::object typestr_obj = d["typestr"];
+    const std::string typestr =
+        py::isinstance<py::str>(typestr_obj) ? typestr_obj.cast<std::string>() : std::string();
+    const bool digits = typestr.size() > 2 && typestr.size() < 6 &&
+                        typestr.find_first_not_of("0123456789", 2) == std::string::npos;
+    if (!digits) {
+      throw malformed("has typestr " + py::repr(typestr_obj).cast<std::string>() +
+                      ", not a form like '<f4'");
     }
-    py::tuple data = d["data"].cast<py::tuple>();
-    if (writable && data[1].cast<bool>()) read_only(obj);
+    if (typestr[1] == 'O') not_plain_bytes(obj, typestr);
+    const std::size_t itemsize = std::stoul(typestr.substr(2));
+    auto extents = [&](const char* field) {
+      std::vector<std::int64_t> out;
+      const py::object v = d[field];
+      if (!py::isinstance<py::tuple>(v) && !py::isinstance<py::list>(v)) {
+        throw malformed(std::string("has ") + field + " " + py::repr(v).cast<std::string>() +
+                        ", not a tuple of ints");
+      }
+      for (py::handle e : v) {
+        if (!py::isinstance<py::int_>(e)) {
+          throw malformed(std::string("has ") + field + " " + py::repr(v).cast<std::string>() +
+                          ", not a tuple of ints");
+        }
+        try {
+          out.push_back(e.cast<std::int64_t>());
+        } catch (const py::cast_error&) {
+          throw malformed(std::string("has ") + field + " " + py::repr(v).cast<std::string>() +
+                          " with a value past 64 bits");
+        }
+      }
+      return out;
+    };
+    std::vector<std::int64_t> shape = extents("shape"), strides;
+    std::size_t total = itemsize;
+    for (std::int64_t extent : shape) {
+      if (extent < 0) throw malformed("has a negative extent in shape " + describe(shape));
+      if (__builtin_mul_overflow(total, static_cast<std::size_t>(extent), &total)) {
+        throw malformed("has shape " + describe(shape) + ", more bytes than 64 bits count");
+      }
+    }
+    if (d.contains("strides") && !d["strides"].is_none()) strides = extents("strides");
+    const py::object data = d["data"];
+    const bool pair = py::isinstance<py::tuple>(data) && py::len(data) == 2 &&
+                      py::isinstance<py::int_>(data[py::int_(0)]) &&
+                      py::isinstance<py::bool_>(data[py::int_(1)]);
+    if (!pair) {
+      throw malformed("has data " + py::repr(data).cast<std::string>() +
+                      ", not (pointer, read_only)");
+    }
+    std::uintptr_t pointer = 0;
+    try {
+      pointer = data[py::int_(0)].cast<std::uintptr_t>();
+    } catch (const py::cast_error&) {
+      throw malformed("has data pointer " + py::repr(data[py::int_(0)]).cast<std::string>() +
+                      ", not an address");
+    }
+    if (writable && data[py::int_(1)].cast<bool>()) read_only(obj);
     std::optional<std::size_t> bytes = contiguous_bytes(shape, strides, itemsize);
     if (!bytes) not_contiguous(obj, shape, strides);
-    view->data_ = reinterpret_cast<void*>(data[0].cast<std::uintptr_t>());
+    view->data_ = reinterpret_cast<void*>(pointer);
     view->nbytes_ = *bytes;
     view->exporter_ = "cuda_array_interface";
     return view;

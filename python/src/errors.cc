@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
+#include "ferry/printable.h"
 
 namespace ferry::python {
 
@@ -16,11 +17,11 @@ template <typename... Args>
 void raise(const char* kind, const std::exception& e, Args&&... attrs) {
   try {
     py::object from_cpp = py::module_::import("ferry._errors").attr("from_cpp");
-    set_python_error(from_cpp(kind, e.what(), std::forward<Args>(attrs)...));
+    set_python_error(from_cpp(kind, text_str(e.what()), std::forward<Args>(attrs)...));
   } catch (const py::error_already_set& err) {
     // ferry._errors failed to import: still raise, with both messages.
     PyErr_SetString(PyExc_RuntimeError,
-                    (std::string(e.what()) + " (and " + err.what() + ")").c_str());
+                    (printable(e.what()) + " (and " + err.what() + ")").c_str());
   }
 }
 
@@ -37,8 +38,8 @@ void bind_errors(py::module_&) {
     } catch (const RouteError& e) {
       raise("route", e);
     } catch (const IoError& e) {
-      raise("io", e, arg("errno") = e.error_code(), arg("filename") = e.path(), arg("op") = e.op(),
-            arg("offset") = e.offset(), arg("length") = e.length(),
+      raise("io", e, arg("errno") = e.error_code(), arg("filename") = path_str(e.path()),
+            arg("op") = e.op(), arg("offset") = e.offset(), arg("length") = e.length(),
             arg("bytes_done") = e.bytes_done());
     } catch (const SettingError& e) {
       raise("setting", e, arg("setting") = e.setting(), arg("value") = e.value());

@@ -1,5 +1,6 @@
 // The loader: opens every shard, validates its header, and reads tensors with one gathered
-// request per shard (File::pread_gather), the shards' requests in flight together.
+// request per shard (File::pread_gather), the shards' requests in flight together (at most
+// kShardsReadAtOnce of them when there are more, so that descriptors stay bounded).
 #include "ferry/checkpoint.h"
 
 #include <fmt/format.h>
@@ -17,14 +18,41 @@ namespace ferry {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Up to this many shards stay open from the constructor on; a checkpoint with more (an MoE
+// model can have thousands) closes each shard once its header is read and opens it again for a
+// load, checking that its size has not changed, so that `ulimit -n 1024` is no limit.
+constexpr std::size_t kShardsKeptOpen = 128;
+// Shards a load reads at once (each one gathered request), so descriptors stay bounded.
+constexpr std::size_t kShardsReadAtOnce = 64;
+
+}  // namespace
+
 struct Checkpoint::State {
+  std::string path;  // what the checkpoint was opened as: a file, an index or a directory
+  FileOptions options;
   std::vector<std::string> shard_names;
-  std::vector<std::unique_ptr<File>> files;  // File is not copyable; loads share them
+  std::vector<std::uint64_t> shard_sizes;
+  std::vector<std::unique_ptr<File>> files;  // empty past kShardsKeptOpen shards
   std::vector<std::map<std::string, std::string>> metadata;
   std::vector<TensorInfo> tensors;  // shard by shard, each in file order
   std::unordered_map<std::string, std::size_t> by_name;
   std::string index_metadata = "{}";
   std::uint64_t total = 0;
+
+  // The shard's File: the one kept open, or the shard opened again, refused if it changed size
+  // since its header was read (its offsets would describe another file).
+  std::shared_ptr<File> open_shard(std::size_t shard) const {
+    if (shard < files.size()) return std::shared_ptr<File>(files[shard].get(), [](File*) {});
+    auto file = std::make_shared<File>(shard_names[shard], "r", options);
+    if (file->size() != shard_sizes[shard]) {
+      throw CheckpointError(shard_names[shard], "",
+                            fmt::format("it is {} B now but was {} B when its header was read",
+                                        file->size(), shard_sizes[shard]));
+    }
+    return file;
+  }
 };
 
 namespace {
@@ -85,11 +113,15 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     : state_(std::make_unique<State>()) {
   const checkpoint::ShardIndex index = checkpoint::discover_shards(path);
   State& s = *state_;
+  s.path = path.string();
+  s.options = options;
   s.index_metadata = index.metadata_json;
+  const bool keep_open = index.shards.size() <= kShardsKeptOpen;
   for (std::size_t shard = 0; shard < index.shards.size(); ++shard) {
     auto file = std::make_unique<File>(index.shards[shard], "r", options);
     checkpoint::SafetensorsHeader header = read_header(*file);
     s.shard_names.push_back(file->path());
+    s.shard_sizes.push_back(file->size());
     s.metadata.push_back(std::move(header.metadata));
     for (checkpoint::HeaderTensor& h : header.tensors) {
       TensorInfo t{std::move(h.name),           h.dtype,         std::move(h.shape),
@@ -103,7 +135,7 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
       s.total += t.nbytes;
       s.tensors.push_back(std::move(t));
     }
-    s.files.push_back(std::move(file));
+    if (keep_open) s.files.push_back(std::move(file));
   }
   check_against_index(index, s.tensors, s.by_name, s.shard_names);
 }
@@ -127,8 +159,21 @@ const std::map<std::string, std::string>& Checkpoint::metadata(std::size_t shard
 std::size_t Checkpoint::find(std::string_view name) const {
   auto it = state_->by_name.find(std::string(name));
   if (it == state_->by_name.end()) {
-    throw CheckpointError(state_->shard_names.empty() ? "" : state_->shard_names.front(),
-                          std::string(name), "no such tensor in the checkpoint");
+    // The names next to it in sorted order: a typo late in a name, or a wrong layer number.
+    std::vector<std::string_view> names;
+    for (const TensorInfo& t : state_->tensors) names.push_back(t.name);
+    std::sort(names.begin(), names.end());
+    auto at = std::lower_bound(names.begin(), names.end(), name) - names.begin();
+    std::string near;
+    for (auto k = std::max<std::ptrdiff_t>(at - 2, 0);
+         k < std::min<std::ptrdiff_t>(at + 2, static_cast<std::ptrdiff_t>(names.size())); ++k) {
+      near += fmt::format("{}'{}'", near.empty() ? "" : ", ", names[k]);
+    }
+    throw CheckpointError(state_->path, std::string(name),
+                          near.empty() ? "is in no shard of the checkpoint (it holds no tensor)"
+                                       : fmt::format("is in no shard of the checkpoint; the "
+                                                     "nearest names are {}",
+                                                     near));
   }
   return it->second;
 }
@@ -136,7 +181,7 @@ std::size_t Checkpoint::find(std::string_view name) const {
 LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
   const State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::vector<ReadRange>> ranges(s.files.size());
+  std::vector<std::vector<ReadRange>> ranges(s.shard_names.size());
   LoadReport report;
   for (const TensorTarget& target : targets) {
     if (target.tensor >= s.tensors.size()) {
@@ -161,13 +206,33 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
     ranges[t.shard].push_back(
         {t.file_offset + target.begin, static_cast<std::size_t>(length), target.buffer});
   }
-  // Every shard's request is submitted before any is waited for, so they run together.
-  std::vector<IoFuture> futures;
-  for (std::size_t shard = 0; shard < ranges.size(); ++shard) {
-    if (!ranges[shard].empty()) futures.push_back(s.files[shard]->pread_gather(ranges[shard]));
+  // The shards' requests are submitted before any is waited for, so they run together; past
+  // kShardsReadAtOnce, the oldest is waited for before the next shard is opened.
+  struct InFlight {
+    std::shared_ptr<File> file;
+    IoFuture future;
+  };
+  std::deque<InFlight> in_flight;
+  auto finish_oldest = [&] {
+    InFlight done = std::move(in_flight.front());
+    in_flight.pop_front();
+    report.bytes += done.future.get();
+    report.routes.push_back(done.future.route());
+  };
+  try {
+    for (std::size_t shard = 0; shard < ranges.size(); ++shard) {
+      if (ranges[shard].empty()) continue;
+      if (in_flight.size() == kShardsReadAtOnce) finish_oldest();
+      std::shared_ptr<File> file = s.open_shard(shard);
+      IoFuture future = file->pread_gather(ranges[shard]);
+      in_flight.push_back({std::move(file), std::move(future)});
+    }
+    while (!in_flight.empty()) finish_oldest();
+  } catch (...) {
+    // Nothing may still write into the caller's buffers once this throws.
+    for (InFlight& f : in_flight) f.future.wait();
+    throw;
   }
-  for (IoFuture& f : futures) report.bytes += f.get();
-  for (IoFuture& f : futures) report.routes.push_back(f.route());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
@@ -248,7 +313,7 @@ std::string LoadReport::to_json() const {
                         {"seconds", seconds},
                         {"gbps", seconds > 0 ? bytes / seconds / 1e9 : 0.0},
                         {"routes", routes_json}};
-  return out.dump();
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace ferry

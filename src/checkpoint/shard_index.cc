@@ -7,6 +7,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/json_scan.h"
 #include "ferry/checkpoint.h"
 
 namespace ferry::checkpoint {
@@ -21,21 +22,86 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 std::string read_text(const fs::path& path) {
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxIndexSize) {
+    throw CheckpointError(path.string(), "",
+                          fmt::format("the index is {} B, above the {} B limit for an index file",
+                                      size, kMaxIndexSize));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path.string(), "", "cannot open the index file");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The index's JSON, with duplicate keys refused (nlohmann would keep the last silently; a
+// safetensors header refuses them too) and nesting past kMaxIndexDepth refused before it costs
+// memory (10 MB of nested arrays took 386 MB).
+nlohmann::json parse_json(const std::string& text, const std::string& file) {
+  return parse_strict(
+      text, kMaxIndexDepth,
+      [&](const std::string& key, int depth) {
+        throw CheckpointError(file, depth == 2 ? key : "",
+                              fmt::format("the index names \"{}\" twice", key));
+      },
+      [&] {
+        throw CheckpointError(file, "",
+                              fmt::format("the index nests deeper than {} levels", kMaxIndexDepth));
+      },
+      [&](const std::string& message) {
+        throw CheckpointError(file, "", fmt::format("index is not valid JSON: {}", message));
+      });
+}
+
+// `shard` (a name from the index, or a file found in the folder) as a path inside `dir`: a
+// relative path with no ".." that names a regular file whose real path, symlinks resolved, is
+// inside the folder too. A checkpoint cannot make ferry read a file outside its folder.
+fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::string& file,
+                      const std::string& tensor) {
+  const fs::path name(shard);
+  if (shard.find('\0') != std::string::npos) {
+    throw CheckpointError(file, tensor, "its shard name holds a NUL byte");
+  }
+  if (name.is_absolute()) {
+    throw CheckpointError(file, tensor,
+                          fmt::format("its shard {} is an absolute path: shards must be inside "
+                                      "the checkpoint's folder",
+                                      shard));
+  }
+  for (const fs::path& part : name) {
+    if (part == "..") {
+      throw CheckpointError(file, tensor,
+                            fmt::format("its shard {} leaves the checkpoint's folder", shard));
+    }
+  }
+  const fs::path p = dir / name;
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (!fs::exists(st)) {
+    throw CheckpointError(file, tensor, fmt::format("its shard {} does not exist", p.string()));
+  }
+  if (!fs::is_regular_file(st)) {
+    throw CheckpointError(file, tensor,
+                          fmt::format("its shard {} is not a regular file", p.string()));
+  }
+  const fs::path real = fs::canonical(p, ec);
+  const fs::path real_dir = fs::canonical(dir.empty() ? fs::path(".") : dir, ec);
+  if (ec) throw CheckpointError(file, tensor, fmt::format("cannot resolve {}", p.string()));
+  auto [d, r] = std::mismatch(real_dir.begin(), real_dir.end(), real.begin(), real.end());
+  if (d != real_dir.end()) {
+    throw CheckpointError(file, tensor,
+                          fmt::format("its shard {} is a link to {}, outside the checkpoint's "
+                                      "folder {}",
+                                      p.string(), real.string(), real_dir.string()));
+  }
+  return p;
 }
 
 }  // namespace
 
 ShardIndex parse_index(const std::string& text, const fs::path& index_file) {
   const std::string file = index_file.string();
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(file, "", fmt::format("index is not valid JSON: {}", e.what()));
-  }
+  nlohmann::json doc = parse_json(text, file);
   if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
     throw CheckpointError(file, "", "index has no \"weight_map\" object");
   }
@@ -45,7 +111,13 @@ ShardIndex parse_index(const std::string& text, const fs::path& index_file) {
     if (!doc["metadata"].is_object() && !doc["metadata"].is_null()) {
       throw CheckpointError(file, "", "index \"metadata\" is not an object");
     }
-    if (doc["metadata"].is_object()) index.metadata_json = doc["metadata"].dump();
+    if (doc["metadata"].is_object()) {
+      index.metadata_json =
+          doc["metadata"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+  }
+  if (doc["weight_map"].empty()) {
+    throw CheckpointError(file, "", "index names no tensor: its \"weight_map\" is empty");
   }
   std::map<std::string, std::string> names;  // tensor -> shard file name
   for (const auto& [tensor, shard] : doc["weight_map"].items()) {
@@ -60,14 +132,9 @@ ShardIndex parse_index(const std::string& text, const fs::path& index_file) {
   files.erase(std::unique(files.begin(), files.end()), files.end());
   const fs::path dir = index_file.parent_path();
   for (const std::string& shard : files) {
-    fs::path p = fs::path(shard).is_absolute() ? fs::path(shard) : dir / shard;
-    if (!fs::is_regular_file(p)) {
-      auto named = std::find_if(names.begin(), names.end(),
-                                [&](const auto& n) { return n.second == shard; });
-      throw CheckpointError(file, named->first,
-                            fmt::format("its shard {} does not exist", p.string()));
-    }
-    index.shards.push_back(p);
+    auto named =
+        std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.second == shard; });
+    index.shards.push_back(shard_inside(dir, shard, file, named->first));
   }
   auto& map = index.weight_map.emplace();
   for (const auto& [tensor, shard] : names) {
@@ -93,7 +160,9 @@ ShardIndex discover_shards(const fs::path& path) {
     const std::string name = e.path().filename().string();
     if (!e.is_regular_file()) continue;
     if (ends_with(name, ".safetensors.index.json")) indexes.push_back(e.path());
-    if (ends_with(name, ".safetensors")) files.push_back(e.path());
+    if (ends_with(name, ".safetensors")) {
+      files.push_back(shard_inside(path, name, path.string(), ""));
+    }
   }
   std::sort(indexes.begin(), indexes.end());
   std::sort(files.begin(), files.end());

@@ -2,9 +2,33 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "core/utf8.h"
+#include "ferry/printable.h"
+
 namespace ferry {
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t n = core::utf8_length(text.substr(i));
+    const bool c1 = n == 2 && c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0;
+    if (n == 0 || c < 0x20 || c == 0x7f || c1) {
+      for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k) {
+        out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i + k]));
+      }
+      i += std::max<std::size_t>(n, 1);
+      continue;
+    }
+    out.append(text.substr(i, n));
+    i += n;
+  }
+  return out;
+}
 
 SettingError::SettingError(std::string setting, std::string value, const std::string& message)
     : Error(message), setting_(std::move(setting)), value_(std::move(value)) {}

@@ -21,6 +21,7 @@ namespace ferry::core {
 namespace {
 
 constexpr long kProcSuperMagic = 0x9fa0;  // PROC_SUPER_MAGIC in linux/magic.h
+constexpr long kSysfsMagic = 0x62656572;  // SYSFS_MAGIC in linux/magic.h
 
 int open_flags(std::string_view mode, const std::string& path, bool* readable, bool* writable) {
   if (mode == "r") {
@@ -94,6 +95,12 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
     throw IoError(EINVAL, "open", path_, 0, 0, 0,
                   "a /proc file: its size is not known before it is read; ferry reads regular "
                   "files of known size (copy it to a regular file first)");
+  }
+  // Sysfs attributes report 4096 B and end sooner: a cold O_DIRECT read of one would meet a
+  // short count mid-block. They are read buffered, where a short read is their end.
+  if (fs.f_type == kSysfsMagic) {
+    cold_tried_ = true;
+    cold_refused_ = fmt::format("{} is a sysfs file: read buffered", path_);
   }
   fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   if (options_.direct) {

@@ -165,7 +165,7 @@ std::string RouteReport::to_json() const {
           {"ops", cufile.module_ops}}}}},
       {"verdict", verdict()},
   };
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace ferry

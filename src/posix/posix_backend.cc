@@ -100,10 +100,11 @@ class PosixWorker final : public core::Worker {
     return c_.buffer + task.buffer_offset + (file_offset - task.file_offset);
   }
 
-  // Reads until `len` bytes or end of file; returns the count. A short O_DIRECT read is the end
-  // of the file only where the file's size says so: NFS and FUSE may return short counts before
-  // it. Then the read goes on where the count is block-aligned, and fails where it is not (an
-  // O_DIRECT read cannot start mid-block): never a silent truncation.
+  // Reads until `len` bytes or end of file; returns the count. A buffered read of 0 bytes is the
+  // end of the file. A short O_DIRECT read is the end of the file only where the file's size says
+  // so: NFS and FUSE may return short counts before it. Then the read goes on where the count is
+  // block-aligned, and fails where it is not (an O_DIRECT read cannot start mid-block): never a
+  // silent truncation.
   std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off, bool direct) {
     std::size_t done = 0;
     Backoff again;
@@ -115,6 +116,9 @@ class PosixWorker final : public core::Worker {
                       len - done, moved_);
       }
       done += static_cast<std::size_t>(n);
+      // Buffered, 0 is the end of the file whatever fstat said: sysfs attributes report 4096 B
+      // and end sooner (issue 30, finding 15), a file cut short mid-read ends at the cut.
+      if (n == 0 && !direct) break;
       if (n == 0 || (direct && done < len)) {
         struct stat st {};
         if (io_.fstat(fd, &st) != 0) throw IoError(errno, "fstat", c_.file.path(), off + done, 0);

@@ -3,6 +3,7 @@
 #include "ferry/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstring>
 #include <fstream>
@@ -15,6 +16,7 @@
 namespace ferry {
 namespace {
 
+namespace fs = std::filesystem;
 using test::safetensors_bytes;
 using test::TempDir;
 using test::write_file;
@@ -235,6 +237,138 @@ TEST(Checkpoint, ReadIntoRefusesAMissingBuffer) {
   TensorTarget middle{ckpt.find("w"), two, 1, 2};
   EXPECT_EQ(ckpt.read_into({&middle, 1}).bytes, 2u);
   EXPECT_EQ(std::string(two, 2), "bc");
+}
+
+// Issue 30, finding 7: an index could name any file (a path up and out, an absolute path, a
+// symlink out of the folder), and the error then printed its first 8 bytes as a "header length".
+TEST(Checkpoint, ShardsMustStayInsideTheCheckpointsFolder) {
+  TempDir root;
+  fs::create_directories(root / "model");
+  fs::create_directories(root / "secret");
+  write_file(root / "secret" / "x.safetensors", "SECRET!!and more secret text");
+  const fs::path index = root / "model" / "model.safetensors.index.json";
+  struct Case {
+    std::string shard;
+    std::string says;
+  } cases[] = {
+      {"../secret/x.safetensors", "leaves the checkpoint's folder"},
+      {(root / "secret" / "x.safetensors").string(), "absolute path"},
+      {"link.safetensors", "outside the checkpoint's folder"},
+  };
+  fs::create_symlink(root / "secret" / "x.safetensors", root / "model" / "link.safetensors");
+  for (const Case& c : cases) {
+    write_file(index, R"({"weight_map":{"w":")" + c.shard + R"("}})");
+    try {
+      Checkpoint ckpt(index);
+      ADD_FAILURE() << "opened " << c.shard;
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.tensor(), "w") << what;
+      EXPECT_NE(what.find(c.says), std::string::npos) << what;
+      EXPECT_EQ(what.find("SECRET"), std::string::npos) << what;
+      EXPECT_EQ(what.find("2387281934192690515"), std::string::npos) << what;  // "SECRET!!"
+    }
+  }
+  // Directory discovery follows the same rule.
+  fs::remove(index);
+  try {
+    Checkpoint ckpt(root / "model");
+    ADD_FAILURE() << "followed a symlink out of the folder";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the checkpoint's folder"), std::string::npos)
+        << e.what();
+  }
+  // A link that stays inside is a shard like any other.
+  fs::remove(root / "model" / "link.safetensors");
+  write_file(root / "model" / "real.bin", safetensors_bytes({{"w", "U8", {1}, "a"}}));
+  fs::create_symlink("real.bin", root / "model" / "inside.safetensors");
+  EXPECT_EQ(Checkpoint(root / "model").tensors().size(), 1u);
+}
+
+// Issue 30, finding 7: the 8 bytes of a file that is not a safetensors file are not printed.
+TEST(Checkpoint, AFileThatIsNotSafetensorsDoesNotHaveItsBytesPrinted) {
+  TempDir dir;
+  write_file(dir / "x.safetensors", "root:x:0:0:root:/root:/bin/bash\n");
+  try {
+    Checkpoint ckpt(dir / "x.safetensors");
+    ADD_FAILURE() << "opened a text file";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("3475222254926655346"), std::string::npos) << what;  // "root:x:0" as LE
+    EXPECT_NE(what.find("header length"), std::string::npos) << what;
+  }
+}
+
+// Issue 30, finding 16: limits and refusals of an index.
+TEST(Checkpoint, AnIndexHasSizeAndDepthLimitsAndNoDuplicateOrEmptyOrDotEntries) {
+  TempDir dir;
+  write_file(dir / "a.safetensors", safetensors_bytes({{"w", "U8", {1}, "a"}}));
+  const fs::path index = dir / "model.safetensors.index.json";
+  auto refused = [&](const std::string& tensor, const std::string& says) {
+    expect_checkpoint_error(index, tensor, says);
+  };
+  write_file(index, R"({"weight_map":{"w":"a.safetensors","w":"b.safetensors"}})");
+  refused("w", "names \"w\" twice");
+  write_file(index, R"({"weight_map":{}})");
+  refused("", "index names no tensor");
+  write_file(index, R"({"weight_map":{"w":"."}})");
+  refused("w", "not a regular file");
+  write_file(index, R"({"metadata":)" + std::string(20, '[') + std::string(20, ']') +
+                        R"(,"weight_map":{"w":"a.safetensors"}})");
+  refused("", "nests deeper than 16 levels");
+  write_file(index, R"({"weight_map":{"w":"a.safetensors"}})" + std::string("\0x", 2));
+  refused("", "NUL");
+  {
+    std::ofstream grow(index, std::ios::binary | std::ios::trunc);
+    grow.seekp((64 << 20) + 1);
+    grow.put(' ');
+  }
+  refused("", "above the 67108864 B limit");
+  write_file(index, R"({"weight_map":{"w":"a.safetensors"}})");
+  EXPECT_EQ(Checkpoint(index).tensors().size(), 1u);
+}
+
+// Issue 30, finding 16: a name in no shard blamed the first shard.
+TEST(Checkpoint, ATensorInNoShardSaysSoAndNamesTheNearestNames) {
+  TempDir dir;
+  write_sharded(dir, three_shards());
+  Checkpoint ckpt(dir.path());
+  try {
+    ckpt.find("layers.1.x");
+    ADD_FAILURE() << "found a tensor that is not there";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.file(), dir.path().string()) << what;
+    EXPECT_NE(what.find("is in no shard"), std::string::npos) << what;
+    EXPECT_NE(what.find("'layers.1.w'"), std::string::npos) << what;
+    EXPECT_EQ(what.find("model-00001"), std::string::npos) << what;
+  }
+}
+
+// Issue 30, finding 16: every shard stayed open, so a checkpoint of more shards than the
+// descriptor limit failed to open.
+TEST(Checkpoint, MoreShardsThanTheDescriptorLimitOpenAndLoad) {
+  TempDir dir;
+  std::vector<std::vector<WrittenTensor>> shards(300);
+  for (unsigned i = 0; i < shards.size(); ++i) {
+    shards[i].push_back({"t." + std::to_string(i), "U8", {3}, test::pattern(3, i)});
+  }
+  write_sharded(dir, shards);
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  struct rlimit low = old;
+  low.rlim_cur = 200;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  try {
+    Checkpoint ckpt(dir.path());
+    const LoadResult r = ckpt.load(host());
+    EXPECT_EQ(r.report.tensors, 300u);
+    EXPECT_EQ(r.report.routes.size(), 300u);
+    for (const auto& s : shards) expect_loaded(r, s);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  setrlimit(RLIMIT_NOFILE, &old);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checkpoint/safetensors_writer.h"
+#include "ferry/printable.h"
 
 namespace ferry {
 namespace {
@@ -212,6 +213,85 @@ TEST(SafetensorsHeader, AHeaderCutShortIsRefused) {
   std::string bytes = safetensors_bytes({{"a", "U8", {2}, "xy"}});
   EXPECT_THROW(parse_file_prefix(bytes.substr(0, 20), bytes.size(), "test.safetensors"),
                CheckpointError);
+}
+
+// Issue 30, finding 5: nlohmann's callback parser rescanned the top-level object after each
+// tensor (40,000 tensors: 28.6 s; 200,000 never finished). A mixture-of-experts checkpoint has
+// hundreds of thousands; this header must parse, in file order, in about a second (the speed
+// itself is measured by bench/header_bench.cc, not asserted here).
+TEST(SafetensorsHeader, TwoHundredThousandTensorsParseInFileOrder) {
+  constexpr std::size_t kTensors = 200'000;
+  std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    json += ",\"layers." + std::to_string(i / 256) + ".experts." + std::to_string(i % 256) +
+            ".w\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[" + std::to_string(2 * i) +
+            "," + std::to_string(2 * i + 2) + "]}";
+  }
+  json += "}";
+  std::string bytes = file_bytes(json, "");
+  const std::uint64_t file_size = bytes.size() + 2 * kTensors;
+  const auto h = parse_file_prefix(bytes, file_size, "test.safetensors");
+  ASSERT_EQ(h.tensors.size(), kTensors);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  for (std::size_t i = 0; i < kTensors; i += 9973) {
+    EXPECT_EQ(h.tensors[i].name,
+              "layers." + std::to_string(i / 256) + ".experts." + std::to_string(i % 256) + ".w");
+    EXPECT_EQ(h.tensors[i].begin, 2 * i);
+  }
+}
+
+// Issue 30, finding 17: nlohmann's lexer took a NUL byte for the end of the text, so anything
+// after it passed; JSON (and Python's json, and safetensors' serde_json) allows none. The
+// spaces safetensors pads its header with stay valid.
+TEST(SafetensorsHeader, ANulByteAnywhereIsRefusedTrailingSpacesAreNot) {
+  expect_refused(header_only(std::string("{}\0garbage", 10)), "", {"not valid JSON", "NUL"});
+  expect_refused(header_only(std::string("{}\0", 3)), "", {"NUL byte at offset 2"});
+  EXPECT_TRUE(parse(header_only("{}      ")).tensors.empty());
+  EXPECT_TRUE(parse(header_only("{} \n\t\r")).tensors.empty());
+}
+
+// Issue 30, finding 17: a zero extent made [0, 2**62, 2**62] "empty", so it passed, and torch
+// then failed with an unrelated TypeError.
+TEST(SafetensorsHeader, AnEmptyShapeWithExtentsPastInt64IsRefused) {
+  expect_refused(
+      header_only(
+          R"({"w":{"dtype":"U8","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})"),
+      "w", {"overflows 2**63 - 1 elements"});
+  expect_refused(
+      header_only(R"({"w":{"dtype":"U8","shape":[0,9223372036854775808],"data_offsets":[0,0]}})"),
+      "w", {"overflows"});
+  EXPECT_EQ(
+      parse(header_only(
+                R"({"w":{"dtype":"U8","shape":[0,9223372036854775807],"data_offsets":[0,0]}})"))
+          .tensors.size(),
+      1u);
+}
+
+// Issue 30, findings 12 and 17: names with terminal escape sequences were printed raw, and an
+// invalid UTF-8 byte reached the message as is (Python then raised an empty ValueError).
+TEST(SafetensorsHeader, MessagesEscapeControlCharactersAndBytesThatAreNotUtf8) {
+  try {
+    parse(
+        header_only(R"({"\u001b[2Jevil":{"dtype":"F12","shape":[1],"data_offsets":[0,1]}})", "x"));
+    ADD_FAILURE() << "accepted an unknown dtype";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+    EXPECT_NE(what.find("\\x1b[2Jevil"), std::string::npos) << what;
+    EXPECT_EQ(e.tensor(), "\x1b[2Jevil");  // the name itself stays exact
+  }
+  try {
+    parse(header_only("{\"\xff\":1}"));
+    ADD_FAILURE() << "accepted a byte that is not UTF-8";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\xff'), std::string::npos) << what;
+    EXPECT_EQ(printable(what), what);
+  }
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
+  EXPECT_EQ(printable("a\x7f\xc2\x9b"
+                      "b\xed\xa0\x80"),
+            "a\\x7f\\xc2\\x9bb\\xed\\xa0\\x80");
 }
 
 }  // namespace

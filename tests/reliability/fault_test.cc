@@ -148,6 +148,22 @@ TEST(Faults, FileCutShortMidReadGivesTheBytesBeforeTheCutAndNoMore) {
   EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), n));
 }
 
+// Issue 30, finding 15: a sysfs attribute reports 4096 B and holds fewer; a buffered read that
+// meets its end early failed with "O_DIRECT cannot resume mid-block". Buffered, 0 is the end.
+TEST(Faults, ABufferedReadEndsWhereTheFileEndsWhateverFstatSaid) {
+  TempDir dir;
+  auto path = dir / "attribute";
+  const std::string text = "always [madvise] never\n";
+  test::write_file(path, std::vector<unsigned char>(text.begin(), text.end()));
+  ScriptedIo io;
+  io.stat_size = 4096;
+  File f = test::open_scripted(io, path, "r", "1MiB", "1");
+  ASSERT_EQ(f.size(), 4096u);
+  std::vector<char> buf(4096, '\0');
+  EXPECT_EQ(f.read(buf.data(), buf.size()), text.size());
+  EXPECT_EQ(std::string(buf.data(), text.size()), text);
+}
+
 // Issue 11: a short O_DIRECT read was taken as the end of the file, so NFS or FUSE returning
 // short counts would have truncated reads silently. Block-aligned short counts read on; others
 // fail naming the offset, never a short result.

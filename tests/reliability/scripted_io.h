@@ -45,6 +45,8 @@ class ScriptedIo final : public posix::IoSeam {
   int fallocate_errno = 0;               // fallocate fails with it
   std::size_t direct_read_cap = 0;  // preads of an O_DIRECT descriptor move at most this (0: all),
                                     // as NFS or FUSE may return short counts before end of file
+  std::int64_t stat_size = -1;      // fstat reports this size (-1: the real one); a sysfs attribute
+                                    // reports 4096 B and holds fewer
 
   std::atomic<int> calls{0};
   std::atomic<int> in_flight{0};
@@ -90,7 +92,9 @@ class ScriptedIo final : public posix::IoSeam {
       errno = fstat_errno;
       return -1;
     }
-    return posix::system_io().fstat(fd, st);
+    const int r = posix::system_io().fstat(fd, st);
+    if (r == 0 && stat_size >= 0) st->st_size = static_cast<off_t>(stat_size);
+    return r;
   }
   int fsync(int fd) override {
     if (fsync_errno != 0) {

@@ -6,6 +6,7 @@
 // Lists of sizes, threads, memories or routes make a sweep: one case (one JSON line) each.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -194,8 +195,18 @@ struct BenchArgs {
 
 // --- The file -----------------------------------------------------------------------------
 
+// The temporary file's name, for the signal handler (async-signal-safe unlink only): a bench
+// stopped by Ctrl-C, a timeout's SIGTERM or a closed terminal leaves no 1 GiB file behind.
+char g_bench_temp[4096];
+
+void remove_temp_and_die(int sig) {
+  if (g_bench_temp[0] != 0) unlink(g_bench_temp);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 // The benchmark's file: the one named, or a temporary one made of random bytes and removed
-// at the end.
+// at the end, or at SIGINT, SIGTERM or SIGHUP.
 class BenchFile {
  public:
   BenchFile(const BenchArgs& a, bool writes) {
@@ -220,19 +231,29 @@ class BenchFile {
       ::close(fd);
       path_ = tmpl;
       temporary_ = true;
+      if (tmpl.size() < sizeof g_bench_temp) {
+        std::memcpy(g_bench_temp, tmpl.c_str(), tmpl.size() + 1);
+        struct sigaction act {};
+        act.sa_handler = remove_temp_and_die;
+        sigemptyset(&act.sa_mask);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &act, nullptr);
+      }
     }
-    size_ = size_option(a.file_size, "--file-size");
-    Buffer chunk(MemoryKind::kHostPageable, std::min<std::uint64_t>(size_, 4u << 20));
-    fill_pattern(chunk, "random", a.seed);
-    File out(path_, "w");
-    for (std::uint64_t off = 0; off < size_; off += chunk.size()) {
-      out.write(chunk.data(), std::min<std::uint64_t>(chunk.size(), size_ - off), off);
+    try {
+      size_ = size_option(a.file_size, "--file-size");
+      Buffer chunk(MemoryKind::kHostPageable, std::min<std::uint64_t>(size_, 4u << 20));
+      fill_pattern(chunk, "random", a.seed);
+      File out(path_, "w");
+      for (std::uint64_t off = 0; off < size_; off += chunk.size()) {
+        out.write(chunk.data(), std::min<std::uint64_t>(chunk.size(), size_ - off), off);
+      }
+      out.sync();
+    } catch (...) {
+      remove_temporary();  // no destructor runs for a constructor that throws
+      throw;
     }
-    out.sync();
   }
-  ~BenchFile() {
-    if (temporary_) std::filesystem::remove(path_);
-  }
+  ~BenchFile() { remove_temporary(); }
   BenchFile(const BenchFile&) = delete;
   BenchFile& operator=(const BenchFile&) = delete;
 
@@ -242,6 +263,14 @@ class BenchFile {
   const std::string& note() const { return note_; }
 
  private:
+  void remove_temporary() {
+    if (!temporary_) return;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+    g_bench_temp[0] = 0;
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+
   std::string path_;
   std::uint64_t size_ = 0;
   bool temporary_ = false;
@@ -659,10 +688,25 @@ struct Plan {
   std::vector<std::string> notes;
 };
 
+constexpr std::size_t kSmallestRequest = 512;
+
 Plan make_plan(const BenchArgs& a) {
   Plan p;
   p.mode = parse_mode(a.mode);
-  for (const std::string& s : split_list(a.sizes)) p.sizes.push_back(size_option(s, "--io-size"));
+  for (const std::string& s : split_list(a.sizes)) {
+    p.sizes.push_back(size_option(s, "--io-size"));
+    // Below a sector, a request measures the system call, not the storage, and a case of 1 GiB
+    // would take hours (issue 30, finding 10).
+    if (p.sizes.back() < kSmallestRequest) {
+      throw Error(
+          fmt::format("--io-size {}: requests below {} B measure the system call, not the "
+                      "storage; use {} B or more",
+                      s, kSmallestRequest, kSmallestRequest));
+    }
+  }
+  if (std::isnan(a.seconds)) throw Error("--time nan: not a number of seconds");
+  // Checked (0 included) before the file is made, not after.
+  if (!a.total.empty()) size_option(a.total, "--total");
   for (const std::string& s : split_list(a.jobs)) {
     const std::size_t n = parse_count(s, "--jobs");
     if (n > 1024) throw Error(fmt::format("--jobs {}: at most 1024", n));
@@ -726,16 +770,25 @@ Plan make_plan(const BenchArgs& a) {
 int run(const BenchArgs& a) {
   Plan plan = make_plan(a);
   const bool write = is_write(plan.mode);
-  BenchFile file(a, write);
-  if (!file.note().empty()) plan.notes.push_back(file.note());
+  // The file's size is known before it is made, so that a request larger than the file is
+  // refused without writing a 1 GiB file first.
+  std::uint64_t planned = 0;
+  std::error_code ec;
+  if (!a.file.empty() && std::filesystem::exists(a.file, ec)) {
+    planned = std::filesystem::file_size(a.file, ec);
+  } else {
+    planned = size_option(a.file_size, "--file-size");
+  }
   const std::size_t largest = *std::max_element(plan.sizes.begin(), plan.sizes.end());
   const int most = *std::max_element(plan.threads.begin(), plan.threads.end());
-  if (file.size() / largest < static_cast<std::uint64_t>(is_random(plan.mode) ? 1 : most)) {
+  if (!ec && planned / largest < static_cast<std::uint64_t>(is_random(plan.mode) ? 1 : most)) {
     throw Error(fmt::format(
         "the file ({}) holds {} request(s) of {}: fewer than {}; use a larger --file-size",
-        format_size(file.size()), file.size() / largest, format_size(largest),
+        format_size(planned), planned / largest, format_size(largest),
         is_random(plan.mode) ? "one" : "one per thread"));
   }
+  BenchFile file(a, write);
+  if (!file.note().empty()) plan.notes.push_back(file.note());
   const std::uint64_t total = a.total.empty() ? file.size() : size_option(a.total, "--total");
   if (a.cold && a.seconds <= 0 && total > file.size()) {
     plan.notes.push_back(fmt::format(
@@ -848,14 +901,14 @@ int run(const BenchArgs& a) {
               }
               if (baselines[key] > 0) j["ratio"] = j["gbps"].get<double>() / baselines[key];
             }
-            a.json ? fmt::print("{}\n", j.dump()) : print_row(j);
+            a.json ? fmt::print("{}\n", json_text(j)) : print_row(j);
             if (!a.json) {
               fmt::print("  route: {}\n", j["verdict"].get<std::string>());
               if (j.contains("cold_note"))
                 fmt::print("  note: {}\n", j["cold_note"].get<std::string>());
             }
             if (!baseline.is_null())
-              a.json ? fmt::print("{}\n", baseline.dump()) : print_row(baseline);
+              a.json ? fmt::print("{}\n", json_text(baseline)) : print_row(baseline);
             if (a.ceiling && !baselines.count("ceiling/" + key)) {
               Slots own(memory, threads, 1, io, write);
               PlainEngine engine(PlainEngine::What::kCopyOnly, file.path(), false, own, memory,
@@ -874,7 +927,7 @@ int run(const BenchArgs& a) {
               warm_up(engine, threads);
               c.update(measured_json(run_load(engine, copy, label + " ceiling")));
               baselines["ceiling/" + key] = c["gbps"].get<double>();
-              a.json ? fmt::print("{}\n", c.dump()) : print_row(c);
+              a.json ? fmt::print("{}\n", json_text(c)) : print_row(c);
             }
           } catch (const CudaError&) {
             throw;  // the machine, not the case: as `ferry read` says it
@@ -882,7 +935,7 @@ int run(const BenchArgs& a) {
             ++failures;
             j["error"] = e.what();
             if (a.json) {
-              fmt::print("{}\n", j.dump());
+              fmt::print("{}\n", json_text(j));
             } else {
               fmt::print("{:<9} {:>8} {:>3} {:>3} {:<8} {:<10} failed: {}\n", mode_name(plan.mode),
                          format_size(io), threads, a.depth, memory.name, route, e.what());

@@ -1,6 +1,7 @@
 // ferry load: load a safetensors checkpoint (a file, an index or a directory of shards) into one
 // GPU or host memory and say how it went: tensors, bytes, seconds, GB/s and each shard's route.
 #include <ferry/checkpoint.h>
+#include <ferry/printable.h>
 #include <ferry/warm_up.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -101,15 +102,16 @@ int run(const LoadArgs& a) {
       }
       out["tensor_list"] = list;
     }
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out, 2));
     return 0;
   }
   if (!target.note.empty()) fmt::print("note: {}\n", target.note);
   if (a.list || a.checksum) {
     for (std::size_t k = 0; k < result.tensors.size(); ++k) {
       const LoadedTensor& t = result.tensors[k];
-      fmt::print("{:<60} {:<8} [{}] {} B{}\n", t.name, to_string(t.dtype), fmt::join(t.shape, ", "),
-                 t.nbytes, a.checksum ? " sha256 " + digests[k] : "");
+      // A name is the file's text: escaped, so that no terminal escape sequence reaches the screen.
+      fmt::print("{:<60} {:<8} [{}] {} B{}\n", printable(t.name), to_string(t.dtype),
+                 fmt::join(t.shape, ", "), t.nbytes, a.checksum ? " sha256 " + digests[k] : "");
     }
   }
   fmt::print(

@@ -121,7 +121,7 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
                           {"runs", runs}};
     if (!short_note.empty()) out["end_of_file"] = short_note;
     if (a.checksum) out["sha256"] = digest;
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out, 2));
     return 0;
   }
   if (!short_note.empty()) fmt::print("note: {}\n", short_note);
@@ -207,7 +207,7 @@ int run(const ReadArgs& a) {
     if (!target.note.empty()) out["note"] = target.note;
     if (!short_note.empty()) out["end_of_file"] = short_note;
     if (a.checksum) out["sha256"] = digest;
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out, 2));
     return 0;
   }
   if (!target.note.empty()) fmt::print("note: {}\n", target.note);

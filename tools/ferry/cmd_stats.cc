@@ -190,7 +190,7 @@ void print_process(const StatsArgs& a, const ProcessStats& p, const ProcessStats
   const nlohmann::json rates = rates_json(p, before);
   if (a.json) {
     nlohmann::json out = {{"process", nlohmann::json::parse(p.to_json())}, {"rates", rates}};
-    fmt::print("{}\n", a.repeat == 1 ? out.dump(2) : out.dump());
+    fmt::print("{}\n", a.repeat == 1 ? json_text(out, 2) : json_text(out));
   } else {
     fmt::print("{}{}", p.to_text(), rates_text(rates));
   }

@@ -200,7 +200,7 @@ int run(const WriteArgs& a) {
                           {"route", nlohmann::json::parse(route.to_json())}};
     if (!target.note.empty()) out["note"] = target.note;
     if (a.checksum) out["sha256"] = digest;
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out, 2));
     return 0;
   }
   fmt::print("wrote {} B to {} from {} in {:.4f} s: {:.2f} GB/s, {}{}\n", size, a.path,

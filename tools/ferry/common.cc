@@ -235,6 +235,10 @@ void draw_progress(const std::string& label, double fraction) {
 
 void clear_progress() { fmt::print(stderr, "\r{}\r", std::string(80, ' ')); }
 
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 double cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -72,6 +73,10 @@ void wait_with_progress(const IoFuture& future, std::uint64_t total, const char*
 // caller decides when stderr is a terminal and the work is long enough.
 void draw_progress(const std::string& label, double fraction);
 void clear_progress();
+
+// `j` as JSON text for --json output: a string that is not UTF-8 (a path's bytes) has its bad
+// bytes replaced by U+FFFD instead of failing the command after its work is done.
+std::string json_text(const nlohmann::json& j, int indent = -1);
 
 // CPU seconds (user + system) used by this process so far.
 double cpu_seconds();
