@@ -242,18 +242,27 @@ int run(const WriteArgs& a) {
   remove_stale_temps(dest);
   std::string temp =
       (dest.parent_path() / temp_prefix(dest)).string() + fmt::format("{}-XXXXXX", getpid());
-  const int temp_fd = mkostemp(temp.data(), O_CLOEXEC);
-  if (temp_fd < 0) {
-    const int err = errno;
-    throw IoError(
-        err, "open", temp, 0, 0, 0,
-        fmt::format("{} (making the temporary file beside {})", std::strerror(err), dest.string()));
-  }
-  if (temp.size() < sizeof g_temp) std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  // The signals that remove the temporary file are blocked from before it exists until the
+  // handler knows its name: a SIGTERM in between left it behind.
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&stops, sig);
+  sigprocmask(SIG_BLOCK, &stops, &before);
   struct sigaction act {};
   act.sa_handler = on_signal;
   sigemptyset(&act.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &act, nullptr);
+  const int temp_fd = mkostemp(temp.data(), O_CLOEXEC);
+  const int temp_errno = errno;
+  if (temp_fd >= 0 && temp.size() < sizeof g_temp) {
+    std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  }
+  sigprocmask(SIG_SETMASK, &before, nullptr);
+  if (temp_fd < 0) {
+    throw IoError(temp_errno, "open", temp, 0, 0, 0,
+                  fmt::format("{} (making the temporary file beside {})", std::strerror(temp_errno),
+                              dest.string()));
+  }
   auto discard = [&] {
     g_temp[0] = 0;
     unlink(temp.c_str());
