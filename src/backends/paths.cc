@@ -36,6 +36,10 @@ class PosixPath final : public HostPath {
                             std::uint64_t size) const override {
     return posix::preallocate_for_write(file, offset, size);
   }
+  std::string describe_inline(Op op, const MemoryInfo& memory,
+                              const Settings& settings) const override {
+    return backend_.describe(op, memory, settings, false, 1);
+  }
 
  private:
   posix::PosixBackend backend_;

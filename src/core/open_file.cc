@@ -165,6 +165,7 @@ void OpenFile::begin_request(const char* op) {
 
 void OpenFile::end_request() {
   const std::uint64_t before = requests_.fetch_sub(1, std::memory_order_acq_rel);
+  if (appends_ && (before & ~kClosing) == 1) release_append_lock_if_idle();
   if (before == (kClosing | 1)) {
     // The last request under a close(): wake it. Taking the lock orders this with its wait.
     std::lock_guard lock(idle_mu_);
@@ -185,9 +186,15 @@ void OpenFile::close() {
     attachment_.reset();
   }
   int failed_errno = 0;
-  for (int* fd : {&cold_fd_, &direct_fd_, &fd_}) {
-    if (*fd >= 0 && io_.close(*fd) != 0 && failed_errno == 0) failed_errno = errno;
-    *fd = -1;
+  {
+    // Under append_mu_: the last request's end may still be releasing the append lock on fd_.
+    // Closing the descriptor releases the lock anyway.
+    std::lock_guard lock(append_mu_);
+    append_locked_ = false;
+    for (int* fd : {&cold_fd_, &direct_fd_, &fd_}) {
+      if (*fd >= 0 && io_.close(*fd) != 0 && failed_errno == 0) failed_errno = errno;
+      *fd = -1;
+    }
   }
   if (std::exchange(attached_, false)) runtime_->detach();
   if (failed_errno != 0) throw IoError(failed_errno, "close", path_, 0, 0);
@@ -214,11 +221,44 @@ std::string OpenFile::cold_direct_refused() const {
   return cold_refused_;
 }
 
+namespace {
+// An OFD lock over the whole file: it belongs to the open file description, so two Files of one
+// process exclude each other as two processes do (a POSIX record lock would not).
+int append_lock(int fd, short type, int cmd) {
+  struct flock l {};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  int rc;
+  do {
+    rc = ::fcntl(fd, cmd, &l);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+}  // namespace
+
 std::uint64_t OpenFile::reserve_append(std::size_t size) {
   std::lock_guard lock(append_mu_);
+  if (!append_locked_ && fd_ >= 0) {
+    if (append_lock(fd_, F_WRLCK, F_OFD_SETLKW) == 0) {
+      append_locked_ = true;
+    } else if (errno != EINVAL && errno != ENOLCK && errno != EOPNOTSUPP) {
+      throw IoError(errno, "fcntl", path_, 0, size, 0,
+                    fmt::format("{} (taking the append lock, F_OFD_SETLKW)", std::strerror(errno)));
+    }
+    // A file system without record locks: appends stay ordered within this File only
+    // (docs/reliability.md).
+  }
   const std::uint64_t at = std::max(this->size(), append_end_);
   append_end_ = at + size;
   return at;
+}
+
+void OpenFile::release_append_lock_if_idle() {
+  std::lock_guard lock(append_mu_);
+  // A request begun since (another append) keeps it: it is released when that one ends.
+  if (!append_locked_ || (requests_.load(std::memory_order_acquire) & ~kClosing) != 0) return;
+  if (fd_ >= 0) append_lock(fd_, F_UNLCK, F_OFD_SETLK);
+  append_locked_ = false;
 }
 
 std::uint64_t OpenFile::size() const {
@@ -256,7 +296,7 @@ RouteReport OpenFile::last_route() const {
     if (!last_small_) return last_route_;
     small = last_small_;
   }
-  return small_report(*this, *small);
+  return small_report(path_, *small, small->cold_refused ? cold_direct_refused() : "");
 }
 
 }  // namespace ferry::core

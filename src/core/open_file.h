@@ -77,7 +77,11 @@ class OpenFile {
   bool appends() const { return appends_; }
   // Reserves `size` bytes at the end of the file for one append and returns their offset: the
   // larger of the file's size and the end of the last reservation, so appends from several
-  // threads get disjoint ranges in the order they reserve. Throws IoError (fstat).
+  // threads get disjoint ranges in the order they reserve. The caller holds a request of this
+  // file (RequestHold) across the reservation and the write. Across Files and processes: the
+  // first reservation takes an OFD write lock over the whole file (fcntl F_OFD_SETLKW, waiting
+  // for other Files' appends to end), released when this File has no request left, so the size
+  // another File reads is the end of every append written before. Throws IoError (fstat, fcntl).
   std::uint64_t reserve_append(std::size_t size);
   // The File's own values replace a malformed variable of the same setting.
   Settings settings() const { return settings_with(options_.settings); }
@@ -117,6 +121,8 @@ class OpenFile {
   std::mutex append_mu_;
   std::mutex close_mu_;
   std::uint64_t append_end_ = 0;  // under append_mu_
+  bool append_locked_ = false;    // under append_mu_: this File holds the OFD append lock
+  void release_append_lock_if_idle();
   // Requests in flight, with kClosing set once close() began: one atomic operation per request.
   // The fields written by every request sit on cache lines of their own, away from those that
   // requests only read (descriptors, path, settings).

@@ -30,6 +30,10 @@ class HostPath : public Backend {
   // what it did, in words for the route report, or empty.
   virtual std::string prepare_write(OpenFile& file, std::uint64_t offset,
                                     std::uint64_t size) const = 0;
+  // describe() for a request run in its caller's thread (one worker) on a buffered descriptor,
+  // from the facts alone: a small request's report is built after its File may be gone.
+  virtual std::string describe_inline(Op op, const MemoryInfo& memory,
+                                      const Settings& settings) const = 0;
 };
 
 // One request's window on the accelerated path's own counters (layer 2): opened right before the

@@ -1,6 +1,7 @@
 #include "core/request.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,18 @@
 #include "ferry/error.h"
 
 namespace ferry::core {
+namespace {
+const bool fork_generation_counted = [] {
+  pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
+  return true;
+}();
+}  // namespace
+
+void RequestState::throw_orphaned() const {
+  throw IoError(ECANCELED, "request", "(of the parent process)", 0, 0, 0,
+                "it was in flight in the parent at fork(); this child has none of the threads "
+                "that ran it, so it never completes here (bytes_done unknown)");
+}
 
 void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteReport report) {
   {
@@ -31,46 +44,49 @@ void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteRe
     error_ = std::move(error);
     report_ = std::move(report);
     done_ = true;
+    finished_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }
 
 bool RequestState::ready() const {
+  if (finished_.load(std::memory_order_acquire) || orphaned()) return true;
   std::lock_guard lock(mu_);
   return done_;
 }
 
 void RequestState::wait() const {
+  if (finished_.load(std::memory_order_acquire) || orphaned()) return;
   if (helper_) helper_();
   std::unique_lock lock(mu_);
   cv_.wait(lock, [this] { return done_; });
 }
 
 bool RequestState::wait_for(double seconds) const {
+  if (finished_.load(std::memory_order_acquire) || orphaned()) return true;
   std::unique_lock lock(mu_);
   return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; });
 }
 
 std::size_t RequestState::get() const {
   wait();
-  std::lock_guard lock(mu_);
+  // wait() returns before the result only for a request orphaned by fork().
+  if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
   if (error_) std::rethrow_exception(error_);
   return bytes_;
 }
 
-void RequestState::complete(std::size_t bytes, std::shared_ptr<OpenFile> file,
-                            const SmallRoute& route) {
-  {
-    std::lock_guard lock(mu_);
-    bytes_ = bytes;
-    small_file_ = std::move(file);
-    small_ = route;
-    done_ = true;
-  }
-  cv_.notify_all();
+void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
+                                     const SmallRoute& route) {
+  bytes_ = bytes;
+  small_path_ = path;
+  small_ = route;
+  done_ = true;
+  finished_.store(true, std::memory_order_release);
 }
 
 bool RequestState::cancel() {
+  if (finished_.load(std::memory_order_acquire) || orphaned()) return false;
   std::lock_guard lock(mu_);
   if (done_) return false;
   cancel_requested_.store(true, std::memory_order_relaxed);
@@ -80,8 +96,8 @@ bool RequestState::cancel() {
 
 RouteReport RequestState::route() const {
   wait();
-  std::lock_guard lock(mu_);
-  if (small_) return small_report(*small_file_, *small_);
+  if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
+  if (small_) return small_report(small_path_, *small_);
   return report_;
 }
 
@@ -846,7 +862,8 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
     route.cold_refused = cold_refused.load();
     route.nanoseconds = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-    RouteReport report = small_report(file, route);
+    RouteReport report =
+        small_report(file.path(), route, route.cold_refused ? file.cold_direct_refused() : "");
     record_request(report, true);
     note_request_ended(size);
     file.set_last_route(report);
@@ -921,18 +938,23 @@ IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer
   try {
     std::size_t bytes = run_small_now(*file, op, buffer, size, offset, settings, memory, route);
     file->end_request();
-    state->complete(bytes, file, route);
+    // Asynchronous small requests are at most 64 KiB: never cold (cold_task_min is 1 MiB), so
+    // their report needs no word from the File beyond its path.
+    state->complete_unshared(bytes, file->path(), route);
   } catch (...) {
     file->end_request();
-    state->complete(0, std::current_exception(), small_report(*file, route));
+    state->complete(
+        0, std::current_exception(),
+        small_report(file->path(), route, route.cold_refused ? file->cold_direct_refused() : ""));
   }
   return IoFuture(state);
 }
 
-RouteReport small_report(const OpenFile& file, const SmallRoute& r) {
+RouteReport small_report(const std::string& path, const SmallRoute& r,
+                         const std::string& cold_refused) {
   RouteReport report;
   report.op = r.op;
-  report.file = file.path();
+  report.file = path;
   report.memory = r.memory.kind;
   report.device = r.memory.device;
   report.offset = r.offset;
@@ -957,24 +979,11 @@ RouteReport small_report(const OpenFile& file, const SmallRoute& r) {
   };
   facts.probe_cufile = []() -> std::optional<std::string> { return "not probed"; };
   report.reasons = decide_route(settings, memory, r.requested, facts).reasons;
-  std::atomic<bool> cancelled{false};
-  std::atomic<std::size_t> direct_tasks{0};
-  std::atomic<bool> cold_refused{false};
-  RequestContext context{const_cast<OpenFile&>(file),
-                         r.op,
-                         nullptr,
-                         memory,
-                         settings,
-                         cancelled,
-                         1,
-                         {},
-                         direct_tasks,
-                         cold_refused};
-  report.reasons.push_back({ReasonCode::kEngine, host_path().describe(context)});
+  // Small requests never run on a File's O_DIRECT descriptor (small_settings()).
+  report.reasons.push_back(
+      {ReasonCode::kEngine, host_path().describe_inline(r.op, memory, settings)});
   if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));
-  if (r.cold_refused) {
-    report.reasons.push_back({ReasonCode::kDirectIoRefused, file.cold_direct_refused()});
-  }
+  if (r.cold_refused) report.reasons.push_back({ReasonCode::kDirectIoRefused, cold_refused});
   report.cufile.why_not = "no request went to cuFile";
   return report;
 }

@@ -17,11 +17,21 @@
 
 namespace ferry::core {
 
+// Moves by one in every child made by fork() (a pthread_atfork handler): a request made under an
+// older generation was the parent's. One relaxed load to read.
+inline std::atomic<std::uint32_t> fork_generation{0};
+
 class RequestState {
  public:
+  // User-provided, so that make_shared does not zero the whole object (about 1 KiB) before
+  // constructing it: every member that is read before complete() has an initializer.
+  RequestState() {}
   void complete(std::size_t bytes, std::exception_ptr error, RouteReport report);
-  // Completes a small request that ran in its caller's thread: its report is built when asked.
-  void complete(std::size_t bytes, std::shared_ptr<OpenFile> file, const SmallRoute& route);
+  // Completes a small request that ran in its caller's thread, before the state is shared (no
+  // lock, nobody to wake): its report is built when asked, from the route and the file's path
+  // (a copy: a reference to the File would be a count that every thread's requests contend for,
+  // issue 30).
+  void complete_unshared(std::size_t bytes, const std::string& path, const SmallRoute& route);
   bool ready() const;
   void wait() const;
   bool wait_for(double seconds) const;
@@ -42,8 +52,18 @@ class RequestState {
   // worker has started yet, that task (the wait would otherwise pay two thread wake-ups). Set
   // before the future is handed out.
   void set_helper(std::function<void()> helper) { helper_ = std::move(helper); }
+  // Made by the parent before fork() and not complete then: no thread of this process will ever
+  // complete it (the parent's workers do not exist here, and the child's runtimes forget their
+  // queues). Every wait returns at once, get() throws, cancel() has nothing to stop. The child
+  // has one thread at fork(), so reading done_ without the lock is safe in it.
+  bool orphaned() const {
+    return generation_ != fork_generation.load(std::memory_order_relaxed) &&
+           !finished_.load(std::memory_order_acquire);
+  }
 
  private:
+  [[noreturn]] void throw_orphaned() const;
+  std::uint32_t generation_ = fork_generation.load(std::memory_order_relaxed);
   std::atomic<std::uint64_t> progress_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_requested_{false};
@@ -51,11 +71,14 @@ class RequestState {
   std::function<void()> helper_;  // likewise
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool done_ = false;
+  bool done_ = false;  // under mu_
+  // Set (release) once the result below is complete and will not change: waits that find it
+  // read the result without the lock.
+  std::atomic<bool> finished_{false};
   std::size_t bytes_ = 0;
   std::exception_ptr error_;
   RouteReport report_;
-  std::shared_ptr<OpenFile> small_file_;  // set with small_ by the second complete()
+  std::string small_path_;  // set with small_ by the second complete()
   std::optional<SmallRoute> small_;
 };
 
@@ -92,8 +115,10 @@ bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint6
 IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
                       std::uint64_t offset, std::size_t max_size);
 
-// The full report of a small request, as submit() would have made it.
-RouteReport small_report(const OpenFile& file, const SmallRoute& route);
+// The full report of a small request, as submit() would have made it. `cold_refused`: why the
+// file refused O_DIRECT, where route.cold_refused (OpenFile::cold_direct_refused()).
+RouteReport small_report(const std::string& path, const SmallRoute& route,
+                         const std::string& cold_refused = {});
 
 // Small asynchronous requests up to this size run in the caller's thread: a hand-off to a worker
 // costs more than the read (bench/NOTES.md §12).

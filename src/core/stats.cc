@@ -18,10 +18,12 @@
 #include <array>
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "core/stats_layout.h"
@@ -110,6 +112,15 @@ void read_environment(Registry& r) {
   r.wanted = core::publish_from_environment(&r.why_not);
 }
 
+// A full stats directory costs `ferry stats -p` its view of this process, and nothing else: the
+// counts go on in private memory. Said once per process, on stderr, since nobody else would know.
+void warn_no_space(const std::string& why) {
+  static bool warned = false;  // under the registry lock
+  if (std::exchange(warned, true)) return;
+  std::fprintf(stderr, "ferry: warning: not publishing statistics: %s; counting privately\n",
+               why.c_str());
+}
+
 // Under r.mu: the segment requests are counted in, made now if there is none.
 void ensure_segment(Registry& r) {
   if (r.seg.words != nullptr) return;
@@ -120,8 +131,10 @@ void ensure_segment(Registry& r) {
   if (r.wanted) {
     r.why_not.clear();
     const std::string dir = stats_directory();
-    m = core::create_published_segment(dir, who, r.counting_since_ns, &r.why_not);
+    bool no_space = false;
+    m = core::create_published_segment(dir, who, r.counting_since_ns, &r.why_not, &no_space);
     if (m) core::remove_dead_segments(dir, static_cast<std::uint32_t>(who.uid));
+    if (no_space) warn_no_space(r.why_not);
   }
   r.seg = m ? *m : core::create_private_segment(who, r.counting_since_ns);
   r.owner = ::getpid();
@@ -463,8 +476,10 @@ PublishStatus publish_stats(bool on) {
   if (!r.seg.path.empty()) return status_locked(r);
   // A private or withdrawn segment: publish a new one that carries its counts.
   const core::ProcessIdentity who = core::this_process();
-  std::optional<core::SegmentMemory> next =
-      core::create_published_segment(stats_directory(), who, r.counting_since_ns, &r.why_not);
+  bool no_space = false;
+  std::optional<core::SegmentMemory> next = core::create_published_segment(
+      stats_directory(), who, r.counting_since_ns, &r.why_not, &no_space);
+  if (no_space) warn_no_space(r.why_not);
   if (!next) return status_locked(r);
   std::string why;
   if (!replace(r, *next, &why)) {

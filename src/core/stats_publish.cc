@@ -214,7 +214,7 @@ ProcessIdentity this_process() {
 std::optional<SegmentMemory> create_published_segment(const std::string& directory,
                                                       const ProcessIdentity& who,
                                                       std::uint64_t counting_since_ns,
-                                                      std::string* why) {
+                                                      std::string* why, bool* no_space) {
   Fd dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.fd < 0) {
     *why = "cannot open the stats directory " + directory + ": " + errno_text(errno);
@@ -245,9 +245,13 @@ std::optional<SegmentMemory> create_published_segment(const std::string& directo
   if (::fchmod(fd.fd, 0600) != 0 || ::fstat(fd.fd, &st) != 0) {
     return fail("fchmod " + path + ": " + errno_text(errno));
   }
-  // ftruncate gives a sparse file: pages cost memory only once a thread writes its slot.
-  if (::ftruncate(fd.fd, static_cast<off_t>(L::kSegmentBytes)) != 0) {
-    return fail("ftruncate " + path + ": " + errno_text(errno));
+  // Every page reserved before it is mapped: a sparse file's page that a full tmpfs cannot
+  // supply when a thread first stores into it is SIGBUS in that thread, whatever it was doing
+  // (issue 30: Docker's /dev/shm holds 64 MB). The segment then costs its full size at once.
+  if (const int e = ::posix_fallocate(fd.fd, 0, static_cast<off_t>(L::kSegmentBytes)); e != 0) {
+    if (no_space != nullptr) *no_space = e == ENOSPC || e == EDQUOT || e == EFBIG;
+    return fail("no room for the " + std::to_string(L::kSegmentBytes) + "-byte segment in " +
+                directory + " (posix_fallocate: " + errno_text(e) + ")");
   }
   std::atomic<std::uint64_t>* words = map_and_init(fd.fd, who, counting_since_ns, why);
   if (words == nullptr) return fail(*why);

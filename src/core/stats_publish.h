@@ -37,11 +37,13 @@ struct SegmentMemory {
 };
 
 // A new segment in `directory`, its header written for `who`, linked under its name; nullopt and
-// `why` when that fails (no directory, name taken by another user, no space...).
+// `why` when that fails (no directory, name taken by another user, no space...). Every page is
+// reserved before it is mapped: `*no_space` (when not null) is set when the directory had no
+// room for them.
 std::optional<SegmentMemory> create_published_segment(const std::string& directory,
                                                       const ProcessIdentity& who,
                                                       std::uint64_t counting_since_ns,
-                                                      std::string* why);
+                                                      std::string* why, bool* no_space = nullptr);
 // Anonymous memory with the same layout, for a process that does not publish (a static block
 // where none can be mapped). Never fails.
 SegmentMemory create_private_segment(const ProcessIdentity& who, std::uint64_t counting_since_ns);

@@ -1,7 +1,8 @@
 // Reading other processes' segments (docs/stats.md): finding them, refusing any file that is not
-// a regular 0600 file owned by the uid its name says, telling live owners from dead ones (a pid
-// that no longer exists, a zombie, or a pid reused by a process of another start time), and
-// removing the segments of dead ones.
+// a regular 0600 file owned by the uid its name says, or whose pid runs as another uid (a forgery),
+// telling live owners from dead ones (a pid that no longer exists, a zombie, or a pid reused by a
+// process of another start time), and removing the segments of dead ones. A segment kept
+// mid-update costs a reader a few milliseconds at most, and a listing 50 ms in all.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -93,6 +94,58 @@ bool owner_alive(int pid, std::uint64_t start_ticks, std::string* why_dead) {
   }
   return true;
 }
+
+// The effective uid that process `pid` runs as (the second field of /proc/PID/status's Uid:
+// line); nullopt when it cannot be read.
+std::optional<std::uint32_t> process_uid(int pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0) return std::nullopt;
+  char buf[4096];
+  std::size_t have = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd.fd, buf + have, sizeof buf - 1 - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<std::size_t>(n);
+    if (have == sizeof buf - 1) break;
+  }
+  buf[have] = '\0';
+  const char* line = std::strstr(buf, "\nUid:");
+  if (line == nullptr) return std::nullopt;
+  unsigned long real = 0, effective = 0;
+  if (std::sscanf(line + 5, "%lu %lu", &real, &effective) != 2) return std::nullopt;
+  return static_cast<std::uint32_t>(effective);
+}
+
+// How long reading segments that stay mid-update may take: each at most kPerSegment, a listing
+// at most kPerListing in all (issue 30: 2,000 attempts took 1.15 s per segment, and 21 such
+// segments made `--all` take 24 s). Past the listing's budget, a busy segment gets one look.
+constexpr std::chrono::milliseconds kPerSegment{5};
+constexpr std::chrono::milliseconds kPerListing{50};
+
+struct BusyBudget {
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() + kPerListing;
+  core::ReadPolicy next() const {
+    core::ReadPolicy policy;
+    const auto left = deadline - std::chrono::steady_clock::now();
+    const auto budget = std::min<std::chrono::nanoseconds>(
+        kPerSegment, std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)));
+    if (budget.count() == 0) {
+      policy.attempts = 2;
+      return policy;
+    }
+    policy.budget_ns = static_cast<std::uint64_t>(budget.count());
+    policy.pause = [](int attempt) {
+      if (attempt < 50) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    };
+    return policy;
+  }
+};
 
 std::string comm_of(const std::array<std::uint64_t, L::kPageWords>& h) {
   char raw[L::kCommWords * 8 + 1] = {};
@@ -216,7 +269,7 @@ bool remove_segment(int dirfd, const std::string& name, const struct stat& st) {
 }
 
 Inspection inspect(int dirfd, const std::string& dir, const std::string& name, std::uint32_t uid,
-                   int pid) {
+                   int pid, const BusyBudget& busy) {
   Inspection out;
   const std::string path = dir + "/" + name;
   Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
@@ -265,19 +318,17 @@ Inspection inspect(int dirfd, const std::string& dir, const std::string& name, s
     out.detail = "permission denied: " + path + " belongs to uid " + std::to_string(uid) +
                  " and is readable by its owner only";
     return out;
+  } else if (const std::optional<std::uint32_t> runs_as = process_uid(pid);
+             runs_as && *runs_as != uid) {
+    // Any user may make a file under any pid's name in a sticky world-writable folder: the
+    // owner matching the name proves only who made it. The process must run as that user.
+    refuse = "forged: process " + std::to_string(pid) + " runs as uid " + std::to_string(*runs_as) +
+             ", and " + path + " was made by uid " + std::to_string(uid) + ": ignoring it";
   }
   core::SegmentRead read;
   if (refuse.empty()) {
     FileSource source(fd.fd);
-    core::ReadPolicy policy;
-    policy.pause = [](int attempt) {
-      if (attempt < 100) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(500));
-      }
-    };
-    read = core::read_segment(source, policy);
+    read = core::read_segment(source, busy.next());
     if (read.problem == core::SegmentProblem::kNone &&
         (read.header[L::kHPid] != static_cast<std::uint64_t>(pid) ||
          read.header[L::kHUid] != uid)) {
@@ -418,7 +469,7 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
                            "ferry.stats.publish(False))");
     }
   }
-  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid);
+  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid, BusyBudget{});
   if (in.stats) return std::move(*in.stats);
   switch (in.state) {
     case State::kPermissionDenied:
@@ -460,8 +511,9 @@ std::vector<ProcessEntry> list_process_stats(const std::string& directory) {
   const std::string dir = directory.empty() ? stats_directory() : directory;
   Fd d = open_directory(dir, 0);
   std::vector<ProcessEntry> out;
+  const BusyBudget busy;
   for (const Named& n : segment_names(d.fd)) {
-    Inspection in = inspect(d.fd, dir, n.name, n.uid, n.pid);
+    Inspection in = inspect(d.fd, dir, n.name, n.uid, n.pid, busy);
     if (in.state == State::kRemoved && !in.exited) continue;  // gone meanwhile
     ProcessEntry e;
     e.pid = n.pid;

@@ -1,5 +1,6 @@
 #include "core/stats_segment.h"
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -82,7 +83,16 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
                        std::to_string(L::kSegmentBytes));
   }
   int budget = policy.attempts;
+  const auto started = std::chrono::steady_clock::now();
+  int looks = 0;
   auto wait = [&] {
+    ++looks;
+    if (policy.budget_ns != 0 &&
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count()) >= policy.budget_ns) {
+      return false;
+    }
     if (policy.pause) policy.pause(policy.attempts - budget);
     return --budget > 0;
   };
@@ -152,9 +162,13 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
     }
     if (!wait()) break;
   }
+  const auto spent = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::steady_clock::now() - started)
+                         .count();
   return problem(std::move(r), SegmentProblem::kBusy,
-                 "its counters stayed mid-update through " + std::to_string(policy.attempts) +
-                     " attempts (a writer stopped inside an update, or a damaged slot)");
+                 "busy (mid-update): its counters stayed mid-update through " +
+                     std::to_string(looks) + " attempts in " + std::to_string(spent) +
+                     " us (a writer stopped inside an update, or a damaged slot)");
 }
 
 }  // namespace ferry::core

@@ -46,6 +46,9 @@ struct SegmentRead {
 struct ReadPolicy {
   int attempts = 2000;                  // reads of sequence words that may find them busy
   std::function<void(int)> pause = {};  // called between attempts (a short sleep), may be empty
+  // The most time the attempts may take, in nanoseconds (0: no limit): a segment that another
+  // user keeps mid-update on purpose must not cost each reader more than this.
+  std::uint64_t budget_ns = 0;
 };
 
 SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy = {});

@@ -472,22 +472,25 @@ std::size_t PosixBackend::max_workers(const core::RequestContext& c) const {
 }
 
 std::string PosixBackend::describe(const core::RequestContext& c) const {
-  const bool direct = c.file.direct_fd() >= 0;
-  const char* call = c.op == Op::kRead ? (direct ? "O_DIRECT pread" : "pread")
-                                       : (direct ? "O_DIRECT pwrite" : "pwrite");
-  if (is_gpu(c.memory.kind)) {
-    const StagingNode node = staging_node(c.memory.device);
+  return describe(c.op, c.memory, c.settings, c.file.direct_fd() >= 0, c.workers);
+}
+
+std::string PosixBackend::describe(Op op, const MemoryInfo& memory, const Settings& settings,
+                                   bool direct, std::size_t workers) const {
+  const char* call = op == Op::kRead ? (direct ? "O_DIRECT pread" : "pread")
+                                     : (direct ? "O_DIRECT pwrite" : "pwrite");
+  if (is_gpu(memory.kind)) {
+    const StagingNode node = staging_node(memory.device);
     return fmt::format(
         "{} through pinned bounce buffers ({} x {} per thread, {} thread(s){}), {} "
         "GPU {} on streams ordered after the default stream",
-        call, kPipelineDepth, format_size(bounce_size(c.settings)), c.workers,
+        call, kPipelineDepth, format_size(bounce_size(settings)), workers,
         node.node >= 0 ? fmt::format(", on NUMA node {}, the GPU's", node.node) : "",
-        c.op == Op::kRead ? "copied to" : "copied from", c.memory.device);
+        op == Op::kRead ? "copied to" : "copied from", memory.device);
   }
   return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
-                     c.op == Op::kRead ? "straight into" : "straight from",
-                     to_string(c.memory.kind),
-                     direct ? ", through aligned bounce buffers where unaligned" : "", c.workers);
+                     op == Op::kRead ? "straight into" : "straight from", to_string(memory.kind),
+                     direct ? ", through aligned bounce buffers where unaligned" : "", workers);
 }
 
 }  // namespace ferry::posix

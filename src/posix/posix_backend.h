@@ -36,6 +36,9 @@ class PosixBackend final : public core::Backend {
  public:
   std::unique_ptr<core::Worker> make_worker(const core::RequestContext& context) override;
   std::string describe(const core::RequestContext& context) const override;
+  // The same words from the facts they depend on (no File needed).
+  std::string describe(Op op, const MemoryInfo& memory, const Settings& settings, bool direct,
+                       std::size_t workers) const;
   std::size_t max_workers(const core::RequestContext& context) const override;
   // Runs one task in the calling thread, with a worker on its stack (small requests).
   std::size_t run_inline(const core::RequestContext& context, const core::Task& task) const;

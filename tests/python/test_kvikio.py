@@ -94,9 +94,13 @@ def test_flags(tmp_path):
         assert f.write(np.frombuffer(b"ab", np.uint8), file_offset=2) == 2
     assert path.read_bytes() == b"01ab456789"
     with kvikio.CuFile(str(path), "a") as f:
-        assert flags_have(f.open_flags(), os.O_WRONLY | os.O_APPEND)
+        # Issue 30: it said O_APPEND, which ferry's appends never use (they reserve the end of
+        # the file under an OFD lock); the flags say what is true, and writes still append.
+        assert flags_have(f.open_flags(), os.O_WRONLY)
+        assert not f.open_flags() & os.O_APPEND
         f.write(np.frombuffer(b"XY", np.uint8))
-    assert path.read_bytes() == b"01ab456789XY"
+        f.write(np.frombuffer(b"Z", np.uint8), file_offset=0)
+    assert path.read_bytes() == b"01ab456789XYZ"
     with kvikio.CuFile(path, "rb") as f:  # "b" is ignored
         assert flags_have(f.open_flags(), os.O_RDONLY)
     with kvikio.CuFile(path, "w") as f:  # truncates

@@ -4,13 +4,16 @@
 // goes to a new temporary file beside PATH (a name no other process can hold, created with
 // O_EXCL), is written, fsynced and closed with every error checked, takes PATH's permissions, and
 // is renamed over PATH; then the folder is fsynced, so the rename itself is durable. A symlink is
-// written through (its target is replaced); a FIFO, device or folder at PATH is refused, never
-// replaced. A temporary file left by a killed run is removed by the next run for the same PATH.
+// written through (its target is replaced) unless fs.protected_symlinks forbids following it; a
+// FIFO, device or folder at PATH is refused, never replaced, and so are a file with other hard
+// links and a file the caller could not open for writing. A temporary file left by a killed run is
+// removed by the next run for the same PATH.
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,17 +29,61 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// PATH with its symlinks followed (PATH itself when it is not one); a loop is an error.
+// The kernel's fs.protected_symlinks rule (Documentation/admin-guide/sysctl/fs.rst): a symlink
+// in a sticky world-writable folder is followed only when the follower owns the link or the
+// folder's owner owns it. ferry write resolves links itself (it renames onto the target), so the
+// kernel never gets to apply the rule: ferry applies it, whatever the sysctl says (a link that
+// another user planted in /tmp is no safer when the sysctl is off).
+void may_follow(const fs::path& link, const struct stat& link_st) {
+  const fs::path folder = link.parent_path().empty() ? fs::path(".") : link.parent_path();
+  struct stat dir {};
+  if (::stat(folder.c_str(), &dir) != 0) throw IoError(errno, "stat", folder.string(), 0, 0);
+  if ((dir.st_mode & (S_ISVTX | S_IWOTH)) != (S_ISVTX | S_IWOTH)) return;
+  if (link_st.st_uid == ::geteuid() || link_st.st_uid == dir.st_uid) return;
+  throw IoError(EACCES, "open", link.string(), 0, 0, 0,
+                fmt::format("a symlink owned by uid {} in the sticky world-writable folder {} "
+                            "(owned by uid {}): not followed (the kernel's fs.protected_symlinks "
+                            "rule; only its owner or the folder's owner may follow it)",
+                            link_st.st_uid, folder.string(), dir.st_uid));
+}
+
+// PATH with its symlinks followed (PATH itself when it is not one); a loop is an error, and so
+// is a link that fs.protected_symlinks forbids following.
 fs::path follow_links(const fs::path& path) {
   fs::path p = path;
   for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    may_follow(p, st);
     std::error_code ec;
-    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p;
     fs::path to = fs::read_symlink(p, ec);
     if (ec) throw IoError(ec.value(), "readlink", p.string(), 0, 0);
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
   throw IoError(ELOOP, "open", path.string(), 0, 0, 0, "too many levels of symbolic links");
+}
+
+// ferry write replaces only a file that the caller could have opened for writing at PATH (through
+// its links, with every check the kernel makes): a rename needs only the folder's permission,
+// so without this a user could replace a read-only file, or another user's file, of a folder
+// they may write. A file being executed (ETXTBSY) may be replaced: that is what a rename is for.
+void check_writable(const std::string& path, const struct stat& target) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ETXTBSY) return;
+    throw IoError(err, "open", path, 0, 0, 0,
+                  fmt::format("{}; ferry write replaces only a file it could open for writing",
+                              std::strerror(err)));
+  }
+  struct stat st {};
+  const bool same =
+      ::fstat(fd, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino;
+  ::close(fd);
+  if (!same) {
+    throw IoError(EAGAIN, "open", path, 0, 0, 0,
+                  "the file changed while ferry looked at it; run the command again");
+  }
 }
 
 const char* kind_of(mode_t mode) {
@@ -79,6 +126,58 @@ void on_signal(int sig) {
   raise(sig);
 }
 
+// PATH's access ACL (the xattr system.posix_acl_access, absent on most files) onto the new file.
+void copy_access_acl(const fs::path& from, int to_fd, const std::string& temp) {
+  static const char kName[] = "system.posix_acl_access";
+  const ssize_t want = ::getxattr(from.c_str(), kName, nullptr, 0);
+  if (want < 0) {
+    if (errno == ENODATA || errno == ENOTSUP) return;
+    throw IoError(
+        errno, "getxattr", from.string(), 0, 0, 0,
+        fmt::format("{} (reading its ACL, to give it to the new file)", std::strerror(errno)));
+  }
+  std::string acl(static_cast<std::size_t>(want), '\0');
+  const ssize_t got = ::getxattr(from.c_str(), kName, acl.data(), acl.size());
+  if (got < 0 || ::fsetxattr(to_fd, kName, acl.data(), static_cast<std::size_t>(got), 0) != 0) {
+    const int err = errno;
+    throw IoError(err, "fsetxattr", temp, 0, 0, 0,
+                  fmt::format("{}: cannot give the new file the ACL of {}; it is unchanged",
+                              std::strerror(err), from.string()));
+  }
+}
+
+// The new file takes the owner (where allowed), the permissions and the access ACL of the one it
+// replaces, after its bytes are written (a write by a process without CAP_FSETID clears setuid,
+// and chown clears it too, so the bits come last). A setuid or setgid bit is kept only with the
+// owner (group) it had: ferry never makes a setuid file of another owner; it says so when it
+// drops one.
+void take_attributes(int fd, const std::string& temp, const fs::path& dest,
+                     const struct stat& old) {
+  if (::fchown(fd, old.st_uid, old.st_gid) != 0) {
+    // Not ours to give away (EPERM): the new file belongs to whoever wrote it.
+  }
+  struct stat now {};
+  if (::fstat(fd, &now) != 0) throw IoError(errno, "fstat", temp, 0, 0);
+  mode_t mode = old.st_mode & 07777;
+  std::string dropped;
+  if ((mode & S_ISUID) && now.st_uid != old.st_uid) {
+    mode &= ~S_ISUID;
+    dropped = fmt::format("setuid (uid {})", old.st_uid);
+  }
+  if ((mode & S_ISGID) && now.st_gid != old.st_gid) {
+    mode &= ~S_ISGID;
+    dropped += fmt::format("{}setgid (gid {})", dropped.empty() ? "" : " and ", old.st_gid);
+  }
+  if (::fchmod(fd, mode) != 0) throw IoError(errno, "fchmod", temp, 0, 0);
+  copy_access_acl(dest, fd, temp);
+  if (!dropped.empty()) {
+    fmt::print(stderr,
+               "note: {} was {}; the new file belongs to uid {} gid {}, so it is not: ferry write "
+               "never gives a setuid or setgid bit to another owner\n",
+               dest.string(), dropped, now.st_uid, now.st_gid);
+  }
+}
+
 void sync_folder(const fs::path& target) {
   const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   int fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -110,6 +209,9 @@ struct WriteArgs {
 
 int run(const WriteArgs& a) {
   const std::uint64_t size = size_option(a.size, "--size");
+  if (a.path.empty()) {
+    throw IoError(ENOENT, "write", "\"\"", 0, 0, 0, "empty path: name the file to write");
+  }
   const Target target = resolve_target(a.memory);
   Buffer buffer(target.kind, size, std::max(target.device, 0));
   fill_pattern(buffer, a.pattern, a.seed);
@@ -126,16 +228,41 @@ int run(const WriteArgs& a) {
                               "first, or write to another path)",
                               dest.string(), kind_of(old.st_mode)));
   }
+  if (exists) {
+    check_writable(a.path, old);
+    if (old.st_nlink > 1) {
+      // A rename gives one name a new file; the other names would keep the old bytes.
+      throw IoError(EMLINK, "write", a.path, 0, size, 0,
+                    fmt::format("{} has {} hard links; replacing it would split them (this "
+                                "name on the new bytes, the others on the old): refused (remove "
+                                "the other links, or write to another path)",
+                                dest.string(), old.st_nlink));
+    }
+  }
   remove_stale_temps(dest);
   std::string temp =
       (dest.parent_path() / temp_prefix(dest)).string() + fmt::format("{}-XXXXXX", getpid());
-  const int temp_fd = mkostemp(temp.data(), O_CLOEXEC);
-  if (temp_fd < 0) throw IoError(errno, "open", temp, 0, 0, 0, "temporary file beside the dest");
-  if (temp.size() < sizeof g_temp) std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  // The signals that remove the temporary file are blocked from before it exists until the
+  // handler knows its name: a SIGTERM in between left it behind.
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&stops, sig);
+  sigprocmask(SIG_BLOCK, &stops, &before);
   struct sigaction act {};
   act.sa_handler = on_signal;
   sigemptyset(&act.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &act, nullptr);
+  const int temp_fd = mkostemp(temp.data(), O_CLOEXEC);
+  const int temp_errno = errno;
+  if (temp_fd >= 0 && temp.size() < sizeof g_temp) {
+    std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  }
+  sigprocmask(SIG_SETMASK, &before, nullptr);
+  if (temp_fd < 0) {
+    throw IoError(temp_errno, "open", temp, 0, 0, 0,
+                  fmt::format("{} (making the temporary file beside {})", std::strerror(temp_errno),
+                              dest.string()));
+  }
   auto discard = [&] {
     g_temp[0] = 0;
     unlink(temp.c_str());
@@ -144,24 +271,19 @@ int run(const WriteArgs& a) {
   RouteReport route;
   double cpu = 0;
   try {
-    // The new file takes the permissions (and, where allowed, the owner) of the one it replaces.
-    mode_t mode = 0;
-    if (exists) {
-      mode = old.st_mode & 07777;
-      if (fchown(temp_fd, old.st_uid, old.st_gid) != 0) {
-        // Not ours to give away (EPERM): the new file belongs to whoever wrote it.
-      }
-    } else {
-      const mode_t mask = umask(0);
-      umask(mask);
-      mode = 0666 & ~mask;
-    }
-    if (fchmod(temp_fd, mode) != 0) throw IoError(errno, "fchmod", temp, 0, 0);
     File file(temp, "w", file_options(a.settings));
     const double cpu0 = cpu_seconds();
     IoFuture future = file.pwrite(buffer.data(), size, 0);
     wait_with_progress(future, size, "writing");
     future.get();
+    // The bytes are written: now the attributes (before the fsync, which makes them durable).
+    if (exists) {
+      take_attributes(temp_fd, temp, dest, old);
+    } else {
+      const mode_t mask = umask(0);
+      umask(mask);
+      if (fchmod(temp_fd, 0666 & ~mask) != 0) throw IoError(errno, "fchmod", temp, 0, 0);
+    }
     if (!a.no_sync) file.sync();
     cpu = cpu_seconds() - cpu0;
     route = future.route();

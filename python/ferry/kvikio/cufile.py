@@ -33,13 +33,16 @@ __all__ = ["CuFile", "IOFuture", "IOFutureStream", "clear_page_cache", "drop_fil
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# KvikIO's flags -> (ferry's mode, the open(2) flags of the descriptor fileno() returns).
+# KvikIO's flags -> (ferry's mode, the open(2) flags of the descriptor fileno() returns). Mode
+# "a" has no O_APPEND: ferry's appends do not go through O_APPEND (a request's tasks would land in
+# the order they finish); each reserves the end of the file under an OFD lock, which orders
+# appends across Files and processes (docs/reliability.md). open_flags() says what is true.
 _MODES = {
     "r": ("r", os.O_RDONLY),
     "r+": ("r+", os.O_RDWR),
     "w": ("w", os.O_WRONLY),
     "w+": ("w+", os.O_RDWR),
-    "a": ("a", os.O_WRONLY | os.O_APPEND),
+    "a": ("a", os.O_WRONLY),
 }
 
 
