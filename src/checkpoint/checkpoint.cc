@@ -258,22 +258,38 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   if (options.one_allocation) result.memory.emplace_back(options.memory, packed, options.device);
   // Each part's read is submitted as soon as its tensors' memory exists, so that allocating the
   // next part (cuMemAlloc maps memory: milliseconds for a large tensor) overlaps the reads in
-  // flight. Declared after `result`: on a failure the futures, destroyed first, wait for their
-  // reads before any buffer is freed.
-  std::deque<std::vector<ReadRange>> parts;  // each part's ranges, kept until its read is done
-  std::vector<IoFuture> futures;
+  // flight; past kShardsReadAtOnce parts, the oldest is waited for first (a shard past
+  // kShardsKeptOpen is opened for its part: descriptors stay bounded). Declared after `result`:
+  // on a failure these, destroyed first, wait for their reads before any buffer is freed.
+  struct InFlight {
+    std::vector<ReadRange> ranges;  // kept until the part's read is done
+    std::shared_ptr<File> file;
+    IoFuture future;
+  };
+  std::deque<InFlight> in_flight;
+  LoadReport& report = result.report;
+  report.tensors = chosen.size();
+  auto finish_oldest = [&] {
+    report.bytes += in_flight.front().future.get();
+    report.routes.push_back(in_flight.front().future.route());
+    in_flight.pop_front();
+  };
+  std::vector<ReadRange> part;
   std::size_t shard = SIZE_MAX;
   std::uint64_t part_bytes = 0;
   auto submit = [&] {
-    if (!parts.empty() && !parts.back().empty()) {
-      futures.push_back(s.files[shard]->pread_gather(parts.back()));
-    }
+    if (part.empty()) return;
+    if (in_flight.size() == kShardsReadAtOnce) finish_oldest();
+    InFlight& f = in_flight.emplace_back();
+    f.ranges = std::move(part);
+    part.clear();
+    f.file = s.open_shard(shard);
+    f.future = f.file->pread_gather(f.ranges);
   };
   for (std::size_t k = 0; k < chosen.size(); ++k) {
     const TensorInfo& t = s.tensors[chosen[k]];
     if (t.shard != shard || part_bytes >= kPartBytes) {
       submit();
-      parts.emplace_back();
       shard = t.shard;
       part_bytes = 0;
     }
@@ -285,15 +301,12 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     }
     result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
     if (t.nbytes > 0) {
-      parts.back().push_back({t.file_offset, static_cast<std::size_t>(t.nbytes), data});
+      part.push_back({t.file_offset, static_cast<std::size_t>(t.nbytes), data});
       part_bytes += t.nbytes;
     }
   }
   submit();
-  LoadReport& report = result.report;
-  report.tensors = chosen.size();
-  for (IoFuture& f : futures) report.bytes += f.get();
-  for (IoFuture& f : futures) report.routes.push_back(f.route());
+  while (!in_flight.empty()) finish_oldest();
   // The allocations are part of what a user waits for.
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
