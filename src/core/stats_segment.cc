@@ -84,27 +84,44 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
   }
   int budget = policy.attempts;
   const auto started = std::chrono::steady_clock::now();
+  // budget_ns bounds the time since the writer last moved: a version word that changed between
+  // two looks is a writer that finished an update (alive, only busy), and the wait starts over;
+  // one that stays mid-update is stuck (or kept so on purpose). Counting from the first look
+  // instead made a reader descheduled on a loaded machine give up on a healthy, busy process.
+  // `attempts` still bounds a writer that keeps moving forever.
+  auto moved_at = started;
+  int stalled = 0;
   int looks = 0;
-  auto wait = [&] {
+  auto wait = [&](bool moved) {
     ++looks;
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) {
+      moved_at = now;
+      stalled = 0;
+    }
     if (policy.budget_ns != 0 &&
-        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now() - started)
-                                       .count()) >= policy.budget_ns) {
+        static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - moved_at).count()) >=
+            policy.budget_ns) {
       return false;
     }
-    if (policy.pause) policy.pause(policy.attempts - budget);
+    if (policy.pause) policy.pause(stalled++);
     return --budget > 0;
   };
   std::uint64_t word = 0;
+  std::uint64_t fold_seen = 0;
+  bool fold_looked = false;
   for (;;) {
     // Outer sequence: a thread's counts moving into the retired slot.
     std::uint64_t fold_before = 0;
     if (!source.read(L::kHFold * 8, 1, &fold_before)) {
       return problem(std::move(r), SegmentProblem::kIo, "the segment cannot be read");
     }
+    const bool fold_moved = !fold_looked || fold_before != fold_seen;
+    fold_seen = fold_before;
+    fold_looked = true;
     if (fold_before & 1) {
-      if (!wait()) break;
+      if (!wait(fold_moved)) break;
       continue;
     }
     if (!source.read(L::kHHighWater * 8, 1, &word)) {
@@ -121,6 +138,8 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
     bool gave_up = false;
     for (std::size_t i = 0; i < high && !gave_up; ++i) {
       const std::uint64_t at = L::kHeaderBytes + i * L::kSlotBytes;
+      std::uint64_t seen[2] = {};
+      bool looked = false;
       for (;;) {
         // The versions equal, the copy, the versions still the same: no update began before the
         // second look (`end` is stored first) and the last one ended before the first (`begin`
@@ -140,7 +159,12 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
           whole = source.read(at, L::kSlotWords, copy.data()) && copy == slot;
         }
         if (whole) break;
-        if (!wait()) {
+        // A slot's first look counts as progress: the slots before it were read whole.
+        const bool moved = !looked || look[0] != seen[0] || look[1] != seen[1];
+        seen[0] = look[0];
+        seen[1] = look[1];
+        looked = true;
+        if (!wait(moved)) {
           gave_up = true;
           break;
         }
@@ -160,7 +184,7 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
       r.header[L::kHFold] = fold_after;
       return r;
     }
-    if (!wait()) break;
+    if (!wait(fold_after != fold_before)) break;
   }
   const auto spent = std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::steady_clock::now() - started)
