@@ -22,7 +22,11 @@ CufileStatus cufile_status(bool open_driver) {
   s.version = cufile::version(&version_why);
   s.version_text = cufile::version_text(s.version);
   s.stats_layout_known = cufile::stats_layout(s.version) != cufile::StatsLayout::kUnknown;
-  if (s.loaded && open_driver) cufile::open_driver(settings().require == Require::kGds);
+  // A status is read to diagnose (ferry check): a malformed FERRY_* variable leaves its default
+  // here rather than failing the report (on the H200, `FERRY_TASK_SIZE=lots ferry check` exited
+  // before its report wherever libcufile loads).
+  if (s.loaded && open_driver)
+    cufile::open_driver(check_settings().settings.require == Require::kGds);
   cufile::DriverState d = cufile::driver_state();
   s.driver_open_attempted = d.attempted;
   s.driver_open = d.open;

@@ -146,6 +146,19 @@ TEST(CliCheck, SettingsSayWhereTheyCameFrom) {
   EXPECT_TRUE(found);
 }
 
+// Regression: where libcufile loads (the H200), check opened cuFile's driver reading the
+// settings, and a malformed variable ended check there, before its report. Here on the test
+// doubles of libcuda and libcufile.
+TEST(CliCheck, MalformedSettingIsReportedWhereCufileLoadsToo) {
+  const std::string env =
+      fake_gpu_env() + " FERRY_CUFILE_LIBRARY=" FERRY_FAKE_CUFILE_PATH " FERRY_TASK_SIZE=lots";
+  CliRun r = run_cli("check", env, /*merge_stderr=*/false);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "verdict: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "cuFile will run in compatibility mode")) << r.out;
+  EXPECT_TRUE(has(r.out, "FERRY_TASK_SIZE='lots'")) << r.out;
+}
+
 // check exists to diagnose a malformed variable: it reports it beside the default left in its
 // place and goes on with the whole report (issue 35), then exits non-zero with one line.
 TEST(CliCheck, MalformedSettingIsReportedAndTheReportGoesOn) {
