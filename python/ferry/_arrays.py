@@ -297,7 +297,10 @@ def _count_as_shape(who: str, shape: Any, count: int) -> Any:
 
 def _missing(who: str, path: PathLike) -> None:
     """FileNotFoundError, as numpy.load and open() raise, when `path` does not exist: ferry's
-    own (also an IoError, as every error of a file ferry opens)."""
+    own (also an IoError, as every error of a file ferry opens). A NUL byte is refused first, as
+    open() refuses it (os.path.exists only says False)."""
+    if b"\0" in os.fsencode(path):
+        raise ValueError(f"{who}: embedded null byte in the path {os.fsdecode(path)!r}")
     if not os.path.exists(path):
         error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file", os.fspath(path))
         error.op = "open"

@@ -40,9 +40,13 @@ def test_sigint_raises_keyboard_interrupt_at_once_and_cancels_the_request(tmp_pa
     path = tmp_path / "sparse.bin"
     with open(path, "wb") as fh:
         fh.truncate(1 << 30)  # holes: fast to read, yet 262144 tasks of 4 KiB on one thread
+    # SIGINT's default disposition in the child: a runner may ignore SIGINT in its workers
+    # (pytest-xdist's do), the child would inherit that, and Python then installs no
+    # KeyboardInterrupt handler at all.
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), how],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert child.stdout.readline() == "started\n", child.stderr.read()
         time.sleep(0.3)

@@ -25,7 +25,10 @@ def test_report_fields_describe_the_request(data_file):
     assert r.cufile_tasks == 0 and not r.cufile.observable and r.cufile.why_not
     assert any(reason.code == "engine" for reason in r.reasons)
     assert str(r) == r.to_text() and str(r).startswith("route: ")
-    assert r.verdict in str(r) and r.verdict in repr(r)
+    # The text's headline is the verdict's first clause; the reasons the verdict goes on with are
+    # listed below it, once (issue 35: each fact said once).
+    assert str(r).startswith("route: " + r.verdict.split(": ")[0] + "\n")
+    assert all(reason.text in str(r) for reason in r.reasons) and r.verdict in repr(r)
 
 
 def test_every_json_field_is_an_attribute(data_file):

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._errors import Error
-from ..checkpoint import _ALIGN, Checkpoint, _convert, _Entry, _framework
+from ..checkpoint import _ALIGN, Checkpoint, _convert, _Entry, _framework, _target_dtype
 from ._comm import Comm, TorchComm, comm_for
 from ._plan import BUCKET_BYTES, Plan, ShardPlan, TensorSpec, merge_regions, plan_load, \
     resolve_shard_plan
@@ -270,6 +270,7 @@ def load_checkpoint(path: Any, group: Any = None, device: Any = None,
     if device is None:
         device = _default_device(comm)
     fw = _pick_framework(comm, device, framework)
+    dtype = _target_dtype(fw, dtype)  # checked on every rank before any I/O
     with _DeviceScope(fw):
         return _load(comm, fw, path, plan, dtype, one_allocation, int(bucket_size), settings)
 
@@ -441,7 +442,7 @@ def _load(comm: Comm, fw: Any, path: Any, shard_plan: Optional[ShardPlan], dtype
                                          nbytes, entry.shard))
         out_tensors[entry.name] = fw.view(dest[i], entry)
     if dtype is not None:
-        _convert(out_tensors, fw, dtype)
+        _convert(out_tensors, fw, dtype, {e.name: e.dtype for e in entries})
     me.total_seconds = time.perf_counter() - t0
 
     ranks = [RankReport(**r) for r in comm.allgather_object(asdict(me))]
