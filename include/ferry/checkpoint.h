@@ -1,6 +1,7 @@
 // ferry::Checkpoint: a safetensors checkpoint (one file, a directory of shards, or a
 // model.safetensors.index.json), its headers validated before any tensor byte is read, and loads
-// of all or some of its tensors into one GPU or host memory, one gathered request per shard.
+// of all or some of its tensors into one GPU or host memory, one gathered request per part (a
+// shard's tensors, cut at 1 GiB by load()).
 // A Checkpoint is immutable once opened; loads from several threads at once are safe.
 #pragma once
 
@@ -142,7 +143,8 @@ class Checkpoint {
   // Reads every target's tensor into its buffer: one gathered request per shard, the shards at
   // once. Buffers must all be host memory or all on one GPU.
   LoadReport read_into(std::span<const TensorTarget> targets) const;
-  // Allocates and reads: the tensors named in `options` (all when none), in file order.
+  // Allocates and reads: the tensors named in `options` (all when none), in file order, a part
+  // (a shard's tensors, cut at 1 GiB) at a time: each part's read starts once its memory exists.
   LoadResult load(const LoadOptions& options = {}) const;
 
  private:
