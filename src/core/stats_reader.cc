@@ -118,19 +118,30 @@ std::optional<std::uint32_t> process_uid(int pid) {
   return static_cast<std::uint32_t>(effective);
 }
 
-// How long reading segments that stay mid-update may take: each at most kPerSegment, a listing
-// at most kPerListing in all (issue 30: 2,000 attempts took 1.15 s per segment, and 21 such
-// segments made `--all` take 24 s). Past the listing's budget, a busy segment gets one look.
-constexpr std::chrono::milliseconds kPerSegment{5};
-constexpr std::chrono::milliseconds kPerListing{50};
+// How long reading segments that stay mid-update may take, counted from the writer's last
+// move. Issue 30: 2,000 attempts took 1.15 s per segment, and 21 such segments made `--all` take
+// 24 s. But a healthy writer preempted inside an update on a loaded machine stays mid-update for
+// a scheduler slice or more (5 ms made a reader under ThreadSanitizer on 2 cores give up on a
+// busy, live process): one process asked for waits up to kOneSegment; a listing gives each
+// segment at most kPerSegment and all of them kPerListing, then a busy segment gets one look.
+constexpr std::chrono::milliseconds kOneSegment{200};
+constexpr std::chrono::milliseconds kPerSegment{20};
+constexpr std::chrono::milliseconds kPerListing{100};
 
 struct BusyBudget {
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() + kPerListing;
+  std::chrono::milliseconds per_segment;
+  std::chrono::steady_clock::time_point deadline;
+  static BusyBudget one() {
+    return {kOneSegment, std::chrono::steady_clock::now() + kOneSegment};
+  }
+  static BusyBudget listing() {
+    return {kPerSegment, std::chrono::steady_clock::now() + kPerListing};
+  }
   core::ReadPolicy next() const {
     core::ReadPolicy policy;
     const auto left = deadline - std::chrono::steady_clock::now();
     const auto budget = std::min<std::chrono::nanoseconds>(
-        kPerSegment, std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)));
+        per_segment, std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)));
     if (budget.count() == 0) {
       policy.attempts = 2;
       return policy;
@@ -469,7 +480,7 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
                            "ferry.stats.publish(False))");
     }
   }
-  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid, BusyBudget{});
+  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid, BusyBudget::one());
   if (in.stats) return std::move(*in.stats);
   switch (in.state) {
     case State::kPermissionDenied:
@@ -511,7 +522,7 @@ std::vector<ProcessEntry> list_process_stats(const std::string& directory) {
   const std::string dir = directory.empty() ? stats_directory() : directory;
   Fd d = open_directory(dir, 0);
   std::vector<ProcessEntry> out;
-  const BusyBudget busy;
+  const BusyBudget busy = BusyBudget::listing();
   for (const Named& n : segment_names(d.fd)) {
     Inspection in = inspect(d.fd, dir, n.name, n.uid, n.pid, busy);
     if (in.state == State::kRemoved && !in.exited) continue;  // gone meanwhile

@@ -430,8 +430,8 @@ TEST_F(StatsCli, ASegmentForAPidThatRunsAsAnotherUserIsIgnoredAsForged) {
 }
 
 // Issue 30, finding 9: a segment kept mid-update cost every reader 1.15 s (2,000 attempts), and
-// `--all` paid it per segment (21 of them: 24.4 s). Each costs a few ms now, a listing at most
-// 50 ms in all, and each is reported busy.
+// `--all` paid it per segment (21 of them: 24.4 s). One asked for costs at most 200 ms now, a
+// listing at most 100 ms in all, and each is reported busy.
 TEST_F(StatsCli, SegmentsStuckMidUpdateCostAReaderMillisecondsAndAreReportedBusy) {
   Worker w(data_, stats_dir_);
   w.ask("read 2 4096");
