@@ -9,6 +9,7 @@
 #include "ferry/file.h"
 #include "ferry/memory.h"
 #include "ferry/nvfs_stats.h"
+#include "ferry/page_cache.h"
 #include "ferry/plan.h"
 #include "ferry/platform.h"
 #include "ferry/route.h"

@@ -8,7 +8,7 @@
 
 namespace ferry {
 
-// Prepares reads into GPU `device` with the current settings (nthreads workers, bounce buffers
+// Prepares reads into GPU `device` with the current settings (nthreads workers, staging buffers
 // of bounce_buffer_size), and the host_nthreads workers for host memory. Throws CudaError when
 // there is no driver or no such GPU.
 void warm_up(int device = 0);

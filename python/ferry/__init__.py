@@ -30,7 +30,7 @@ from ._future import Future
 from ._settings import as_text as _as_text
 from ._settings import settings
 from ._ferry import (CudaStatus, PageCacheResidency, RouteReason, RouteReport, Stats, cuda_status,
-                     free_idle_staging, warm_up)
+                     free_idle_staging, page_cache_residency, warm_up)
 
 __version__: str = _ferry.__version__
 
@@ -42,7 +42,8 @@ __all__ = [
     "CheckpointError", "CudaError", "CudaStatus", "Error", "File", "Future", "IoError",
     "PageCacheResidency", "RegisteredBuffer", "last_load_report", "load_checkpoint",
     "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
-    "cufile_status", "free_idle_staging", "fromfile", "last_route", "load", "open", "read_into",
+    "cufile_status", "free_idle_staging", "fromfile", "last_route", "load", "open",
+    "page_cache_residency", "read_into",
     "register_buffer", "save_checkpoint", "settings", "stats", "warm_up",
 ]
 

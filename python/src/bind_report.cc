@@ -10,6 +10,7 @@
 
 #include "bindings.h"
 #include "ferry/memory.h"
+#include "ferry/page_cache.h"
 #include "ferry/runtime.h"
 #include "ferry/stats.h"
 #include "ferry/warm_up.h"
@@ -162,6 +163,26 @@ void bind_report(py::module_& m) {
       .def_property_readonly("fraction", &PageCacheResidency::fraction)
       .def("__repr__",
            [](const PageCacheResidency& p) { return "<PageCacheResidency: " + describe(p) + ">"; });
+
+  m.def(
+      "page_cache_residency",
+      [](py::object file, std::uint64_t offset, std::optional<std::uint64_t> size, bool exact) {
+        const Residency how = exact ? Residency::kExact : Residency::kSampled;
+        if (py::isinstance<py::int_>(file)) {
+          const int fd = file.cast<int>();
+          py::gil_scoped_release release;
+          return page_cache_residency(fd, offset, size, how);
+        }
+        const std::string path = py::str(py::module_::import("os").attr("fspath")(file));
+        py::gil_scoped_release release;
+        return page_cache_residency(path, offset, size, how);
+      },
+      py::arg("file"), py::arg("offset") = 0, py::arg("size") = py::none(),
+      py::arg("exact") = false,
+      "How much of a file range sits in the page cache, measured without reading it (cachestat, "
+      "else mincore): `file` a path or an open descriptor, `size` None for the rest of the file. "
+      "exact=False samples ranges over 64 MiB (`estimated` then says so). A path that does not "
+      "open raises IoError.");
 
   Record<RouteReport>(m, "RouteReport",
                       "Which path a request's bytes took, and why (docs/data-paths.md).")

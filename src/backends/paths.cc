@@ -8,7 +8,7 @@
 #include "cufile/cufile_outlook.h"
 #include "cufile/cufile_stats.h"
 #include "cufile/cufile_testing.h"
-#include "posix/page_cache.h"
+#include "io/page_cache.h"
 #include "posix/posix_backend.h"
 
 namespace ferry::core {
@@ -29,7 +29,7 @@ class PosixPath final : public HostPath {
     return backend_.run_inline(context, task);
   }
   PageCacheResidency residency(int fd, std::uint64_t offset, std::uint64_t size) const override {
-    return posix::measure_residency(fd, offset, size);
+    return io::measure_residency(fd, offset, size);
   }
   std::uint64_t cold_task_min() const override { return posix::kColdTaskMin; }
   std::string prepare_write(OpenFile& file, std::uint64_t offset,

@@ -1,5 +1,5 @@
 // save_file and save_checkpoint: the header from host memory and the tensors by one scattered
-// write per kind of memory (GPU tensors staged through the POSIX backend's pinned bounce buffers
+// write per kind of memory (GPU tensors staged through the POSIX backend's pinned staging buffers
 // by its writer that copies ahead), each file through an AtomicFile. The directory protocol that
 // keeps the old checkpoint whole until the new index lands is in docs/checkpoints.md ("Saving").
 #include "ferry/checkpoint_writer.h"

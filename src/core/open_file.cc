@@ -63,7 +63,7 @@ using OpenFiles = ForkRegistry<OpenFile, &OpenFile::forget_parent_requests>;
 }  // namespace
 
 OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
-                   posix::IoSeam& io)
+                   io::IoSeam& io)
     : path_(path.string()),
       options_(std::move(options)),
       io_(io),

@@ -14,7 +14,7 @@
 #include "cuda/quick_memory.h"
 #include "ferry/file.h"
 #include "ferry/route.h"
-#include "posix/io_seam.h"
+#include "io/io_seam.h"
 
 namespace ferry::core {
 
@@ -41,13 +41,13 @@ class RuntimeState;
 class OpenFile {
  public:
   OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
-           posix::IoSeam& io);
+           io::IoSeam& io);
   ~OpenFile();
   OpenFile(const OpenFile&) = delete;
   OpenFile& operator=(const OpenFile&) = delete;
 
   const std::string& path() const { return path_; }
-  posix::IoSeam& io() const { return io_; }
+  io::IoSeam& io() const { return io_; }
   // The workers and staging memory of this File's requests.
   RuntimeState& runtime() const { return *runtime_; }
   int fd() const { return fd_; }
@@ -106,7 +106,7 @@ class OpenFile {
  private:
   std::string path_;
   FileOptions options_;
-  posix::IoSeam& io_;
+  io::IoSeam& io_;
   RuntimeState* runtime_;
   bool attached_ = false;  // to runtime_, until close()
   int fd_ = -1;

@@ -13,7 +13,7 @@ using Runtimes = ForkRegistry<RuntimeState, &RuntimeState::restart_in_child>;
 }  // namespace
 
 RuntimeState::RuntimeState()
-    : pool_(new ThreadPool(0)), ordered_pool_(new ThreadPool(0)), staging_(new posix::BouncePool) {
+    : pool_(new ThreadPool(0)), ordered_pool_(new ThreadPool(0)), staging_(new io::StagingPool) {
   Runtimes::add(this);
 }
 
@@ -49,7 +49,7 @@ void RuntimeState::restart_in_child() {
   new (&idle_) std::condition_variable;
   pool_.store(new ThreadPool(0));
   ordered_pool_.store(new ThreadPool(0));
-  staging_.store(new posix::BouncePool);
+  staging_.store(new io::StagingPool);
 }
 
 RuntimeState& default_runtime() {

@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "core/thread_pool.h"
-#include "posix/bounce_pool.h"
+#include "io/staging_pool.h"
 
 namespace ferry::core {
 
@@ -27,7 +27,7 @@ class RuntimeState {
   // pool() may wait for the GPU, which may wait for a stream-ordered request (one on the legacy
   // default stream, ahead of pool()'s copies); with its own threads, that one always runs.
   ThreadPool& ordered_pool() { return *ordered_pool_.load(std::memory_order_acquire); }
-  posix::BouncePool& staging() { return *staging_.load(std::memory_order_acquire); }
+  io::StagingPool& staging() { return *staging_.load(std::memory_order_acquire); }
 
   // A File attaches when it opens and detaches once closed (its requests done).
   void attach();
@@ -42,7 +42,7 @@ class RuntimeState {
  private:
   std::atomic<ThreadPool*> pool_;
   std::atomic<ThreadPool*> ordered_pool_;
-  std::atomic<posix::BouncePool*> staging_;
+  std::atomic<io::StagingPool*> staging_;
   mutable std::mutex mu_;
   std::condition_variable idle_;
   std::size_t files_ = 0;

@@ -1,5 +1,5 @@
 // warm_up: the pool's threads take one staging buffer each, in parallel, and give it back to the
-// bounce pool, where the first request's workers find it.
+// staging pool, where the first request's workers find it.
 #include "ferry/warm_up.h"
 
 #include <algorithm>
@@ -11,15 +11,15 @@
 #include "core/thread_pool.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/settings.h"
-#include "posix/bounce_pool.h"
+#include "io/staging_pool.h"
 
 namespace ferry {
 
 void warm_up(int device) {
   const Settings s = settings();
   cuda::use_device(device);  // throws CudaError for no driver or a bad ordinal
-  const std::size_t bounce =
-      (s.bounce_buffer_size + posix::kAlignment - 1) / posix::kAlignment * posix::kAlignment;
+  const std::size_t staging_bytes =
+      (s.bounce_buffer_size + io::kAlignment - 1) / io::kAlignment * io::kAlignment;
   core::RuntimeState& runtime = core::default_runtime();
   core::ThreadPool& pool = runtime.pool();
   pool.ensure_threads(std::max(s.nthreads, s.host_nthreads));
@@ -28,14 +28,14 @@ void warm_up(int device) {
   std::size_t left = s.nthreads;
   std::exception_ptr error;
   // All stagers are held until every job has one, so each job makes its own.
-  std::vector<posix::BouncePool::Handle> held;
+  std::vector<io::StagingPool::Handle> held;
   for (std::size_t i = 0; i < s.nthreads; ++i) {
     pool.submit([&] {
       std::exception_ptr e;
-      posix::BouncePool::Handle h{nullptr, posix::BouncePool::Release{nullptr}};
+      io::StagingPool::Handle h{nullptr, io::StagingPool::Release{nullptr}};
       try {
         cuda::use_device(device);
-        h = runtime.staging().acquire(device, bounce);
+        h = runtime.staging().acquire(device, staging_bytes);
       } catch (...) {
         e = std::current_exception();
       }

@@ -23,8 +23,8 @@
 #include "cufile/cufile_outlook.h"
 #include "cufile/cufile_testing.h"
 #include "ferry/plan.h"
-#include "posix/io_seam.h"
-#include "posix/page_cache.h"
+#include "io/io_seam.h"
+#include "io/page_cache.h"
 #include "posix/posix_backend.h"
 
 namespace ferry {
@@ -227,7 +227,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   Explanation e;
   e.file = path.string();
   FileOptions options{r.direct, r.settings};
-  auto file = std::make_shared<core::OpenFile>(path, "r", options, posix::system_io());
+  auto file = std::make_shared<core::OpenFile>(path, "r", options, io::system_io());
   e.settings = file->settings();
   e.file_size = file->size();
   e.offset = r.offset;
@@ -255,7 +255,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   }
 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
-  e.page_cache = posix::measure_residency(file->fd(), e.offset, e.size);
+  e.page_cache = io::measure_residency(file->fd(), e.offset, e.size);
   core::AcceleratedProbe probe;
   core::RouteFacts facts = core::gather_route_facts(*file, e.settings, e.page_cache, &probe);
   core::RouteDecision route =

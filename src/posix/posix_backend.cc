@@ -15,12 +15,15 @@
 #include "core/runtime_state.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/error.h"
-#include "posix/bounce_pool.h"
-#include "posix/numa_staging.h"
-#include "posix/page_cache.h"
+#include "io/numa_staging.h"
+#include "io/page_cache.h"
+#include "io/staging_pool.h"
 
 namespace ferry::posix {
 namespace {
+
+using io::kAlignment;
+using io::kPipelineDepth;
 
 std::uint64_t align_down(std::uint64_t x) { return x / kAlignment * kAlignment; }
 std::uint64_t align_up(std::uint64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
@@ -61,7 +64,7 @@ class PosixWorker final : public core::Worker {
   }
 
   ~PosixWorker() override {
-    // Copies may still read from the bounce buffers after a failure: drain them before the
+    // Copies may still read from the staging buffers after a failure: drain them before the
     // stager goes back to the pool.
     if (stream_ != nullptr) cuda::driver().StreamSynchronize(stream_);
   }
@@ -90,7 +93,7 @@ class PosixWorker final : public core::Worker {
     end_run();
     if (stream_ != nullptr) {
       cuda::check(cuda::driver().StreamSynchronize(stream_),
-                  "cuStreamSynchronize (copies from bounce buffers)");
+                  "cuStreamSynchronize (copies from staging buffers)");
       std::fill(stager_->pending.begin(), stager_->pending.end(), false);
     }
   }
@@ -154,13 +157,13 @@ class PosixWorker final : public core::Worker {
     moved_ += len;
   }
 
-  // The next bounce slot, once the copy that last used it has completed.
+  // The next staging slot, once the copy that last used it has completed.
   std::size_t next_slot() {
     std::size_t i = stager_->next;
     stager_->next = (i + 1) % stager_->slots.size();
     if (stager_->pending[i]) {
       cuda::check(cuda::driver().EventSynchronize(stager_->events[i]),
-                  "cuEventSynchronize (copy from bounce buffer)");
+                  "cuEventSynchronize (copy from staging buffer)");
       stager_->pending[i] = false;
     }
     return i;
@@ -181,7 +184,7 @@ class PosixWorker final : public core::Worker {
     return fd;
   }
 
-  // Small buffered tasks into GPU memory share a bounce slot, one after the other, and tasks
+  // Small buffered tasks into GPU memory share a staging slot, one after the other, and tasks
   // whose bytes follow each other in the buffer share one copy: a gathered read of 4 KiB rows
   // into one buffer makes one cuMemcpyHtoDAsync per run of rows instead of one per row, which
   // measured 637 k rows/s on the GPU machine, bound by the copies (bench/NOTES.md §18).
@@ -255,14 +258,14 @@ class PosixWorker final : public core::Worker {
       moved_ = read_full(fd, dst, task.size, begin, direct);
       return;
     }
-    // Through the bounce buffers: for O_DIRECT the aligned cover of [begin, end).
+    // Through the staging buffers: for O_DIRECT the aligned cover of [begin, end).
     std::uint64_t pos = direct ? align_down(begin) : begin;
     const std::uint64_t stop = direct ? align_up(end) : end;
     while (pos < stop && !c_.cancelled.load(std::memory_order_relaxed)) {
       const std::size_t len = std::min<std::uint64_t>(stager_->size, stop - pos);
       const std::size_t slot = gpu_ ? next_slot() : 0;
-      char* bounce = stager_->slots[slot];
-      const std::size_t n = read_full(fd, bounce, len, pos, direct);
+      char* staged = stager_->slots[slot];
+      const std::size_t n = read_full(fd, staged, len, pos, direct);
       const std::uint64_t use_begin = std::max(pos, begin);
       const std::uint64_t use_end = std::min(pos + n, end);
       if (use_end > use_begin) {
@@ -271,12 +274,12 @@ class PosixWorker final : public core::Worker {
           const cuda::Driver& d = cuda::driver();
           cuda::check(
               d.MemcpyHtoDAsync(reinterpret_cast<cuda::abi::DevicePtr>(target(task, use_begin)),
-                                bounce + (use_begin - pos), use, stream_),
+                                staged + (use_begin - pos), use, stream_),
               "cuMemcpyHtoDAsync");
           cuda::check(d.EventRecord(stager_->events[slot], stream_), "cuEventRecord");
           stager_->pending[slot] = true;
         } else {
-          std::memcpy(target(task, use_begin), bounce + (use_begin - pos), use);
+          std::memcpy(target(task, use_begin), staged + (use_begin - pos), use);
         }
         moved_ += use;
       }
@@ -286,7 +289,7 @@ class PosixWorker final : public core::Worker {
   }
 
   // Writes [off, off+len) of the task from the caller's buffer through `fd`, staging through
-  // the bounce buffers when the source is GPU memory or O_DIRECT needs an aligned source.
+  // the staging buffers when the source is GPU memory or O_DIRECT needs an aligned source.
   void write_segment(const core::Task& task, int fd, std::uint64_t off, std::size_t len) {
     const char* src = target(task, off);
     const bool aligned_src = reinterpret_cast<std::uintptr_t>(src) % kAlignment == 0;
@@ -301,14 +304,14 @@ class PosixWorker final : public core::Worker {
     std::size_t done = 0;
     while (done < len && !c_.cancelled.load(std::memory_order_relaxed)) {
       const std::size_t n = std::min(stager_->size, len - done);
-      char* bounce = stager_->slots[0];
-      std::memcpy(bounce, src + done, n);
-      write_full(fd, bounce, n, off + done);
+      char* staged = stager_->slots[0];
+      std::memcpy(staged, src + done, n);
+      write_full(fd, staged, n, off + done);
       done += n;
     }
   }
 
-  // A write from GPU memory, double-buffered: the copy of chunk j + 1 into one bounce slot runs
+  // A write from GPU memory, double-buffered: the copy of chunk j + 1 into one staging slot runs
   // while chunk j is written from the other, so that one writer keeps the GPU copy off its
   // critical path (bench/NOTES.md §4). A chunk that nothing overlaps (a segment's first, unless
   // it was copied ahead) is a quarter of the segment (at least 1 MiB, at most a slot, whole
@@ -356,7 +359,7 @@ class PosixWorker final : public core::Worker {
         prefetched_ = {then->src, then_first, copy_from_gpu(then->src, then_first)};
       }
       cuda::check(cuda::driver().EventSynchronize(stager_->events[slot]),
-                  "cuEventSynchronize (copy into a bounce buffer)");
+                  "cuEventSynchronize (copy into a staging buffer)");
       stager_->pending[slot] = false;
       write_full(fd, stager_->slots[slot], n, off + at);
       at += n;
@@ -388,11 +391,11 @@ class PosixWorker final : public core::Worker {
   }
 
   const core::RequestContext& c_;
-  IoSeam& io_;
+  io::IoSeam& io_;
   const bool gpu_;
   const int fd_;
   const int dfd_;
-  BouncePool::Handle stager_{nullptr, BouncePool::Release{nullptr}};
+  io::StagingPool::Handle stager_{nullptr, io::StagingPool::Release{nullptr}};
   cuda::abi::Stream stream_ = nullptr;  // the stager's copy stream for this request (GPU only)
   // Small tasks (read_small_task): the slot they share and how much of it is used, and the run
   // of bytes, adjacent both in the slot and in the buffer, that one copy will move.
@@ -418,7 +421,7 @@ class PosixWorker final : public core::Worker {
 bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, std::size_t size) {
   if (size < kColdTaskMin || !whole.known || whole.resident >= whole.bytes) return false;
   if (whole.resident == 0 && !whole.estimated) return true;
-  PageCacheResidency task = measure_residency(fd, offset, size);
+  PageCacheResidency task = io::measure_residency(fd, offset, size);
   return task.known && task.fraction() < kColdTaskResident;
 }
 
@@ -480,9 +483,9 @@ std::string PosixBackend::describe(Op op, const MemoryInfo& memory, const Settin
   const char* call = op == Op::kRead ? (direct ? "O_DIRECT pread" : "pread")
                                      : (direct ? "O_DIRECT pwrite" : "pwrite");
   if (is_gpu(memory.kind)) {
-    const StagingNode node = staging_node(memory.device);
+    const io::StagingNode node = io::staging_node(memory.device);
     return fmt::format(
-        "{} through pinned bounce buffers ({} x {} per thread, {} thread(s){}), {} "
+        "{} through pinned staging buffers ({} x {} per thread, {} thread(s){}), {} "
         "GPU {} on streams ordered after the default stream",
         call, kPipelineDepth, format_size(bounce_size(settings)), workers,
         node.node >= 0 ? fmt::format(", on NUMA node {}, the GPU's", node.node) : "",
@@ -490,7 +493,7 @@ std::string PosixBackend::describe(Op op, const MemoryInfo& memory, const Settin
   }
   return fmt::format("{} {} the {} buffer{} ({} thread(s))", call,
                      op == Op::kRead ? "straight into" : "straight from", to_string(memory.kind),
-                     direct ? ", through aligned bounce buffers where unaligned" : "", workers);
+                     direct ? ", through aligned staging buffers where unaligned" : "", workers);
 }
 
 }  // namespace ferry::posix

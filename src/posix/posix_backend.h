@@ -1,7 +1,7 @@
 // ferry's own POSIX path. Host memory: pread/pwrite straight into the caller's buffer. GPU
-// memory: pread into pinned bounce buffers, each chunk's copy to the GPU queued on the worker's
+// memory: pread into pinned staging buffers, each chunk's copy to the GPU queued on the worker's
 // stream (ordered after the legacy default stream) while the next chunk is read (kPipelineDepth
-// chunks per worker). Direct I/O: O_DIRECT through page-aligned bounce buffers, unaligned head and
+// chunks per worker). Direct I/O: O_DIRECT through page-aligned staging buffers, unaligned head and
 // tail handled. Cold reads: a read task of a buffered File whose pages are not in the page cache
 // reads with O_DIRECT. Thread-safe; each Worker belongs to one thread.
 #pragma once

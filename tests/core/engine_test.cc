@@ -21,7 +21,7 @@
 #include "core/runtime_state.h"
 #include "core/thread_pool.h"
 #include "ferry/ferry.h"
-#include "posix/io_seam.h"
+#include "io/io_seam.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -32,10 +32,10 @@ using namespace std::chrono_literals;
 
 // The real system calls, recording which threads called pread and how many preads ran at once
 // at most, and optionally slowing each one.
-class WatchedIo final : public posix::IoSeam {
+class WatchedIo final : public io::IoSeam {
  public:
   explicit WatchedIo(std::chrono::microseconds delay = 0us) : delay_(delay) {}
-  int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
+  int open(const char* p, int f, mode_t m) override { return io::system_io().open(p, f, m); }
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
     {
       std::lock_guard lock(mu_);
@@ -48,14 +48,14 @@ class WatchedIo final : public posix::IoSeam {
       std::lock_guard lock(mu_);
       --now_;
     }
-    return posix::system_io().pread(fd, buf, size, offset);
+    return io::system_io().pread(fd, buf, size, offset);
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
-    return posix::system_io().pwrite(fd, buf, size, offset);
+    return io::system_io().pwrite(fd, buf, size, offset);
   }
-  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return posix::system_io().fsync(fd); }
-  int close(int fd) override { return posix::system_io().close(fd); }
+  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return io::system_io().fsync(fd); }
+  int close(int fd) override { return io::system_io().close(fd); }
   std::set<std::thread::id> threads() {
     std::lock_guard lock(mu_);
     return threads_;
@@ -82,7 +82,7 @@ class WatchedIo final : public posix::IoSeam {
   int most_ = 0;
 };
 
-File open_with(const std::filesystem::path& path, posix::IoSeam& io, FileOptions options = {}) {
+File open_with(const std::filesystem::path& path, io::IoSeam& io, FileOptions options = {}) {
   return File(std::make_shared<core::OpenFile>(path, "r", options, io));
 }
 

@@ -15,7 +15,7 @@
 #include "cufile/cufile_testing.h"
 #include "ferry/file.h"
 #include "ferry/settings.h"
-#include "posix/page_cache.h"
+#include "io/page_cache.h"
 #include "test_util.h"
 
 namespace ferry::test {
@@ -39,7 +39,7 @@ inline void use_fake_cufile(const char* library = FERRY_FAKE_CUFILE) {
 inline void use_fake_gds_machine(const char* library = FERRY_FAKE_CUFILE) {
   use_fake_cufile(library);
   cufile::testing::set_root(test_data() / "platform/nvfs_rw_off");
-  posix::testing::set_resident_fraction(0.0);
+  io::testing::set_resident_fraction(0.0);
 }
 
 // Calls one of the double's own counters; 0 when the double was never loaded.

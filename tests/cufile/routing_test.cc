@@ -133,7 +133,7 @@ TEST(CufileRouting, DriverOpenFailureFallsBackWithItsCode) {
 // without opening cuFile's driver (it used to cost 0.5 s per process on the GPU machine).
 TEST(CufileRouting, AutoWithoutNvidiaFsNeverOpensTheDriverAndSaysWhy) {
   test::use_fake_cufile();  // captured tree without nvidia-fs
-  posix::testing::set_resident_fraction(0.0);
+  io::testing::set_resident_fraction(0.0);
   DataFile f(8 * kMiB);
   RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 8 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 0u);
@@ -166,7 +166,7 @@ TEST(CufileRouting, AutoSendsColdRangesToCufileAndResidentOnesThroughThePageCach
   EXPECT_EQ(cold.page_cache.resident, 0u);
   EXPECT_EQ(cold.cufile.nvfs, 4u);
 
-  posix::testing::set_resident_fraction(0.5);
+  io::testing::set_resident_fraction(0.5);
   RouteReport warm = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 16 * kMiB);
   unsetenv("FERRY_FAKE_CUFILE_NVFS");
   EXPECT_EQ(warm.cufile_tasks, 0u);
@@ -181,7 +181,7 @@ TEST(CufileRouting, AutoSendsColdRangesToCufileAndResidentOnesThroughThePageCach
 
 TEST(CufileRouting, StrictModeStillInsistsOnCufileForResidentRanges) {
   test::use_fake_gds_machine();
-  posix::testing::set_resident_fraction(1.0);
+  io::testing::set_resident_fraction(1.0);
   DataFile f(8 * kMiB);
   RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), 8 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 2u);

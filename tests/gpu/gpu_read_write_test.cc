@@ -13,7 +13,7 @@
 #include "core/open_file.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/ferry.h"
-#include "posix/io_seam.h"
+#include "io/io_seam.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -286,21 +286,21 @@ TEST_F(Gpu, WritesFromGpuMemoryInOverlappingChunksLandInOrder) {
 }
 
 // The system calls, with a hook run before each pwrite.
-class PwriteHook final : public posix::IoSeam {
+class PwriteHook final : public io::IoSeam {
  public:
   explicit PwriteHook(std::function<void(std::uint64_t offset, std::size_t size)> hook)
       : hook_(std::move(hook)) {}
-  int open(const char* p, int f, mode_t m) override { return posix::system_io().open(p, f, m); }
+  int open(const char* p, int f, mode_t m) override { return io::system_io().open(p, f, m); }
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
-    return posix::system_io().pread(fd, buf, size, offset);
+    return io::system_io().pread(fd, buf, size, offset);
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
     hook_(static_cast<std::uint64_t>(offset), size);
-    return posix::system_io().pwrite(fd, buf, size, offset);
+    return io::system_io().pwrite(fd, buf, size, offset);
   }
-  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return posix::system_io().fsync(fd); }
-  int close(int fd) override { return posix::system_io().close(fd); }
+  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return io::system_io().fsync(fd); }
+  int close(int fd) override { return io::system_io().close(fd); }
 
  private:
   std::function<void(std::uint64_t, std::size_t)> hook_;
@@ -319,7 +319,7 @@ CtxSynchronizeFn ctx_synchronize() {
 // each task's last pwrite: once every copy queued so far has run, the next task's first bytes
 // are changed on the GPU; the file must hold the bytes from before the change, which it does
 // only if that chunk was copied out before the hook ran. Past the first chunk, the chunks are
-// whole bounce slots: the first task goes as 1 MiB (a quarter, which nothing overlaps) and
+// whole staging slots: the first task goes as 1 MiB (a quarter, which nothing overlaps) and
 // 3 MiB, every later one in one pwrite.
 TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefore) {
   CtxSynchronizeFn sync = ctx_synchronize();
@@ -453,7 +453,7 @@ TEST_F(Gpu, RouteReportNamesTheBouncePathForGpuMemory) {
   for (const RouteReason& reason : r.reasons) {
     if (reason.code == ReasonCode::kEngine) {
       engine = true;
-      EXPECT_NE(reason.text.find("pinned bounce buffers"), std::string::npos) << reason.text;
+      EXPECT_NE(reason.text.find("pinned staging buffers"), std::string::npos) << reason.text;
     }
   }
   EXPECT_TRUE(engine);
@@ -514,7 +514,7 @@ TEST_F(Gpu, SmallRequestsIntoGpuMemoryRunInTheCallersThreadWithTheirRoute) {
     ASSERT_FALSE(r.reasons.empty());
     ASSERT_FALSE(e.reasons.empty());
     EXPECT_EQ(r.reasons[0].code, e.reasons[0].code) << size << ": " << r.to_text();
-    EXPECT_NE(r.to_text().find("bounce buffers"), std::string::npos) << r.to_text();
+    EXPECT_NE(r.to_text().find("staging buffers"), std::string::npos) << r.to_text();
     IoFuture w = file.pwrite(b.data(), std::min<std::size_t>(size, 4096), 0);
     EXPECT_EQ(w.get(), std::min<std::size_t>(size, 4096));
   }
@@ -600,7 +600,7 @@ TEST_F(Gpu, ForkedChildSaysWhyCudaIsGoneAndStillReadsHostMemory) {
                                        "5: host read threw, 6: CUDA worked, 7: error without fork";
 }
 
-// Many small rows into one device buffer (posix_backend.cc shares a bounce slot among small
+// Many small rows into one device buffer (posix_backend.cc shares a staging slot among small
 // tasks and copies rows adjacent in the buffer together): rows back to back, rows with gaps
 // between them, rows of different sizes, larger ones among them; bytes outside the rows stay.
 TEST_F(Gpu, GatheredRowsIntoOneDeviceBufferMatchTheFile) {

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "ferry/ferry.h"
-#include "posix/page_cache.h"
+#include "io/page_cache.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -17,8 +17,8 @@ using test::TempDir;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 struct ResidencyGuard {
-  explicit ResidencyGuard(std::optional<double> f) { posix::testing::set_resident_fraction(f); }
-  ~ResidencyGuard() { posix::testing::set_resident_fraction(std::nullopt); }
+  explicit ResidencyGuard(std::optional<double> f) { io::testing::set_resident_fraction(f); }
+  ~ResidencyGuard() { io::testing::set_resident_fraction(std::nullopt); }
 };
 
 // In the build tree: /tmp may be tmpfs, which refuses O_DIRECT and is always resident.
@@ -99,7 +99,7 @@ TEST(PageCache, MeasuresDroppedAndReadPages) {
   ASSERT_GE(fd, 0);
   fdatasync(fd);
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  PageCacheResidency dropped = posix::measure_residency(fd, 0, f.data.size());
+  PageCacheResidency dropped = io::measure_residency(fd, 0, f.data.size());
   ASSERT_TRUE(dropped.known) << dropped.why_not;
   if (dropped.resident != 0) {
     ::close(fd);
@@ -107,11 +107,64 @@ TEST(PageCache, MeasuresDroppedAndReadPages) {
   }
   std::vector<unsigned char> buf(kMiB);
   ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()));
-  PageCacheResidency first = posix::measure_residency(fd, 0, kMiB);
+  PageCacheResidency first = io::measure_residency(fd, 0, kMiB);
   EXPECT_EQ(first.resident, kMiB) << describe(first);
-  PageCacheResidency tail = posix::measure_residency(fd, 3 * kMiB + 5, kMiB - 5);
+  PageCacheResidency tail = io::measure_residency(fd, 3 * kMiB + 5, kMiB - 5);
   EXPECT_LT(tail.resident, kMiB / 2) << describe(tail);
   ::close(fd);
+}
+
+// Issue 32: one residency measurement, public (ferry/page_cache.h), for the engine, `ferry bench`
+// and ferry.kvikio's get_page_cache_info.
+TEST(PageCacheResidencyCall, MeasuresAFileJustReadAsResidentByPathAndDescriptor) {
+  ColdFile f(3 * kMiB + 100);
+  std::vector<unsigned char> buf(f.data.size());
+  File(f.path, "r").read(buf.data(), buf.size(), 0);
+  for (Residency how : {Residency::kSampled, Residency::kExact}) {
+    const PageCacheResidency whole = page_cache_residency(f.path.string(), 0, std::nullopt, how);
+    ASSERT_TRUE(whole.known) << whole.why_not;
+    EXPECT_EQ(whole.bytes, f.data.size()) << "no length: to the end of the file";
+    EXPECT_EQ(whole.resident, whole.bytes) << whole.method;
+    const PageCacheResidency tail = page_cache_residency(f.path.string(), kMiB, std::nullopt, how);
+    EXPECT_EQ(tail.bytes, f.data.size() - kMiB);
+  }
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  const PageCacheResidency part = page_cache_residency(fd, 4096, 8192, Residency::kExact);
+  EXPECT_TRUE(part.known) << part.why_not;
+  EXPECT_EQ(part.bytes, 8192u);
+  EXPECT_EQ(part.resident, 8192u);
+  EXPECT_EQ(page_cache_residency(fd, f.data.size() + 10).bytes, 0u) << "past the end: nothing";
+  ::close(fd);
+}
+
+TEST(PageCacheResidencyCall, DroppedPagesAreSeenGoneEveryPageLookedAt) {
+  ColdFile f(80 * kMiB);  // over kMincoreExact: the exact kind still looks at every page
+  std::vector<unsigned char> buf(f.data.size());
+  File(f.path, "r").read(buf.data(), buf.size(), 0);
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fdatasync(fd);
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  const PageCacheResidency r = page_cache_residency(fd, 0, std::nullopt, Residency::kExact);
+  ::close(fd);
+  ASSERT_TRUE(r.known) << r.why_not;
+  EXPECT_FALSE(r.estimated);
+  if (r.resident == r.bytes) GTEST_SKIP() << "this file system kept every page (tmpfs?)";
+  EXPECT_LT(r.fraction(), 0.5) << r.method;
+}
+
+TEST(PageCacheResidencyCall, AMissingFileIsAnErrorNamingIt) {
+  TempDir dir;
+  const std::string missing = (dir / "missing.bin").string();
+  try {
+    page_cache_residency(missing);
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+    EXPECT_EQ(e.error_code(), ENOENT);
+  }
+  EXPECT_FALSE(page_cache_residency(-1, 0, std::nullopt).known) << "a bad descriptor: unknown";
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 
 #include "core/open_file.h"
 #include "ferry/ferry.h"
-#include "posix/io_seam.h"
+#include "io/io_seam.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -19,7 +19,7 @@ namespace {
 using test::TempDir;
 
 // Passes calls to the real system, except the faults it was told to inject.
-class FaultyIo final : public posix::IoSeam {
+class FaultyIo final : public io::IoSeam {
  public:
   std::atomic<int> eintr_left{0};            // the next N preads/pwrites fail with EINTR
   std::atomic<bool> short_transfers{false};  // every transfer moves at most 1000 bytes
@@ -29,21 +29,21 @@ class FaultyIo final : public posix::IoSeam {
   std::atomic<int> calls{0};
 
   int open(const char* path, int flags, mode_t mode) override {
-    return posix::system_io().open(path, flags, mode);
+    return io::system_io().open(path, flags, mode);
   }
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
     if (ssize_t r = fault(size, offset); r != 0) return r;
-    return posix::system_io().pread(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
+    return io::system_io().pread(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
                                     offset);
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
     if (ssize_t r = fault(size, offset); r != 0) return r;
-    return posix::system_io().pwrite(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
+    return io::system_io().pwrite(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
                                      offset);
   }
-  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return posix::system_io().fsync(fd); }
-  int close(int fd) override { return posix::system_io().close(fd); }
+  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return io::system_io().fsync(fd); }
+  int close(int fd) override { return io::system_io().close(fd); }
 
  private:
   ssize_t fault(size_t size, off_t offset) {
@@ -185,21 +185,21 @@ TEST(FaultInjection, CloseWaitsForRequestsInFlightAndThenRefusesNewOnes) {
   EXPECT_THROW(f.read(buf.data(), 1, 0), IoError);
 }
 
-class FailingClose final : public posix::IoSeam {
+class FailingClose final : public io::IoSeam {
  public:
   int open(const char* p, int flags, mode_t mode) override {
-    return posix::system_io().open(p, flags, mode);
+    return io::system_io().open(p, flags, mode);
   }
   ssize_t pread(int fd, void* b, size_t n, off_t o) override {
-    return posix::system_io().pread(fd, b, n, o);
+    return io::system_io().pread(fd, b, n, o);
   }
   ssize_t pwrite(int fd, const void* b, size_t n, off_t o) override {
-    return posix::system_io().pwrite(fd, b, n, o);
+    return io::system_io().pwrite(fd, b, n, o);
   }
-  int fstat(int fd, struct stat* st) override { return posix::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return posix::system_io().fsync(fd); }
+  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return io::system_io().fsync(fd); }
   int close(int fd) override {
-    posix::system_io().close(fd);
+    io::system_io().close(fd);
     errno = EIO;  // as NFS reports a write that failed to reach the server
     return -1;
   }

@@ -1,7 +1,7 @@
-// Staging placed on its GPU's NUMA node (posix/numa_staging.h): the node read from a sysfs tree,
+// Staging placed on its GPU's NUMA node (io/numa_staging.h): the node read from a sysfs tree,
 // no preference on one node or where sysfs says nothing, and the kernel's placement policy set on
 // real memory.
-#include "posix/numa_staging.h"
+#include "io/numa_staging.h"
 
 #include <gtest/gtest.h>
 #include <linux/mempolicy.h>
@@ -14,7 +14,7 @@
 
 #include "platform/fake_tree.h"
 
-namespace ferry::posix {
+namespace ferry::io {
 namespace {
 
 using platform::testing::FakeTree;
@@ -90,4 +90,4 @@ TEST(NumaStaging, ThePreferenceIsSetOnTheMemory) {
 }
 
 }  // namespace
-}  // namespace ferry::posix
+}  // namespace ferry::io

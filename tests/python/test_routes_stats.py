@@ -1,6 +1,7 @@
 """Route reports and process counters: every C++ field is bound, text and dict forms agree."""
 
 import json
+import os
 import pickle
 
 import numpy as np
@@ -94,6 +95,23 @@ def test_report_carries_residency_and_workers(data_file):
     assert 0.0 <= r.page_cache.fraction <= 1.0
     assert r.workers >= 1 and r.direct_tasks == 0
     assert "page cache before the request" in r.to_text()
+
+
+def test_page_cache_residency_is_one_public_call(data_file, tmp_path):
+    # Issue 32: the engine's residency measurement, public: by path (str or PathLike) or by
+    # descriptor, a range or the rest of the file, sampled or every page.
+    path, data = data_file
+    _read(path, len(data))
+    whole = ferry.page_cache_residency(path, exact=True)
+    assert isinstance(whole, ferry.PageCacheResidency)
+    assert whole.known, whole.why_not
+    assert whole.bytes == len(data) and whole.resident == len(data) and not whole.estimated
+    with open(path, "rb") as f:
+        part = ferry.page_cache_residency(f.fileno(), 4096, 4096)
+    assert (part.bytes, part.resident) == (4096, 4096)
+    assert ferry.page_cache_residency(os.fspath(path), len(data)).bytes == 0
+    with pytest.raises(ferry.IoError, match="missing.bin"):
+        ferry.page_cache_residency(tmp_path / "missing.bin")
 
 
 def test_to_dict_keys_are_the_attributes(data_file):

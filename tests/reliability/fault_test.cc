@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ferry/ferry.h"
-#include "posix/page_cache.h"
+#include "io/page_cache.h"
 #include "reliability/scripted_io.h"
 #include "test_util.h"
 
@@ -204,11 +204,11 @@ TEST(Faults, ColdTasksOnAFileThatRefusesDirectIoStayBufferedAndSaySo) {
   test::write_file(path, data);
   ScriptedIo io;
   io.refuse_direct = true;
-  posix::testing::set_resident_fraction(0.0);
+  io::testing::set_resident_fraction(0.0);
   File f = test::open_scripted(io, path, "r", "1MiB", "2");
   std::vector<unsigned char> buf(data.size());
   EXPECT_EQ(f.read(buf.data(), buf.size()), buf.size());
-  posix::testing::set_resident_fraction(std::nullopt);
+  io::testing::set_resident_fraction(std::nullopt);
   EXPECT_EQ(buf, data);
   RouteReport r = f.last_route();
   EXPECT_EQ(r.direct_tasks, 0u);
@@ -297,7 +297,7 @@ TEST(Faults, EioUnderODirectNamesTheDirectCallAndThePoolStaysUsable) {
   File f = test::open_scripted(io, path, "r", "64KiB", "4", /*direct=*/true);
   std::vector<unsigned char> buf(data.size());
   try {
-    f.read(buf.data() + 1, buf.size() - 1, 1);  // unaligned: through the bounce buffers
+    f.read(buf.data() + 1, buf.size() - 1, 1);  // unaligned: through the staging buffers
     FAIL() << "read reported success despite EIO";
   } catch (const IoError& e) {
     EXPECT_EQ(e.error_code(), EIO);

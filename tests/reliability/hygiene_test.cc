@@ -67,13 +67,13 @@ TEST(Hygiene, TenThousandOpenReadCloseCyclesLeakNothing) {
   std::vector<unsigned char> buf(data.size());
   auto cycle = [&](int i) {
     FileOptions o = options;
-    o.direct = i % 4 == 0;  // a quarter through O_DIRECT and the bounce pool
+    o.direct = i % 4 == 0;  // a quarter through O_DIRECT and the staging pool
     File f(dir / "f.bin", "r", o);
     std::size_t off = static_cast<std::size_t>(i % 7) * 1000;
     ASSERT_EQ(f.read(buf.data(), data.size() - off, off), data.size() - off);
     ASSERT_EQ(buf[0], data[off]);
   };
-  for (int i = 0; i < 200; ++i) cycle(i);  // warm up: the pool, the bounce buffers, stats
+  for (int i = 0; i < 200; ++i) cycle(i);  // warm up: the pool, the staging buffers, stats
   const std::size_t fds = open_fds(), others = threads() - pool_threads(), rss = rss_kib();
   for (int i = 0; i < kCycles; ++i) {
     cycle(i);

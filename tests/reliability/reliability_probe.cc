@@ -35,7 +35,7 @@ int override_and_read(const std::string& field, const char* value, const char* p
   if (field == "bounce_buffer_size") options.settings.bounce_buffer_size = v;
   File f(path, "r", options);
   std::vector<char> buf(f.size() + 1);
-  // Unaligned, so that O_DIRECT goes through the bounce buffers.
+  // Unaligned, so that O_DIRECT goes through the staging buffers.
   std::size_t n = f.read(buf.data() + 1, buf.size() - 1, 1);
   std::printf("read %zu bytes\n", n);
   return 0;

@@ -17,11 +17,11 @@
 
 #include "core/open_file.h"
 #include "ferry/file.h"
-#include "posix/io_seam.h"
+#include "io/io_seam.h"
 
 namespace ferry::test {
 
-class ScriptedIo final : public posix::IoSeam {
+class ScriptedIo final : public io::IoSeam {
  public:
   // A transfer covering `fail_offset` fails with `fail_errno` (every time, or `fail_times`).
   std::int64_t fail_offset = -1;
@@ -61,7 +61,7 @@ class ScriptedIo final : public posix::IoSeam {
       errno = open_errno != 0 ? open_errno : EINVAL;
       return -1;
     }
-    int fd = posix::system_io().open(path, flags, mode);
+    int fd = io::system_io().open(path, flags, mode);
     if (fd >= 0) opens.fetch_add(1);
     return fd;
   }
@@ -71,7 +71,7 @@ class ScriptedIo final : public posix::IoSeam {
       if (::truncate(truncate_path.c_str(), static_cast<off_t>(truncate_to)) != 0) return -1;
     }
     if (ssize_t r = fault(size, offset); r != 0) return r;
-    ssize_t n = posix::system_io().pread(fd, buf, size, offset);
+    ssize_t n = io::system_io().pread(fd, buf, size, offset);
     if (direct_read_cap > 0 && n > static_cast<ssize_t>(direct_read_cap) &&
         (fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
       n = static_cast<ssize_t>(direct_read_cap);  // the rest arrived, but is not reported
@@ -82,7 +82,7 @@ class ScriptedIo final : public posix::IoSeam {
     Scope scope(*this);
     if (ssize_t r = fault(size, offset); r != 0) return r;
     if (zero_writes) return 0;
-    ssize_t n = posix::system_io().pwrite(fd, buf, size, offset);
+    ssize_t n = io::system_io().pwrite(fd, buf, size, offset);
     if (n > 0) bytes_written.fetch_add(static_cast<std::uint64_t>(n));
     return n;
   }
@@ -92,7 +92,7 @@ class ScriptedIo final : public posix::IoSeam {
       errno = fstat_errno;
       return -1;
     }
-    const int r = posix::system_io().fstat(fd, st);
+    const int r = io::system_io().fstat(fd, st);
     if (r == 0 && stat_size >= 0) st->st_size = static_cast<off_t>(stat_size);
     return r;
   }
@@ -101,7 +101,7 @@ class ScriptedIo final : public posix::IoSeam {
       errno = fsync_errno;
       return -1;
     }
-    return posix::system_io().fsync(fd);
+    return io::system_io().fsync(fd);
   }
   int fallocate(int fd, int mode, off_t offset, off_t len) override {
     fallocates.fetch_add(1);
@@ -110,11 +110,11 @@ class ScriptedIo final : public posix::IoSeam {
       errno = fallocate_errno;
       return -1;
     }
-    return posix::system_io().fallocate(fd, mode, offset, len);
+    return io::system_io().fallocate(fd, mode, offset, len);
   }
   int close(int fd) override {
     closes.fetch_add(1);
-    int r = posix::system_io().close(fd);
+    int r = io::system_io().close(fd);
     if (r == 0 && close_errno != 0) {
       errno = close_errno;
       return -1;

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,10 +44,10 @@ Modes, for gdsio users:
       -x 0 GPU_DIRECT       -> --memory gpu:D --route cufile (cuFile; --route gds also refuses
                                cuFile's POSIX compatibility path, as true GDS would)
       -x 1 CPU_ONLY         -> --memory host --route posix
-      -x 2 CPU_GPU          -> --memory gpu:D --route posix (pread into pinned bounce buffers,
+      -x 2 CPU_GPU          -> --memory gpu:D --route posix (pread into pinned staging buffers,
                                then a copy to the GPU: ferry's POSIX path)
       -x 3 CPU_ASYNC_GPU    -> the same as -x 2: ferry's POSIX path already overlaps the copy to
-                               the GPU with the next read (two bounce buffers per worker)
+                               the GPU with the next read (two staging buffers per worker)
       -x 4 CPU_CACHED_GPU, 5 GPU_DIRECT_ASYNC, 6 GPU_BATCH, 7 GPU_BATCH_STREAM: no ferry
                                equivalent (ferry calls neither cuFile's stream nor batch API)
       gdsio opens files with O_DIRECT; add --direct to measure the same thing, or --cold to
@@ -64,7 +63,7 @@ Routes: auto (ferry decides and says why), posix (compat mode on: cuFile is neve
   adds nothing: use more --jobs.
 Warm or cold: warm reads find the file in the page cache (it is read once first); --cold drops
   its pages with posix_fadvise(DONTNEED) before every run (no root needed) and says how much of
-  the file the kernel kept anyway (tmpfs, pages mapped elsewhere), measured with mincore.
+  the file the kernel kept anyway (tmpfs, pages mapped elsewhere), measured page by page.
 Latency is per request, from the call to its completion as the thread sees it (in order).
 Output: a table on a terminal, one JSON object per case with --json (python -m ferry.plot
   draws them). --compare adds, per case, a plain loop of pread (into a pinned buffer and a copy
@@ -277,22 +276,12 @@ class BenchFile {
   std::string note_;
 };
 
-// The fraction of the file's pages in the page cache, by mincore(2) over a read-only mapping.
+// The fraction of the file's pages in the page cache, every page looked at (ferry's one
+// residency measurement, ferry/page_cache.h).
 double resident_fraction(const std::string& path, std::uint64_t size) {
-  if (size == 0) return 1.0;
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw Error(fmt::format("open {}: {}", path, std::strerror(errno)));
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) throw Error(fmt::format("mmap {}: {}", path, std::strerror(errno)));
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  const int rc = ::mincore(map, size, vec.data());
-  ::munmap(map, size);
-  if (rc != 0) throw Error(fmt::format("mincore {}: {}", path, std::strerror(errno)));
-  std::size_t resident = 0;
-  for (unsigned char v : vec) resident += v & 1;
-  return static_cast<double>(resident) / static_cast<double>(vec.size());
+  const PageCacheResidency r = page_cache_residency(path, 0, size, Residency::kExact);
+  if (!r.known) throw Error(fmt::format("page-cache residency of {}: {}", path, r.why_not));
+  return r.fraction();
 }
 
 // Cold: written-back, then the file's pages dropped. Returns what stayed resident.
@@ -319,7 +308,7 @@ double clean_pages(const std::string& path, std::uint64_t size) {
   return resident_fraction(path, size);
 }
 
-// Warm: every page read once (skipped when mincore finds them all there already).
+// Warm: every page read once (skipped when they are all there already).
 double warm_pages(const std::string& path, std::uint64_t size) {
   if (resident_fraction(path, size) >= 1.0) return 1.0;
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -679,7 +668,7 @@ void print_row(const nlohmann::json& j) {
 
 // --- The command --------------------------------------------------------------------------
 
-struct Plan {
+struct Sweep {  // the cases one `ferry bench` runs
   Mode mode = Mode::kRead;
   std::vector<std::size_t> sizes;
   std::vector<int> threads;
@@ -690,8 +679,8 @@ struct Plan {
 
 constexpr std::size_t kSmallestRequest = 512;
 
-Plan make_plan(const BenchArgs& a) {
-  Plan p;
+Sweep make_sweep(const BenchArgs& a) {
+  Sweep p;
   p.mode = parse_mode(a.mode);
   for (const std::string& s : split_list(a.sizes)) {
     p.sizes.push_back(size_option(s, "--io-size"));
@@ -768,8 +757,8 @@ Plan make_plan(const BenchArgs& a) {
 }
 
 int run(const BenchArgs& a) {
-  Plan plan = make_plan(a);
-  const bool write = is_write(plan.mode);
+  Sweep sweep = make_sweep(a);
+  const bool write = is_write(sweep.mode);
   // The file's size is known before it is made, so that a request larger than the file is
   // refused without writing a 1 GiB file first.
   std::uint64_t planned = 0;
@@ -779,32 +768,32 @@ int run(const BenchArgs& a) {
   } else {
     planned = size_option(a.file_size, "--file-size");
   }
-  const std::size_t largest = *std::max_element(plan.sizes.begin(), plan.sizes.end());
-  const int most = *std::max_element(plan.threads.begin(), plan.threads.end());
-  if (!ec && planned / largest < static_cast<std::uint64_t>(is_random(plan.mode) ? 1 : most)) {
+  const std::size_t largest = *std::max_element(sweep.sizes.begin(), sweep.sizes.end());
+  const int most = *std::max_element(sweep.threads.begin(), sweep.threads.end());
+  if (!ec && planned / largest < static_cast<std::uint64_t>(is_random(sweep.mode) ? 1 : most)) {
     throw Error(fmt::format(
         "the file ({}) holds {} request(s) of {}: fewer than {}; use a larger --file-size",
         format_size(planned), planned / largest, format_size(largest),
-        is_random(plan.mode) ? "one" : "one per thread"));
+        is_random(sweep.mode) ? "one" : "one per thread"));
   }
   BenchFile file(a, write);
-  if (!file.note().empty()) plan.notes.push_back(file.note());
+  if (!file.note().empty()) sweep.notes.push_back(file.note());
   const std::uint64_t total = a.total.empty() ? file.size() : size_option(a.total, "--total");
   if (a.cold && a.seconds <= 0 && total > file.size()) {
-    plan.notes.push_back(fmt::format(
+    sweep.notes.push_back(fmt::format(
         "--total ({}) is more than the file ({}): what is read again after the first pass comes "
         "from the page cache",
         format_size(total), format_size(file.size())));
   }
   const std::string page_state = write ? "" : a.cold ? "cold" : "warm";
   if (!a.json) {
-    fmt::print("ferry bench: {} of {} ({}{}), {}{}{}\n", mode_name(plan.mode), file.path(),
+    fmt::print("ferry bench: {} of {} ({}{}), {}{}{}\n", mode_name(sweep.mode), file.path(),
                format_size(file.size()), file.temporary() ? ", temporary" : "",
                a.seconds > 0 ? fmt::format("{} s per case", a.seconds)
                              : fmt::format("{} per case", format_size(total)),
                page_state.empty() ? "" : ", " + page_state + " page cache",
                a.direct ? ", O_DIRECT" : "");
-    for (const std::string& n : plan.notes) fmt::print("note: {}\n", n);
+    for (const std::string& n : sweep.notes) fmt::print("note: {}\n", n);
     print_header();
   }
   int failures = 0;
@@ -813,12 +802,13 @@ int run(const BenchArgs& a) {
     if (write) {
       j["page_cache_before"] = {{"resident_fraction", clean_pages(file.path(), file.size())},
                                 {"dirty", false},
-                                {"method", "fdatasync, then mincore"}};
+                                {"method", "fdatasync, then ferry::page_cache_residency (every page)"}};
       return;
     }
     const double kept =
         a.cold ? drop_pages(file.path(), file.size()) : warm_pages(file.path(), file.size());
-    j["page_cache_before"] = {{"resident_fraction", kept}, {"method", "mincore"}};
+    j["page_cache_before"] = {{"resident_fraction", kept},
+                                {"method", "ferry::page_cache_residency (every page)"}};
     if (a.cold && kept > 0.01) {
       j["cold"] = false;
       j["cold_note"] = fmt::format(
@@ -827,8 +817,8 @@ int run(const BenchArgs& a) {
           kept * 100);
     }
   };
-  for (const Memory& memory : plan.memories) {
-    for (const std::string& route : plan.routes) {
+  for (const Memory& memory : sweep.memories) {
+    for (const std::string& route : sweep.routes) {
       FileOptions options;
       options.direct = a.direct;
       options.settings = route_settings(route);
@@ -838,11 +828,11 @@ int run(const BenchArgs& a) {
       }
       if (!a.task_size.empty())
         options.settings.task_size = size_option(a.task_size, "--task-size");
-      for (int threads : plan.threads) {
-        for (std::size_t io : plan.sizes) {
-          Load load{plan.mode, io, threads, a.depth, total, a.seconds, file.size(), a.seed};
+      for (int threads : sweep.threads) {
+        for (std::size_t io : sweep.sizes) {
+          Load load{sweep.mode, io, threads, a.depth, total, a.seconds, file.size(), a.seed};
           nlohmann::json j = {{"case", "ferry"},
-                              {"mode", mode_name(plan.mode)},
+                              {"mode", mode_name(sweep.mode)},
                               {"io_size", io},
                               {"threads", threads},
                               {"depth", a.depth},
@@ -854,9 +844,9 @@ int run(const BenchArgs& a) {
                               {"file", file.path()},
                               {"file_size", file.size()}};
           if (!write) j["cold"] = a.cold;
-          if (!plan.notes.empty()) j["notes"] = plan.notes;
+          if (!sweep.notes.empty()) j["notes"] = sweep.notes;
           const std::string label =
-              fmt::format("{} {} x{}", mode_name(plan.mode), format_size(io), threads);
+              fmt::format("{} {} x{}", mode_name(sweep.mode), format_size(io), threads);
           try {
             Slots slots(memory, threads, a.depth, io, write);
             std::optional<RouteReport> first;
@@ -916,7 +906,7 @@ int run(const BenchArgs& a) {
               Load copy = load;
               copy.depth = 1;
               nlohmann::json c = {{"case", "ceiling"},
-                                  {"mode", mode_name(plan.mode)},
+                                  {"mode", mode_name(sweep.mode)},
                                   {"io_size", io},
                                   {"threads", threads},
                                   {"depth", 1},
@@ -937,7 +927,7 @@ int run(const BenchArgs& a) {
             if (a.json) {
               fmt::print("{}\n", json_text(j));
             } else {
-              fmt::print("{:<9} {:>8} {:>3} {:>3} {:<8} {:<10} failed: {}\n", mode_name(plan.mode),
+              fmt::print("{:<9} {:>8} {:>3} {:>3} {:<8} {:<10} failed: {}\n", mode_name(sweep.mode),
                          format_size(io), threads, a.depth, memory.name, route, e.what());
             }
           }

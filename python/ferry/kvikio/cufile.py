@@ -13,7 +13,6 @@ queued on the stream before the call has finished, work queued after it sees the
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import io
 import mmap
@@ -426,37 +425,14 @@ def _open_for(file: Any, who: str) -> tuple[int, bool]:
                      f"{type(file).__name__}")
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_WINDOW = 1 << 30  # bytes mapped at a time
-
-
 def _resident_pages(fd: int, size: int) -> int:
-    """Pages of the first `size` bytes of `fd` in the page cache (mmap + mincore: maps the file
-    without reading it, and asks the kernel which pages are resident)."""
-    page = mmap.PAGESIZE
-    resident = 0
-    for start in range(0, size, _WINDOW):
-        length = min(_WINDOW, size - start)
-        address = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
-        if address is None or address == _MAP_FAILED:
-            code = ctypes.get_errno()
-            raise OSError(code, f"mmap for mincore: {os.strerror(code)}")
-        try:
-            pages = (length + page - 1) // page
-            vec = (ctypes.c_ubyte * pages)()
-            if _libc.mincore(ctypes.c_void_p(address), length, vec) != 0:
-                code = ctypes.get_errno()
-                raise OSError(code, f"mincore: {os.strerror(code)}")
-            resident += sum(b & 1 for b in bytes(vec))
-        finally:
-            _libc.munmap(ctypes.c_void_p(address), length)
-    return resident
+    """Pages of the first `size` bytes of `fd` in the page cache, every page looked at (ferry's
+    one residency measurement: cachestat, else mincore a window at a time)."""
+    r = _ferry.page_cache_residency(fd, 0, size, exact=True)
+    if not r.known:
+        raise OSError(errno.EIO, f"page-cache residency: {r.why_not}")
+    # The resident bytes of a range from offset 0 are whole pages, the last one cut at the size.
+    return (r.resident + mmap.PAGESIZE - 1) // mmap.PAGESIZE
 
 
 def get_page_cache_info(file: Union[PathLike, int, io.IOBase]) -> tuple[int, int]:

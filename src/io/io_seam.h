@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-namespace ferry::posix {
+namespace ferry::io {
 
 class IoSeam {
  public:
@@ -25,4 +25,4 @@ class IoSeam {
 // The real system calls.
 IoSeam& system_io();
 
-}  // namespace ferry::posix
+}  // namespace ferry::io

@@ -1,9 +1,9 @@
-#include "posix/io_seam.h"
+#include "io/io_seam.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace ferry::posix {
+namespace ferry::io {
 namespace {
 
 class SystemIo final : public IoSeam {
@@ -35,4 +35,4 @@ IoSeam& system_io() {
   return *io;
 }
 
-}  // namespace ferry::posix
+}  // namespace ferry::io

@@ -1,4 +1,4 @@
-#include "posix/bounce_pool.h"
+#include "io/staging_pool.h"
 
 #include <sys/mman.h>
 
@@ -11,9 +11,9 @@
 #include <new>
 
 #include "cuda/cuda_driver.h"
-#include "posix/numa_staging.h"
+#include "io/numa_staging.h"
 
-namespace ferry::posix {
+namespace ferry::io {
 namespace {
 
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
@@ -24,7 +24,7 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 // threads (64 MiB: 40 ms), where this costs 11 to 17 ms for 64 MiB, most of it page faults that
 // run in each worker's own thread. Returns null when registration fails (the caller then uses
 // cuMemHostAlloc). Kept for the life of the process, like every stager.
-// `node` >= 0: the pages are placed on that NUMA node (the GPU's, posix/numa_staging.h) as they
+// `node` >= 0: the pages are placed on that NUMA node (the GPU's, io/numa_staging.h) as they
 // are first written below.
 char* map_and_register(std::size_t bytes, int node, void** mapping, std::size_t* mapped_bytes) {
   const std::size_t mapped = bytes + kHugePage;  // room to align the region to a huge page
@@ -99,7 +99,7 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
       } else {
         void* p = nullptr;
         cuda::check(cuda::driver().MemHostAlloc(&p, size, cuda::abi::kMemHostAllocPortable),
-                    "cuMemHostAlloc (bounce buffer)");
+                    "cuMemHostAlloc (staging buffer)");
         slot = static_cast<char*>(p);
       }
     }
@@ -123,7 +123,7 @@ std::unique_ptr<Stager> create(int device, std::size_t size) {
 
 }  // namespace
 
-BouncePool::Handle BouncePool::acquire(int device, std::size_t size) {
+StagingPool::Handle StagingPool::acquire(int device, std::size_t size) {
   {
     std::lock_guard lock(mu_);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -137,17 +137,17 @@ BouncePool::Handle BouncePool::acquire(int device, std::size_t size) {
   return Handle(create(device, size).release(), Release{this});
 }
 
-void BouncePool::release(Stager* stager) {
+void StagingPool::release(Stager* stager) {
   std::lock_guard lock(mu_);
   free_.emplace_back(stager);
 }
 
-std::size_t BouncePool::idle() const {
+std::size_t StagingPool::idle() const {
   std::lock_guard lock(mu_);
   return free_.size();
 }
 
-std::size_t BouncePool::free_idle() {
+std::size_t StagingPool::free_idle() {
   std::vector<std::unique_ptr<Stager>> idle;
   {
     std::lock_guard lock(mu_);
@@ -168,8 +168,8 @@ std::size_t BouncePool::free_idle() {
   return bytes;
 }
 
-BouncePool::~BouncePool() {
+StagingPool::~StagingPool() {
   for (auto& s : free_) destroy(*s);
 }
 
-}  // namespace ferry::posix
+}  // namespace ferry::io

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace ferry::posix {
+namespace ferry::io {
 
 struct StagingNode {
   int node = -1;    // -1: no preference
@@ -30,4 +30,4 @@ StagingNode staging_node(int device);
 // Returns false (errno set) where the kernel refuses; the memory stays usable.
 bool prefer_node(void* p, std::size_t bytes, int node);
 
-}  // namespace ferry::posix
+}  // namespace ferry::io

@@ -13,7 +13,7 @@
 
 #include "cuda/cuda_abi.h"
 
-namespace ferry::posix {
+namespace ferry::io {
 
 constexpr std::size_t kAlignment = 4096;   // O_DIRECT offsets, lengths and buffers
 constexpr std::size_t kPipelineDepth = 2;  // chunks in flight per worker: read k+1, copy k
@@ -32,10 +32,10 @@ struct Stager {
   char* registered = nullptr;
 };
 
-class BouncePool {
+class StagingPool {
  public:
   struct Release {
-    BouncePool* pool;
+    StagingPool* pool;
     void operator()(Stager* s) const { pool->release(s); }
   };
   using Handle = std::unique_ptr<Stager, Release>;
@@ -47,10 +47,10 @@ class BouncePool {
   // Frees the stagers waiting for reuse (those in use stay); returns the bytes of their buffers.
   std::size_t free_idle();
 
-  BouncePool() = default;
-  ~BouncePool();
-  BouncePool(const BouncePool&) = delete;
-  BouncePool& operator=(const BouncePool&) = delete;
+  StagingPool() = default;
+  ~StagingPool();
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
 
  private:
   void release(Stager* stager);
@@ -58,4 +58,4 @@ class BouncePool {
   std::vector<std::unique_ptr<Stager>> free_;
 };
 
-}  // namespace ferry::posix
+}  // namespace ferry::io

@@ -7,16 +7,19 @@
 #include <cstdint>
 #include <optional>
 
+#include "ferry/page_cache.h"
 #include "ferry/route.h"
 
-namespace ferry::posix {
+namespace ferry::io {
 
 // Ranges up to this size are checked page by page with mincore; larger ones are sampled.
 constexpr std::uint64_t kMincoreExact = std::uint64_t{64} << 20;
 
-// The residency of [offset, offset + len) of `fd`. Never throws: a failure is reported as
-// unknown with the reason.
-PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t len);
+// The residency of [offset, offset + len) of `fd` (ferry::page_cache_residency's work; the
+// engine's calls take the sampled kind). Never throws: a failure is reported as unknown with the
+// reason.
+PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t len,
+                                     Residency how = Residency::kSampled);
 
 namespace testing {
 // TEST ONLY: when set, measure_residency reports this fraction of every range as resident
@@ -24,4 +27,4 @@ namespace testing {
 void set_resident_fraction(std::optional<double> fraction);
 }  // namespace testing
 
-}  // namespace ferry::posix
+}  // namespace ferry::io

@@ -1,7 +1,9 @@
-#include "posix/page_cache.h"
+#include "io/page_cache.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,7 +13,9 @@
 #include <cstring>
 #include <vector>
 
-namespace ferry::posix {
+#include "ferry/error.h"
+
+namespace ferry::io {
 namespace {
 
 // cachestat(2), Linux 6.5; the same number on every architecture that uses the generic table.
@@ -75,7 +79,8 @@ long long by_mincore(int fd, std::uint64_t first, std::uint64_t last) {
 
 }  // namespace
 
-PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t len) {
+PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t len,
+                                     Residency how) {
   PageCacheResidency r;
   r.bytes = len;
   if (len == 0) {
@@ -97,13 +102,19 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
   if (by_cachestat(fd, first, last, &pages)) {
     r.known = true;
     r.method = "cachestat";
-  } else if (span <= kMincoreExact) {
-    long long n = by_mincore(fd, first, last);
-    if (n < 0) {
-      r.why_not = fmt::format("cachestat unavailable and mincore failed: {}", std::strerror(errno));
-      return r;
+  } else if (span <= kMincoreExact || how == Residency::kExact) {
+    // A window at a time, so that a large file is never mapped whole.
+    constexpr std::uint64_t kWindowBytes = std::uint64_t{1} << 30;
+    const std::uint64_t window = std::max<std::uint64_t>(kWindowBytes / ps, 1);
+    for (std::uint64_t start = first; start < last; start += window) {
+      long long n = by_mincore(fd, start, std::min(last, start + window));
+      if (n < 0) {
+        r.why_not =
+            fmt::format("cachestat unavailable and mincore failed: {}", std::strerror(errno));
+        return r;
+      }
+      pages += static_cast<std::uint64_t>(n);
     }
-    pages = static_cast<std::uint64_t>(n);
     r.known = true;
     r.method = "mincore";
   } else {
@@ -140,4 +151,34 @@ void set_resident_fraction(std::optional<double> fraction) {
 }
 }  // namespace testing
 
-}  // namespace ferry::posix
+}  // namespace ferry::io
+
+namespace ferry {
+
+PageCacheResidency page_cache_residency(int fd, std::uint64_t offset,
+                                        std::optional<std::uint64_t> length, Residency how) {
+  if (!length) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      PageCacheResidency r;
+      r.why_not = fmt::format("fstat of descriptor {}: {}", fd, std::strerror(errno));
+      return r;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    length = size > offset ? size - offset : 0;
+  }
+  return io::measure_residency(fd, offset, *length, how);
+}
+
+PageCacheResidency page_cache_residency(const std::string& path, std::uint64_t offset,
+                                        std::optional<std::uint64_t> length, Residency how) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw IoError(errno, "open (to measure page-cache residency)", path, offset, length.value_or(0));
+  }
+  PageCacheResidency r = page_cache_residency(fd, offset, length, how);
+  ::close(fd);
+  return r;
+}
+
+}  // namespace ferry

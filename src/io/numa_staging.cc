@@ -1,4 +1,4 @@
-#include "posix/numa_staging.h"
+#include "io/numa_staging.h"
 
 #include <fmt/format.h>
 #include <linux/mempolicy.h>
@@ -17,7 +17,7 @@
 #include "platform/pci_topology.h"
 #include "platform/text_file.h"
 
-namespace ferry::posix {
+namespace ferry::io {
 
 int count_node_list(std::string_view list) {
   while (!list.empty() && std::isspace(static_cast<unsigned char>(list.back())))
@@ -99,4 +99,4 @@ bool prefer_node(void* p, std::size_t bytes, int node) {
                  mask.size() * CHAR_BIT * sizeof(unsigned long), 0) == 0;
 }
 
-}  // namespace ferry::posix
+}  // namespace ferry::io
