@@ -580,28 +580,22 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
                       : std::min<std::uint64_t>(spec.size, file_size - spec.offset);
     }
     if (!tasks) tasks.emplace(spec.offset, effective, settings.task_size);
-    if (op == Op::kRead) {
-      // A gathered read measures the span from its first byte to its last.
-      std::uint64_t span = effective;
-      if (spec.gathered) {
-        span = 0;
-        for (const ReadRange& r : spec.ranges) {
-          if (r.size > 0)
-            span = std::max<std::uint64_t>(span, r.file_offset + r.size - spec.offset);
-        }
+    // A gathered read measures the span from its first byte to its last.
+    std::uint64_t span = effective;
+    if (op == Op::kRead && spec.gathered) {
+      span = 0;
+      for (const ReadRange& r : spec.ranges) {
+        if (r.size > 0) span = std::max<std::uint64_t>(span, r.file_offset + r.size - spec.offset);
       }
-      report.page_cache = host_path().residency(file->fd(), spec.offset, span);
-    } else {
-      report.page_cache.why_not = "not measured for writes";
     }
     AcceleratedProbe cufile_probe;
-    RouteFacts facts = gather_route_facts(*file, settings, report.page_cache, &cufile_probe);
-    RouteDecision route = decide_route(settings, route_memory, effective, facts);
+    Layer1Plan layer1 = plan_layer1(*file, op, settings, route_memory, spec.offset, span,
+                                    effective, &cufile_probe);
+    report.page_cache = layer1.residency;
+    RouteDecision& route = layer1.route;
     report.reasons = route.reasons;
     if (route.refusal) throw RouteError(*route.refusal);
-    if (file->direct_requested() && file->direct_fd() < 0) {
-      report.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
-    }
+    if (layer1.direct_refused) report.reasons.push_back(*layer1.direct_refused);
     std::shared_ptr<Backend> cufile_backend;
     Backend* backend = &host_path();
     if (route.path == Path::kCufile) {
@@ -785,20 +779,39 @@ namespace {
 constexpr const char* kSmallNotMeasured =
     "not measured: a read under 1 MiB is read buffered whatever its residency";
 
-// Layer 1 for a small request, where the cheap facts decide it, in the order of decide_route();
-// nullopt where it needs more (residency, cuFile's driver): submit() takes the request then.
+// The cheap facts of a small request: cuFile's outlook without its driver; never the residency
+// or the probe.
+struct CheapFacts final : Layer1Asks {
+  explicit CheapFacts(OpenFile& f) : file(f) {}
+  std::optional<std::optional<std::string>> compat_only() override {
+    return accelerated_path().compat_only(file.fd());
+  }
+  std::optional<bool> resident() override { return std::nullopt; }
+  std::optional<std::optional<std::string>> probe() override { return std::nullopt; }
+  OpenFile& file;
+};
+
+// Layer 1 for a small request where the cheap facts decide it (the rules of walk_layer1, as
+// every request); nullopt where a rule needs more (residency, cuFile's driver): submit() takes
+// the request then.
 std::optional<ReasonCode> small_layer1(const Settings& s, const cuda::QuickMemory& memory,
                                        std::size_t size, OpenFile& file, std::string* compat_why) {
-  if (s.compat_mode == CompatMode::kOn) return ReasonCode::kCompatModeOn;
-  if (!is_gpu(memory.kind)) {
-    return memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
+  CheapFacts asks(file);
+  Layer1Walk w = walk_layer1(s, is_gpu(memory.kind), size, asks);
+  if (!w.decided) return std::nullopt;
+  switch (w.rule) {
+    case Layer1Rule::kCompatModeOn:
+      return ReasonCode::kCompatModeOn;
+    case Layer1Rule::kHostMemory:
+      return memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
+    case Layer1Rule::kBelowThreshold:
+      return ReasonCode::kBelowThreshold;
+    case Layer1Rule::kCompatOnly:
+      *compat_why = std::move(w.why);
+      return ReasonCode::kCufileCompatOnly;
+    default:
+      return std::nullopt;  // the residency and probe rules are never reached here
   }
-  if (s.compat_mode != CompatMode::kAuto) return std::nullopt;
-  if (size < s.gds_threshold) return ReasonCode::kBelowThreshold;
-  std::optional<std::string> compat = accelerated_path().compat_only(file.fd());
-  if (!compat) return std::nullopt;
-  *compat_why = std::move(*compat);
-  return ReasonCode::kCufileCompatOnly;
 }
 
 // What a small request needs, checked without side effects; nullopt when it does not qualify.

@@ -15,4 +15,21 @@ RouteFacts gather_route_facts(OpenFile& file, const Settings& settings,
   return facts;
 }
 
+Layer1Plan plan_layer1(OpenFile& file, Op op, const Settings& settings,
+                       const MemoryInfo& route_memory, std::uint64_t offset, std::uint64_t span,
+                       std::size_t size, AcceleratedProbe* probe) {
+  Layer1Plan plan;
+  if (op == Op::kRead) {
+    plan.residency = host_path().residency(file.fd(), offset, span);
+  } else {
+    plan.residency.why_not = "not measured for writes";
+  }
+  RouteFacts facts = gather_route_facts(file, settings, plan.residency, probe);
+  plan.route = decide_route(settings, route_memory, size, facts);
+  if (file.direct_requested() && file.direct_fd() < 0) {
+    plan.direct_refused = RouteReason{ReasonCode::kDirectIoRefused, file.direct_refused()};
+  }
+  return plan;
+}
+
 }  // namespace ferry::core

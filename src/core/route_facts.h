@@ -17,4 +17,17 @@ namespace ferry::core {
 RouteFacts gather_route_facts(OpenFile& file, const Settings& settings,
                               const PageCacheResidency& residency, AcceleratedProbe* probe);
 
+// Layer 1 of a request on [offset, offset + span) of `file` (`size`: the bytes it moves; span,
+// the bytes a read's residency is measured over), as core::submit runs it and ferry::explain
+// predicts it: the residency measured (reads only), the facts gathered, the decision.
+struct Layer1Plan {
+  PageCacheResidency residency;
+  RouteDecision route;
+  // Where the File asked for O_DIRECT and its file system refused it: the reason to add.
+  std::optional<RouteReason> direct_refused;
+};
+Layer1Plan plan_layer1(OpenFile& file, Op op, const Settings& settings,
+                       const MemoryInfo& route_memory, std::uint64_t offset, std::uint64_t span,
+                       std::size_t size, AcceleratedProbe* probe);
+
 }  // namespace ferry::core

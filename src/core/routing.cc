@@ -12,47 +12,103 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
   return decide_route(settings, memory, size, facts);
 }
 
+Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t size,
+                       Layer1Asks& asks) {
+  Layer1Walk w;
+  auto stop = [&w](Layer1Rule rule, bool decided) {
+    w.rule = rule;
+    w.decided = decided;
+    return w;
+  };
+  if (settings.compat_mode == CompatMode::kOn) return stop(Layer1Rule::kCompatModeOn, true);
+  // cuFile is only worth calling for GPU memory; host buffers are read straight in.
+  if (!gpu_memory) return stop(Layer1Rule::kHostMemory, true);
+  const bool automatic = settings.compat_mode == CompatMode::kAuto;
+  if (automatic && size < settings.gds_threshold) return stop(Layer1Rule::kBelowThreshold, true);
+  // The speed rules apply in auto mode without strict mode: compat_mode=off and require=cufile
+  // or gds are the user's ways to insist on cuFile.
+  if (automatic && settings.require == Require::kAny) {
+    std::optional<std::optional<std::string>> compat = asks.compat_only();
+    if (!compat) return stop(Layer1Rule::kCompatOnly, false);
+    if (*compat) {
+      w.why = std::move(**compat);
+      return stop(Layer1Rule::kCompatOnly, true);
+    }
+    std::optional<bool> resident = asks.resident();
+    if (!resident) return stop(Layer1Rule::kPageCacheResident, false);
+    if (*resident) return stop(Layer1Rule::kPageCacheResident, true);
+  }
+  std::optional<std::optional<std::string>> probe = asks.probe();
+  if (!probe) return stop(Layer1Rule::kCufileUnavailable, false);
+  if (*probe) {
+    w.why = std::move(**probe);
+    return stop(Layer1Rule::kCufileUnavailable, true);
+  }
+  return stop(Layer1Rule::kCufile, true);
+}
+
+namespace {
+
+// Every fact known or asked for: the walk always decides.
+struct AllFacts final : Layer1Asks {
+  explicit AllFacts(const RouteFacts& f) : facts(f) {}
+  std::optional<std::optional<std::string>> compat_only() override { return facts.compat_only(); }
+  std::optional<bool> resident() override {
+    return facts.residency.known && facts.residency.fraction() >= kPageCacheFirst;
+  }
+  std::optional<std::optional<std::string>> probe() override { return facts.probe_cufile(); }
+  const RouteFacts& facts;
+};
+
+}  // namespace
+
 RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                            const RouteFacts& facts) {
+  AllFacts asks(facts);
+  Layer1Walk w = walk_layer1(settings, is_gpu(memory.kind), size, asks);
   RouteDecision d;
-  std::optional<std::string> why;
   auto posix = [&](ReasonCode code, std::string text) {
     d.path = Path::kPosix;
     d.reasons.push_back({code, std::move(text)});
   };
-  // The speed rules apply in auto mode without strict mode: compat_mode=off and require=cufile
-  // or gds are the user's ways to insist on cuFile.
-  const bool by_speed =
-      settings.compat_mode == CompatMode::kAuto && settings.require == Require::kAny;
-  if (settings.compat_mode == CompatMode::kOn) {
-    posix(ReasonCode::kCompatModeOn, "compat_mode=on: cuFile is never called");
-  } else if (!is_gpu(memory.kind)) {
-    // cuFile is only worth calling for GPU memory; host buffers are read straight in.
-    std::string text = fmt::format("{} buffer: cuFile serves GPU memory", to_string(memory.kind));
-    if (!memory.note.empty()) text += fmt::format(" ({})", memory.note);
-    posix(memory.note.empty() ? ReasonCode::kHostBuffer : ReasonCode::kNoCudaDriver, text);
-  } else if (settings.compat_mode == CompatMode::kAuto && size < settings.gds_threshold) {
-    posix(ReasonCode::kBelowThreshold,
-          fmt::format("request {} B below gds_threshold {} B", size, settings.gds_threshold));
-  } else if (by_speed && (why = facts.compat_only())) {
-    // Measured on the GPU machine: cuFile's compatibility path reads with O_DIRECT at the
-    // disk's 1.5 GB/s where ferry's POSIX path reads cached data at 52 GB/s (bench/NOTES.md §6).
-    posix(ReasonCode::kCufileCompatOnly,
-          fmt::format("cuFile could only use its POSIX compatibility path ({}), which is slower "
-                      "than ferry's POSIX path; compat_mode=off forces cuFile",
-                      *why));
-  } else if (by_speed && facts.residency.known && facts.residency.fraction() >= kPageCacheFirst) {
-    posix(ReasonCode::kPageCacheResident,
-          fmt::format("the range is in the page cache ({}): ferry's POSIX path copies it from "
-                      "memory, where cuFile's accelerated path would read the disk",
-                      describe(facts.residency)));
-  } else if ((why = facts.probe_cufile())) {
-    posix(ReasonCode::kCufileUnavailable, *why);
-    if (settings.compat_mode == CompatMode::kOff) {
-      d.refusal = fmt::format("compat_mode=off requires cuFile, which is unavailable: {}", *why);
+  switch (w.rule) {
+    case Layer1Rule::kCompatModeOn:
+      posix(ReasonCode::kCompatModeOn, "compat_mode=on: cuFile is never called");
+      break;
+    case Layer1Rule::kHostMemory: {
+      std::string text =
+          fmt::format("{} buffer: cuFile serves GPU memory", to_string(memory.kind));
+      if (!memory.note.empty()) text += fmt::format(" ({})", memory.note);
+      posix(memory.note.empty() ? ReasonCode::kHostBuffer : ReasonCode::kNoCudaDriver, text);
+      break;
     }
-  } else {
-    d.path = Path::kCufile;
+    case Layer1Rule::kBelowThreshold:
+      posix(ReasonCode::kBelowThreshold,
+            fmt::format("request {} B below gds_threshold {} B", size, settings.gds_threshold));
+      break;
+    case Layer1Rule::kCompatOnly:
+      // Measured on the GPU machine: cuFile's compatibility path reads with O_DIRECT at the
+      // disk's 1.5 GB/s where ferry's POSIX path reads cached data at 52 GB/s (bench/NOTES.md §6).
+      posix(ReasonCode::kCufileCompatOnly,
+            fmt::format("cuFile could only use its POSIX compatibility path ({}), which is slower "
+                        "than ferry's POSIX path; compat_mode=off forces cuFile",
+                        w.why));
+      break;
+    case Layer1Rule::kPageCacheResident:
+      posix(ReasonCode::kPageCacheResident,
+            fmt::format("the range is in the page cache ({}): ferry's POSIX path copies it from "
+                        "memory, where cuFile's accelerated path would read the disk",
+                        describe(facts.residency)));
+      break;
+    case Layer1Rule::kCufileUnavailable:
+      posix(ReasonCode::kCufileUnavailable, w.why);
+      if (settings.compat_mode == CompatMode::kOff) {
+        d.refusal = fmt::format("compat_mode=off requires cuFile, which is unavailable: {}", w.why);
+      }
+      break;
+    case Layer1Rule::kCufile:
+      d.path = Path::kCufile;
+      break;
   }
   if (!d.refusal && d.path == Path::kPosix && settings.require != Require::kAny) {
     d.refusal = fmt::format("require={} refuses ferry's POSIX path: {}",

@@ -3,6 +3,7 @@
 // `ferry explain` and the request engine share it. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -37,6 +38,42 @@ struct RouteFacts {
   // nullopt when cuFile is usable for this file (driver open, handle registered), else why not.
   std::function<std::optional<std::string>()> probe_cufile;
 };
+
+// The rules of layer 1, in the one order ferry has (docs/data-paths.md), each asking at most one
+// fact, cheapest first. decide_route() puts the rule that decided in words; the small path
+// (request.cc) walks the same rules with the cheap facts only and stops where a rule needs more.
+enum class Layer1Rule : std::uint8_t {
+  kCompatModeOn,       // compat_mode=on: POSIX
+  kHostMemory,         // a host buffer (or no CUDA driver): POSIX
+  kBelowThreshold,     // auto mode, below gds_threshold: POSIX
+  kCompatOnly,         // by speed: cuFile could only use its compatibility path: POSIX
+  kPageCacheResident,  // by speed: the range is in the page cache: POSIX
+  kCufileUnavailable,  // the probe failed: POSIX (a refusal under compat_mode=off)
+  kCufile,             // cuFile
+};
+
+// What a walk asks of the facts: each returns nullopt when the caller cannot tell cheaply (the
+// walk then stops, undecided, at that rule).
+struct Layer1Asks {
+  // nullopt: cannot tell; then nullopt inside: cuFile could accelerate; else why not.
+  virtual std::optional<std::optional<std::string>> compat_only() = 0;
+  // nullopt: cannot tell; else whether at least kPageCacheFirst of the range is cached.
+  virtual std::optional<bool> resident() = 0;
+  // nullopt: cannot tell; then nullopt inside: cuFile is usable; else why not.
+  virtual std::optional<std::optional<std::string>> probe() = 0;
+
+ protected:
+  ~Layer1Asks() = default;
+};
+
+struct Layer1Walk {
+  Layer1Rule rule = Layer1Rule::kCufile;  // the rule that decided, or the one that could not
+  bool decided = false;
+  std::string why;  // compat_only's or the probe's words, where those decided
+};
+
+Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t size,
+                       Layer1Asks& asks);
 
 RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                            const RouteFacts& facts);

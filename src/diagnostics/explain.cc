@@ -24,7 +24,6 @@
 #include "cufile/cufile_testing.h"
 #include "ferry/plan.h"
 #include "io/io_seam.h"
-#include "io/page_cache.h"
 #include "posix/posix_backend.h"
 
 namespace ferry {
@@ -255,17 +254,17 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   }
 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
-  e.page_cache = io::measure_residency(file->fd(), e.offset, e.size);
   core::AcceleratedProbe probe;
-  core::RouteFacts facts = core::gather_route_facts(*file, e.settings, e.page_cache, &probe);
-  core::RouteDecision route =
-      core::decide_route(e.settings, cufile::testing::route_view(memory), e.size, facts);
+  core::Layer1Plan layer1 =
+      core::plan_layer1(*file, Op::kRead, e.settings, cufile::testing::route_view(memory),
+                        e.offset, e.size, e.size, &probe);
+  e.page_cache = layer1.residency;
+  core::RouteDecision& route = layer1.route;
   e.cufile = cufile_status(false);
   e.path = route.path;
   e.reasons = route.reasons;
   if (route.refusal && !e.failure) e.failure = route.refusal;
-  if (file->direct_requested() && file->direct_fd() < 0)
-    e.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
+  if (layer1.direct_refused) e.reasons.push_back(*layer1.direct_refused);
   core::TaskSplitter split(e.offset, e.size, e.settings.task_size);
   e.tasks = split.count();
   (e.path == Path::kCufile ? e.cufile_tasks : e.posix_tasks) = e.tasks;
