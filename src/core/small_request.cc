@@ -1,0 +1,244 @@
+// Small requests, run in the caller's thread (request.h: run_small, submit_small): the cheap part
+// of a request's plan (its checks, its memory, layer 1 from the cheap facts), then its one task
+// on ferry's POSIX path, inline.
+#include <chrono>
+#include <climits>
+#include <string>
+
+#include "core/job.h"
+#include "core/paths.h"
+#include "core/request.h"
+#include "core/routing.h"
+#include "core/stats_recorder.h"
+#include "cuda/quick_memory.h"
+#include "ferry/error.h"
+
+namespace ferry::core {
+namespace {
+
+constexpr const char* kSmallNotMeasured =
+    "not measured: a read under 1 MiB is read buffered whatever its residency";
+
+// The cheap facts of a small request: cuFile's outlook without its driver; never the residency
+// or the probe.
+struct CheapFacts final : Layer1Asks {
+  explicit CheapFacts(OpenFile& f) : file(f) {}
+  std::optional<std::optional<std::string>> compat_only() override {
+    return accelerated_path().compat_only(file.fd());
+  }
+  std::optional<bool> resident() override { return std::nullopt; }
+  std::optional<std::optional<std::string>> probe() override { return std::nullopt; }
+  OpenFile& file;
+};
+
+// Layer 1 for a small request where the cheap facts decide it (the rules of walk_layer1, as
+// every request); nullopt where a rule needs more (residency, cuFile's driver): submit() takes
+// the request then.
+std::optional<ReasonCode> small_layer1(const Settings& s, const cuda::QuickMemory& memory,
+                                       std::size_t size, OpenFile& file, std::string* compat_why) {
+  CheapFacts asks(file);
+  Layer1Walk w = walk_layer1(s, is_gpu(memory.kind), size, asks);
+  if (!w.decided) return std::nullopt;
+  switch (w.rule) {
+    case Layer1Rule::kCompatModeOn:
+      return ReasonCode::kCompatModeOn;
+    case Layer1Rule::kHostMemory:
+      return memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
+    case Layer1Rule::kBelowThreshold:
+      return ReasonCode::kBelowThreshold;
+    case Layer1Rule::kCompatOnly:
+      *compat_why = std::move(w.why);
+      return ReasonCode::kCufileCompatOnly;
+    default:
+      return std::nullopt;  // the residency and probe rules are never reached here
+  }
+}
+
+// What a small request needs, checked without side effects; nullopt when it does not qualify.
+std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer, std::size_t size,
+                                       std::uint64_t offset, std::size_t max_size) {
+  if (buffer == nullptr || size == 0 || size > max_size || file.direct_requested()) return {};
+  if (offset > static_cast<std::uint64_t>(LLONG_MAX) ||
+      size > static_cast<std::uint64_t>(LLONG_MAX) - offset) {
+    return {};
+  }
+  if (op == Op::kRead ? !file.readable() : !file.writable()) return {};
+  if (accelerated_path().host_treated_as_gpu()) return {};
+  Settings settings;
+  try {
+    settings = file.settings();
+  } catch (const Error&) {
+    return {};  // submit() reports the bad setting
+  }
+  if (size > settings.task_size || settings.require != Require::kAny) return {};
+  return settings;
+}
+
+// Runs a qualifying request; `route` gets its compact report. Throws the request's error after
+// recording it.
+std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
+                          std::uint64_t offset, const Settings& settings,
+                          const cuda::QuickMemory& memory, SmallRoute& route) {
+  const Clock::time_point start = Clock::now();
+  route.op = op;
+  route.offset = offset;
+  route.requested = size;
+  route.memory = memory;
+  route.settings = settings;
+  std::atomic<bool> cancelled{false};
+  std::atomic<std::size_t> direct_tasks{0};
+  std::atomic<bool> cold_refused{false};
+  RequestContext context{file,
+                         op,
+                         static_cast<char*>(buffer),
+                         {memory.kind, memory.device, {}},
+                         settings,
+                         cancelled,
+                         1,
+                         {},
+                         direct_tasks,
+                         cold_refused};
+  std::size_t bytes = 0;
+  note_request_started(size);
+  try {
+    if (op == Op::kRead && size >= host_path().cold_task_min()) {
+      // Large enough for the cold rule: measure, as submit() does.
+      const std::uint64_t file_size = file.size();
+      const std::size_t effective =
+          offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
+      route.page_cache = host_path().residency(file.fd(), offset, effective);
+      context.residency = route.page_cache;
+    }
+    bytes = host_path().run_inline(context, Task{offset, 0, size});
+  } catch (...) {
+    route.cold_direct = direct_tasks.load() > 0;
+    route.cold_refused = cold_refused.load();
+    route.nanoseconds = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    RouteReport report =
+        small_report(file.path(), route, route.cold_refused ? file.cold_direct_refused() : "");
+    record_request(report, true);
+    note_request_ended(size);
+    file.set_last_route(report);
+    throw;
+  }
+  route.bytes = bytes;
+  route.cold_direct = direct_tasks.load(std::memory_order_relaxed) > 0;
+  route.cold_refused = cold_refused.load(std::memory_order_relaxed);
+  route.nanoseconds = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  // The same bucket record_request() picks: host memory, a GPU's, or a GPU not known.
+  const int device = !is_gpu(memory.kind) ? -1
+                     : memory.device >= 0 ? memory.device
+                                          : kDeviceNotRecorded;
+  record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device);
+  note_request_ended(size);
+  file.set_last_route(route);
+  return bytes;
+}
+
+}  // namespace
+
+namespace {
+
+// The checks every small request makes before it runs; false (and nothing done) when it does
+// not qualify. On true, the caller owes file.end_request().
+bool start_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
+                 std::size_t max_size, Settings* settings, cuda::QuickMemory* memory,
+                 SmallRoute* route) {
+  std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
+  if (!s) return false;
+  *memory = cuda::classify_quick(buffer);
+  std::optional<ReasonCode> layer1 = small_layer1(*s, *memory, size, file, &route->compat_why);
+  if (!layer1) return false;
+  route->layer1 = *layer1;
+  try {
+    file.begin_request(op == Op::kRead ? "pread" : "pwrite");
+  } catch (const IoError&) {
+    return false;  // closed: submit() reports it
+  }
+  *settings = *s;
+  return true;
+}
+
+}  // namespace
+
+bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
+               std::size_t max_size, std::size_t* bytes) {
+  Settings settings;
+  cuda::QuickMemory memory;
+  SmallRoute route;
+  if (!start_small(file, op, buffer, size, offset, max_size, &settings, &memory, &route)) {
+    return false;
+  }
+  struct End {
+    OpenFile& f;
+    ~End() { f.end_request(); }
+  } end{file};
+  *bytes = run_small_now(file, op, buffer, size, offset, settings, memory, route);
+  return true;
+}
+
+IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
+                      std::uint64_t offset, std::size_t max_size) {
+  Settings settings;
+  cuda::QuickMemory memory;
+  SmallRoute route;
+  if (!start_small(*file, op, buffer, size, offset, max_size, &settings, &memory, &route)) {
+    return IoFuture();
+  }
+  auto state = std::make_shared<RequestState>();
+  try {
+    std::size_t bytes = run_small_now(*file, op, buffer, size, offset, settings, memory, route);
+    file->end_request();
+    // Asynchronous small requests are at most 64 KiB: never cold (cold_task_min is 1 MiB), so
+    // their report needs no word from the File beyond its path.
+    state->complete_unshared(bytes, file->path(), route);
+  } catch (...) {
+    file->end_request();
+    state->complete(
+        0, std::current_exception(),
+        small_report(file->path(), route, route.cold_refused ? file->cold_direct_refused() : ""));
+  }
+  return IoFuture(state);
+}
+
+RouteReport small_report(const std::string& path, const SmallRoute& r,
+                         const std::string& cold_refused) {
+  RouteReport report;
+  report.op = r.op;
+  report.file = path;
+  report.memory = r.memory.kind;
+  report.device = r.memory.device;
+  report.offset = r.offset;
+  report.requested = r.requested;
+  report.bytes = r.bytes;
+  report.tasks = 1;
+  report.workers = 1;
+  report.posix_tasks = 1;
+  report.seconds = static_cast<double>(r.nanoseconds) / 1e9;
+  report.page_cache = r.page_cache;
+  if (!report.page_cache.known && report.page_cache.why_not.empty()) {
+    report.page_cache.why_not = r.op == Op::kRead ? kSmallNotMeasured : "not measured for writes";
+  }
+  report.direct_tasks = r.cold_direct ? 1 : 0;
+  const Settings& settings = r.settings;
+  const MemoryInfo memory = cuda::with_note(r.memory);
+  // The same rule, given the one fact it used (small_layer1 never needs the others).
+  RouteFacts facts;
+  facts.compat_only = [&r]() -> std::optional<std::string> {
+    if (r.layer1 == ReasonCode::kCufileCompatOnly) return r.compat_why;
+    return std::nullopt;
+  };
+  facts.probe_cufile = []() -> std::optional<std::string> { return "not probed"; };
+  report.reasons = decide_route(settings, memory, r.requested, facts).reasons;
+  // Small requests never run on a File's O_DIRECT descriptor (small_settings()).
+  report.reasons.push_back(
+      {ReasonCode::kEngine, host_path().describe_inline(r.op, memory, settings)});
+  if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));
+  if (r.cold_refused) report.reasons.push_back({ReasonCode::kDirectIoRefused, cold_refused});
+  report.cufile.why_not = "no request went to cuFile";
+  return report;
+}
+
+}  // namespace ferry::core
