@@ -9,8 +9,9 @@ import sys
 import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "check-layering"
-pytestmark = pytest.mark.skipif(not SCRIPT.exists(),
-                                reason="no source tree here (the installed package's run)")
+pytestmark = [pytest.mark.source_tree,
+              pytest.mark.skipif(not SCRIPT.exists(),
+                                 reason="no source tree here (the installed package's run)")]
 
 
 def _check(root):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.source_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
