@@ -33,7 +33,8 @@ _ALIGN = 256
 _PART_BYTES = 1 << 30
 # Parts read at once (each a gathered request spread over ferry's workers).
 _PARTS_AT_ONCE = 4
-_PACKED = ("F4", "F6_E2M3", "F6_E3M2")
+# The packed (sub-byte) kinds, from ferry's one dtype table (C++, safetensors_header.cc).
+_PACKED = tuple(name for name, bits in _ferry.safetensors_dtype_bits().items() if bits < 8)
 
 
 class CheckpointError(Error, ValueError):

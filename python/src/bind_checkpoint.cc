@@ -146,6 +146,19 @@ void bind_checkpoint(py::module_& m) {
       .def("__repr__", &SaveReport::summary);
 
   m.def(
+      "safetensors_dtype_bits",
+      [] {
+        py::dict bits;
+        for (int d = static_cast<int>(Dtype::kBool); d <= static_cast<int>(Dtype::kF8E5M2FNUZ);
+             ++d) {
+          const Dtype dtype = static_cast<Dtype>(d);
+          bits[py::str(std::string(to_string(dtype)))] = dtype_bits(dtype);
+        }
+        return bits;
+      },
+      "Bits per element of every safetensors dtype, by the format's name: ferry's one dtype "
+      "table (4 and 6 for the packed MX kinds).");
+  m.def(
       "safetensors_layout",
       [](const py::list& rows, std::optional<std::map<std::string, std::string>> metadata) {
         const std::vector<TensorSource> tensors = sources(rows);

@@ -60,5 +60,66 @@ TEST(Routing, RequireCufileRefusesThePosixPath) {
   EXPECT_FALSE(decide_route(s, gpu(), 4 << 20, kUsable).refusal);
 }
 
+// Issue 32: one rule order. A walk asks each fact only when its rule is reached, in order, and
+// stops undecided where the caller cannot tell (the small path has no residency, no probe).
+struct ScriptedAsks final : Layer1Asks {
+  std::optional<std::optional<std::string>> compat;
+  std::optional<bool> cached;
+  std::optional<std::optional<std::string>> probed;
+  std::string asked;
+  std::optional<std::optional<std::string>> compat_only() override {
+    asked += "compat ";
+    return compat;
+  }
+  std::optional<bool> resident() override {
+    asked += "residency ";
+    return cached;
+  }
+  std::optional<std::optional<std::string>> probe() override {
+    asked += "probe ";
+    return probed;
+  }
+};
+
+TEST(Routing, OneWalkAsksTheFactsInOrderAndStopsWhereTheCallerCannotTell) {
+  ScriptedAsks cheap;  // what the small path knows: cuFile's outlook, nothing more
+  cheap.compat = std::optional<std::string>();
+  Layer1Walk w = walk_layer1(Settings{}, true, 4 << 20, cheap);
+  EXPECT_FALSE(w.decided);
+  EXPECT_EQ(w.rule, Layer1Rule::kPageCacheResident);
+  EXPECT_EQ(cheap.asked, "compat residency ");
+
+  ScriptedAsks host;
+  w = walk_layer1(Settings{}, false, 4 << 20, host);
+  EXPECT_TRUE(w.decided);
+  EXPECT_EQ(w.rule, Layer1Rule::kHostMemory);
+  EXPECT_EQ(host.asked, "") << "a host buffer asks nothing";
+
+  ScriptedAsks compat_only;
+  compat_only.compat = std::optional<std::string>("nvidia-fs is not loaded");
+  w = walk_layer1(Settings{}, true, 4 << 20, compat_only);
+  EXPECT_TRUE(w.decided);
+  EXPECT_EQ(w.rule, Layer1Rule::kCompatOnly);
+  EXPECT_EQ(w.why, "nvidia-fs is not loaded");
+
+  ScriptedAsks all;  // what a request knows: every fact
+  all.compat = std::optional<std::string>();
+  all.cached = false;
+  all.probed = std::optional<std::string>();
+  w = walk_layer1(Settings{}, true, 4 << 20, all);
+  EXPECT_TRUE(w.decided);
+  EXPECT_EQ(w.rule, Layer1Rule::kCufile);
+  EXPECT_EQ(all.asked, "compat residency probe ");
+
+  // compat_mode=off skips the speed rules: straight to the probe, which the small path lacks.
+  Settings off;
+  off.compat_mode = CompatMode::kOff;
+  ScriptedAsks strict;
+  w = walk_layer1(off, true, 4 << 20, strict);
+  EXPECT_FALSE(w.decided);
+  EXPECT_EQ(w.rule, Layer1Rule::kCufileUnavailable);
+  EXPECT_EQ(strict.asked, "probe ");
+}
+
 }  // namespace
 }  // namespace ferry::core

@@ -276,3 +276,15 @@ def test_split_range_for_several_gpus(parts):
             assert b % ALIGN == 0 or b in (offset, offset + size)
         if size >= parts * ALIGN * 4:
             assert max(n for _, n in cut) - min(n for _, n in cut) <= 2 * ALIGN
+
+
+def test_one_dtype_table_for_loading_and_planning():
+    # Issue 32: the packed kinds were listed in checkpoint.py, in distributed/_plan.py and in
+    # C++; both Python modules now read the C++ table.
+    import ferry
+    from ferry import checkpoint
+    from ferry.distributed import _plan
+    bits = ferry._ferry.safetensors_dtype_bits()
+    assert len(bits) == 22
+    assert (bits["BF16"], bits["F8_E4M3FNUZ"], bits["C64"], bits["F4"]) == (16, 8, 64, 4)
+    assert set(checkpoint._PACKED) == set(_plan.PACKED) == {"F4", "F6_E2M3", "F6_E3M2"}

@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from .. import _ferry
+
 ALIGN = 4096  # cuts inside a tensor fall on multiples of this (O_DIRECT-friendly, whole items)
 TOLERANCE = 1 / 64  # a cut moves to a tensor edge within this fraction of the per-rank share
 BUCKET_BYTES = 64 << 20  # small pieces are packed into exchange buckets of at most this
-PACKED = ("F4", "F6_E2M3", "F6_E3M2")  # sub-byte kinds: never sliced
+# Sub-byte kinds, never sliced: from ferry's one dtype table (C++, safetensors_header.cc).
+PACKED = tuple(name for name, bits in _ferry.safetensors_dtype_bits().items() if bits < 8)
 
 ShardPlan = Union[Mapping[str, Optional[int]], Callable[[str, Tuple[int, ...]], Optional[int]]]
 
