@@ -254,10 +254,11 @@ void check_access(const OpenFile& file, const RequestSpec& spec) {
   }
 }
 
-// The span a read's residency is measured over: the request's bytes, or for a gathered read the
-// span from its first byte to its last.
-std::uint64_t residency_span(const RequestSpec& spec, std::size_t effective) {
-  if (spec.op != Op::kRead || !spec.gathered) return effective;
+// The span of the file a request covers: its bytes, or for a gathered read (a scattered write)
+// the span from its first byte to its last. A read measures residency over it; a write may
+// allocate it ahead.
+std::uint64_t request_span(const RequestSpec& spec, std::size_t effective) {
+  if (!spec.gathered) return effective;
   std::uint64_t span = 0;
   for (const ReadRange& r : spec.ranges) {
     if (r.size > 0) span = std::max<std::uint64_t>(span, r.file_offset + r.size - spec.offset);
@@ -304,7 +305,7 @@ void plan_request(OpenFile& file, RequestSpec& spec, RequestPlan& plan) {
   }
   if (!plan.tasks) plan.tasks.emplace(spec.offset, plan.effective, plan.settings.task_size);
   plan.layer1 = plan_layer1(file, spec.op, plan.settings, plan.route_memory, spec.offset,
-                            residency_span(spec, plan.effective), plan.effective, &plan.probe);
+                            request_span(spec, plan.effective), plan.effective, &plan.probe);
   report.page_cache = plan.layer1.residency;
   report.reasons = plan.layer1.route.reasons;
   if (plan.layer1.route.refusal) throw RouteError(*plan.layer1.route.refusal);
@@ -386,8 +387,9 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   report.workers = report.tasks == 0 ? 0 : jobs;
   std::string engine = backend->describe(job->context) +
                        stream_order_words(*job, spec, plan.memory.device);
-  if (op == Op::kWrite && backend == &host_path() && !spec.gathered) {
-    const std::string ahead = host_path().prepare_write(*file, spec.offset, plan.effective);
+  if (op == Op::kWrite && backend == &host_path()) {
+    const std::string ahead =
+        host_path().prepare_write(*file, spec.offset, request_span(spec, plan.effective));
     if (!ahead.empty()) engine += "; " + ahead;
   }
   report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});

@@ -347,6 +347,28 @@ TEST(FileWritePreallocate, AWriteBeyondTheEndAllocatesTheBlocksBeyondItOnce) {
   EXPECT_EQ(size_of(dir / "p.bin"), model.size());
 }
 
+// A scattered write (what save_file makes: the tensors of a new file, each from its own buffer)
+// is allocated ahead over the span of its ranges, as one write is (issue 33: saving went without).
+TEST(FileWritePreallocate, AScatteredWriteBeyondTheEndAllocatesItsSpanOnce) {
+  TempDir dir;
+  if (!on_ext4(dir.path())) GTEST_SKIP() << dir.path() << " is not on ext4";
+  auto data = test::random_bytes(20 << 20, 63);
+  test::ScriptedIo io;
+  File f = test::open_scripted(io, dir / "s.bin", "w", "4MiB");
+  // Two ranges, the later one first, from two buffers.
+  const std::vector<WriteRange> ranges = {{12 << 20, 8 << 20, data.data() + (12 << 20)},
+                                          {0, 12 << 20, data.data()}};
+  ASSERT_EQ(f.pwrite_scatter(ranges).get(), std::size_t{20} << 20);
+  EXPECT_EQ(io.fallocates.load(), 1);
+  EXPECT_EQ(io.fallocated.load(), 20 << 20);
+  EXPECT_NE(engine_text(f.last_route()).find("20 MiB beyond the file's end allocated ahead"),
+            std::string::npos)
+      << f.last_route().to_text();
+  f.close();
+  EXPECT_EQ(test::read_file(dir / "s.bin"), data);
+  EXPECT_EQ(size_of(dir / "s.bin"), data.size());
+}
+
 // The size grows with the bytes written, not with the allocation: a write that fails partway
 // leaves the file at the size of its prefix, as it would without the allocation.
 TEST(FileWritePreallocate, AWriteThatFailsPartwayLeavesTheSizeOfWhatItWrote) {
