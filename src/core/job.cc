@@ -5,10 +5,14 @@
 #include <algorithm>
 
 #include "core/routing.h"
-#include "core/stats_recorder.h"
+#include "stats/stats_recorder.h"
 #include "ferry/error.h"
 
 namespace ferry::core {
+
+// The engine records into the counters (src/stats/, below it).
+using statistics::note_request_ended;
+using statistics::record_request;
 
 RouteReason cold_direct_reason(const RouteReport& report) {
   // Measured on the GPU machine's disk (bench/NOTES.md §9): O_DIRECT read cold data 1.27x faster

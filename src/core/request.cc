@@ -17,13 +17,17 @@
 #include "core/route_facts.h"
 #include "core/routing.h"
 #include "core/runtime_state.h"
-#include "core/stats_recorder.h"
+#include "stats/stats_recorder.h"
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"
 #include "cuda/stream_order.h"
 #include "ferry/error.h"
 
 namespace ferry::core {
+
+// The engine records into the counters (src/stats/, below it).
+using statistics::note_request_started;
+using statistics::record_request;
 namespace {
 const bool fork_generation_counted = [] {
   pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });

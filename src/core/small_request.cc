@@ -9,11 +9,18 @@
 #include "core/paths.h"
 #include "core/request.h"
 #include "core/routing.h"
-#include "core/stats_recorder.h"
+#include "stats/stats_recorder.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"
 
 namespace ferry::core {
+
+// The engine records into the counters (src/stats/, below it).
+using statistics::kDeviceNotRecorded;
+using statistics::note_request_ended;
+using statistics::note_request_started;
+using statistics::record_request;
+using statistics::record_small_request;
 namespace {
 
 constexpr const char* kSmallNotMeasured =

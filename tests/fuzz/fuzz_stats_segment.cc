@@ -1,4 +1,4 @@
-// Fuzzes the reader of published stats segments (src/core/stats_segment.cc) and the parsers
+// Fuzzes the reader of published stats segments (src/stats/stats_segment.cc) and the parsers
 // beside it (segment file names, /proc/<pid>/stat). The input builds a segment of the layout's
 // size: byte 0 says whether it starts from a valid header, where the rest of the input lands
 // (over the header, or over the slots), how long the segment claims to be, and whether the
@@ -12,18 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "core/stats_layout.h"
-#include "core/stats_publish.h"
-#include "core/stats_segment.h"
+#include "stats/stats_layout.h"
+#include "stats/stats_publish.h"
+#include "stats/stats_segment.h"
 #include "fuzz/fuzz_check.h"
 
 namespace {
 
-namespace L = ferry::core::stats_layout;
+namespace L = ferry::statistics::stats_layout;
 
 // A segment in memory whose reads may disturb it: every `every`-th read flips a word, or the
 // size drops after some reads.
-class Fickle : public ferry::core::SegmentSource {
+class Fickle : public ferry::statistics::SegmentSource {
  public:
   Fickle(std::vector<std::uint64_t>& words, std::uint64_t size, unsigned mode, std::uint8_t seed)
       : words_(words), size_(size), mode_(mode), seed_(seed) {}
@@ -70,7 +70,7 @@ void valid_header(std::vector<std::uint64_t>& w) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace ferry::core;
+  using namespace ferry::statistics;
   const std::string text(reinterpret_cast<const char*>(data), size);
   // The parsers next to the reader.
   std::uint32_t uid = 0;

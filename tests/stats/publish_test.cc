@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/stats_layout.h"
-#include "core/stats_recorder.h"
-#include "core/stats_segment.h"
+#include "stats/stats_layout.h"
+#include "stats/stats_recorder.h"
+#include "stats/stats_segment.h"
 #include "ferry/ferry.h"
 #include "scripted_io.h"
 #include "test_util.h"
@@ -26,7 +26,7 @@ namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
-namespace L = core::stats_layout;
+namespace L = statistics::stats_layout;
 
 // One stats directory for the whole binary, set before its first request. Held by a global (a
 // fork() child that exits leaks nothing) and removed only in TearDown (not by the child).
@@ -47,7 +47,7 @@ class StatsDir : public ::testing::Environment {
 const auto* const kStatsDir = ::testing::AddGlobalTestEnvironment(new StatsDir);
 
 void small_read(std::uint64_t bytes = 4096) {
-  core::record_small_request(Op::kRead, bytes, 1500, ReasonCode::kHostBuffer, false);
+  statistics::record_small_request(Op::kRead, bytes, 1500, ReasonCode::kHostBuffer, false);
 }
 
 ProcessStats mine() { return read_process_stats(static_cast<int>(getpid())); }
@@ -86,7 +86,7 @@ TEST(Publish, TheReaderSeesExactlyWhatStatsSays) {
   reset_stats();
   const ProcessStats before = mine();
   for (int i = 0; i < 1000; ++i) small_read();
-  core::record_small_request(Op::kWrite, 8192, 3000, ReasonCode::kBelowThreshold, true, 3);
+  statistics::record_small_request(Op::kWrite, 8192, 3000, ReasonCode::kBelowThreshold, true, 3);
   const ProcessStats after = mine();
   const Stats s = stats();
   EXPECT_EQ(s.requests, 1001u);
@@ -130,14 +130,14 @@ TEST(Publish, ARouteReportCountsAtBothLayersPerMemory) {
   r.cufile.posix = 1;
   r.cufile.p2p = 0;
   r.reasons = {{ReasonCode::kEngine, "cuFile"}};
-  core::record_request(r, false);
+  statistics::record_request(r, false);
   r.memory = MemoryKind::kHostPageable;
   r.device = -1;
   r.cufile_tasks = 0;
   r.posix_tasks = 2;
   r.cufile = {};
   r.reasons = {{ReasonCode::kHostBuffer, "host"}, {ReasonCode::kEngine, "pread"}};
-  core::record_request(r, true);
+  statistics::record_request(r, true);
   const ProcessStats after = mine();
   EXPECT_EQ(after.cufile.counts.requests() - before.cufile.counts.requests(), 1u);
   EXPECT_EQ(after.totals.nvfs_pieces - before.totals.nvfs_pieces, 3u);
@@ -311,14 +311,14 @@ TEST(Publish, AForkChildCountsItsOwnRequestsInASegmentOfItsOwn) {
 }
 
 TEST(Publish, BytesInFlightAreCountedOnceTheEngineReportsStarts) {
-  core::note_request_started(1 << 20);
-  core::note_request_started(4096);
+  statistics::note_request_started(1 << 20);
+  statistics::note_request_started(4096);
   ProcessStats p = mine();
   EXPECT_TRUE(p.inflight_known);
   EXPECT_EQ(p.inflight_requests, 2u);
   EXPECT_EQ(p.inflight_bytes, (1u << 20) + 4096);
-  std::thread([] { core::note_request_ended(1 << 20); }).join();
-  core::note_request_ended(4096);
+  std::thread([] { statistics::note_request_ended(1 << 20); }).join();
+  statistics::note_request_ended(4096);
   p = mine();
   EXPECT_EQ(p.inflight_requests, 0u);
   EXPECT_EQ(p.inflight_bytes, 0u);
@@ -394,25 +394,25 @@ TEST(Publish, TheReaderOfACopyAgreesAndRejectsDamage) {
   small_read();
   std::ifstream in(my_segment(), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  core::BufferSource copy(bytes.data(), bytes.size());
-  core::SegmentRead r = core::read_segment(copy);
-  ASSERT_EQ(r.problem, core::SegmentProblem::kNone) << r.message;
-  EXPECT_EQ(core::stats_from_sum(r.sum).requests, mine().totals.requests);
+  statistics::BufferSource copy(bytes.data(), bytes.size());
+  statistics::SegmentRead r = statistics::read_segment(copy);
+  ASSERT_EQ(r.problem, statistics::SegmentProblem::kNone) << r.message;
+  EXPECT_EQ(statistics::stats_from_sum(r.sum).requests, mine().totals.requests);
   // Every header word changed in turn: a clear problem or the same valid read, never a crash.
   for (std::size_t w = 0; w < L::kHeaderUsedWords; ++w) {
     std::string damaged = bytes;
     damaged[w * 8 + 3] ^= 0x5a;
-    core::BufferSource src(damaged.data(), damaged.size());
-    core::ReadPolicy quick;
+    statistics::BufferSource src(damaged.data(), damaged.size());
+    statistics::ReadPolicy quick;
     quick.attempts = 3;
-    core::SegmentRead d = core::read_segment(src, quick);
-    if (d.problem != core::SegmentProblem::kNone) {
+    statistics::SegmentRead d = statistics::read_segment(src, quick);
+    if (d.problem != statistics::SegmentProblem::kNone) {
       EXPECT_FALSE(d.message.empty()) << w;
     }
   }
   for (std::size_t cut : {0ul, 7ul, 4095ul, 4096ul, 5000ul, bytes.size() - 1}) {
-    core::BufferSource src(bytes.data(), cut);
-    EXPECT_EQ(core::read_segment(src).problem, core::SegmentProblem::kTooSmall) << cut;
+    statistics::BufferSource src(bytes.data(), cut);
+    EXPECT_EQ(statistics::read_segment(src).problem, statistics::SegmentProblem::kTooSmall) << cut;
   }
 }
 

@@ -1,7 +1,7 @@
 // What recording a request costs (bench/NOTES.md §14), in numbers that hold on a loaded machine:
 // work in short batches, and report the fastest batch (the one nothing interrupted) and the
 // median batch, in nanoseconds per call. Builds against any version of stats_recorder.h.
-//   record_cost [batches] [calls]          core::record_small_request() alone
+//   record_cost [batches] [calls]          statistics::record_small_request() alone
 //   record_cost read FILE [batches] [calls] 4 KiB File::read() of a page-cached FILE against
 //                                           pread(2) of the same offsets, batches interleaved
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "core/stats_recorder.h"
+#include "stats/stats_recorder.h"
 
 namespace {
 
@@ -35,13 +35,13 @@ Spread spread(std::vector<double> v) {
 int record_only(int batches, int calls) {
   std::vector<double> ns(static_cast<std::size_t>(batches));
   for (int w = 0; w < 10000; ++w) {  // warm-up: the first call makes the segment
-    ferry::core::record_small_request(ferry::Op::kRead, 4096, 1300, ferry::ReasonCode::kHostBuffer,
+    ferry::statistics::record_small_request(ferry::Op::kRead, 4096, 1300, ferry::ReasonCode::kHostBuffer,
                                       false);
   }
   for (int b = 0; b < batches; ++b) {
     const auto t0 = Clock::now();
     for (int i = 0; i < calls; ++i) {
-      ferry::core::record_small_request(ferry::Op::kRead, 4096, 1300 + static_cast<unsigned>(i & 7),
+      ferry::statistics::record_small_request(ferry::Op::kRead, 4096, 1300 + static_cast<unsigned>(i & 7),
                                         ferry::ReasonCode::kHostBuffer, false);
     }
     ns[static_cast<std::size_t>(b)] =

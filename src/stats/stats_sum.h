@@ -5,13 +5,13 @@
 #include <array>
 #include <cstdint>
 
-#include "core/stats_layout.h"
+#include "stats/stats_layout.h"
 #include "ferry/stats.h"
 
-namespace ferry::core {
+namespace ferry::statistics {
 
 using SlotSum = std::array<std::uint64_t, stats_layout::kSlotWords>;
 
 Stats stats_from_sum(const SlotSum& sum);
 
-}  // namespace ferry::core
+}  // namespace ferry::statistics

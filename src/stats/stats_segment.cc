@@ -1,10 +1,10 @@
-#include "core/stats_segment.h"
+#include "stats/stats_segment.h"
 
 #include <chrono>
 #include <cstring>
 #include <string>
 
-namespace ferry::core {
+namespace ferry::statistics {
 namespace L = stats_layout;
 namespace {
 
@@ -195,4 +195,4 @@ SegmentRead read_segment(SegmentSource& source, const ReadPolicy& policy) {
                      " us (a writer stopped inside an update, or a damaged slot)");
 }
 
-}  // namespace ferry::core
+}  // namespace ferry::statistics

@@ -11,9 +11,9 @@
 #include <functional>
 #include <string>
 
-#include "core/stats_sum.h"
+#include "stats/stats_sum.h"
 
-namespace ferry::core {
+namespace ferry::statistics {
 
 class SegmentSource {
  public:
@@ -65,4 +65,4 @@ class BufferSource : public SegmentSource {
   std::size_t bytes_;
 };
 
-}  // namespace ferry::core
+}  // namespace ferry::statistics

@@ -26,22 +26,22 @@
 #include <utility>
 #include <vector>
 
-#include "core/stats_layout.h"
-#include "core/stats_publish.h"
-#include "core/stats_recorder.h"
-#include "core/stats_sum.h"
+#include "stats/stats_layout.h"
+#include "stats/stats_publish.h"
+#include "stats/stats_recorder.h"
+#include "stats/stats_sum.h"
 
 namespace ferry {
 namespace {
 
-namespace L = core::stats_layout;
+namespace L = statistics::stats_layout;
 using Word = std::atomic<std::uint64_t>;
 static_assert(Word::is_always_lock_free && sizeof(Word) == 8);
 
 constexpr std::size_t kReasonCodes = static_cast<std::size_t>(ReasonCode::kEngine) + 1;
 static_assert(kReasonCodes == L::kReasonCodeCount, "every reason code needs a word");
 
-Word* slot_of(const core::SegmentMemory& m, std::size_t i) {
+Word* slot_of(const statistics::SegmentMemory& m, std::size_t i) {
   return m.words + L::kPageWords + i * L::kSlotWords;
 }
 
@@ -53,16 +53,16 @@ inline __attribute__((always_inline)) void add(Word* s, std::size_t w, std::uint
 struct Registry {
   std::mutex mu;
   std::mutex shared_mu;     // writers of the shared slot, one at a time
-  core::SegmentMemory seg;  // words == nullptr until the first request
+  statistics::SegmentMemory seg;  // words == nullptr until the first request
   std::vector<std::size_t> free_slots;
   std::size_t next_slot = L::kFirstThreadSlot;
-  core::SlotSum baseline{};  // the counts at the last reset_stats()
+  statistics::SlotSum baseline{};  // the counts at the last reset_stats()
   bool env_read = false;
   bool wanted = true;
   std::string why_not;
   std::uint64_t counting_since_ns = 0;
   pid_t owner = 0;                                    // the process that made `seg`
-  std::vector<core::SegmentMemory> retired_segments;  // replaced ones: still mapped, never reused
+  std::vector<statistics::SegmentMemory> retired_segments;  // replaced ones: still mapped, never reused
 };
 
 Registry* instance = nullptr;
@@ -72,7 +72,7 @@ std::atomic<Word*> current_words{nullptr};
 void at_exit() {
   // A process that ends normally removes its name; one killed leaves it to the next reader.
   Registry* r = instance;
-  if (r != nullptr && r->owner == ::getpid()) core::withdraw_segment(r->seg);
+  if (r != nullptr && r->owner == ::getpid()) statistics::withdraw_segment(r->seg);
 }
 
 void in_child() {
@@ -84,9 +84,9 @@ void in_child() {
   // inside a write, so nothing touches the parent's pages after this.
   current_words.store(nullptr, std::memory_order_relaxed);
   epoch.fetch_add(1, std::memory_order_relaxed);
-  if (r->seg.words != nullptr) core::unmap_segment(r->seg);
+  if (r->seg.words != nullptr) statistics::unmap_segment(r->seg);
   r->seg = {};
-  for (core::SegmentMemory& m : r->retired_segments) core::unmap_segment(m);
+  for (statistics::SegmentMemory& m : r->retired_segments) statistics::unmap_segment(m);
   r->retired_segments.clear();
   r->free_slots.clear();
   r->next_slot = L::kFirstThreadSlot;
@@ -109,7 +109,7 @@ Registry& registry() {
 void read_environment(Registry& r) {
   if (r.env_read) return;
   r.env_read = true;
-  r.wanted = core::publish_from_environment(&r.why_not);
+  r.wanted = statistics::publish_from_environment(&r.why_not);
 }
 
 // A full stats directory costs `ferry stats -p` its view of this process, and nothing else: the
@@ -125,18 +125,18 @@ void warn_no_space(const std::string& why) {
 void ensure_segment(Registry& r) {
   if (r.seg.words != nullptr) return;
   read_environment(r);
-  const core::ProcessIdentity who = core::this_process();
-  r.counting_since_ns = core::unix_now_ns();
-  std::optional<core::SegmentMemory> m;
+  const statistics::ProcessIdentity who = statistics::this_process();
+  r.counting_since_ns = statistics::unix_now_ns();
+  std::optional<statistics::SegmentMemory> m;
   if (r.wanted) {
     r.why_not.clear();
     const std::string dir = stats_directory();
     bool no_space = false;
-    m = core::create_published_segment(dir, who, r.counting_since_ns, &r.why_not, &no_space);
-    if (m) core::remove_dead_segments(dir, static_cast<std::uint32_t>(who.uid));
+    m = statistics::create_published_segment(dir, who, r.counting_since_ns, &r.why_not, &no_space);
+    if (m) statistics::remove_dead_segments(dir, static_cast<std::uint32_t>(who.uid));
     if (no_space) warn_no_space(r.why_not);
   }
-  r.seg = m ? *m : core::create_private_segment(who, r.counting_since_ns);
+  r.seg = m ? *m : statistics::create_private_segment(who, r.counting_since_ns);
   r.owner = ::getpid();
   current_words.store(r.seg.words, std::memory_order_release);
   epoch.fetch_add(1, std::memory_order_release);
@@ -151,8 +151,8 @@ struct ThreadSlot {
 };
 
 // Adds slot `s` to `out`, from a copy taken between two updates of it.
-void read_slot(const Word* s, core::SlotSum& out) {
-  core::SlotSum v;
+void read_slot(const Word* s, statistics::SlotSum& out) {
+  statistics::SlotSum v;
   for (;;) {
     const std::uint64_t begin = s[L::kSlotBegin].load(std::memory_order_acquire);
     for (std::size_t w = L::kSlotFirstData; w < L::kSlotUsedWords; ++w)
@@ -176,8 +176,8 @@ inline void close_update(Word* s, std::uint64_t v) {
 }
 
 // Under r.mu: every slot of the segment.
-core::SlotSum sum_segment(const core::SegmentMemory& m) {
-  core::SlotSum total{};
+statistics::SlotSum sum_segment(const statistics::SegmentMemory& m) {
+  statistics::SlotSum total{};
   if (m.words == nullptr) return total;
   const std::size_t high = m.words[L::kHHighWater].load(std::memory_order_acquire);
   for (std::size_t i = 0; i < high && i < m.slots; ++i) read_slot(slot_of(m, i), total);
@@ -186,7 +186,7 @@ core::SlotSum sum_segment(const core::SegmentMemory& m) {
 
 // Under r.mu: moves `from`'s counts into slot 0 and zeroes it, inside the fold sequence so that
 // a reader never counts them twice or not at all.
-void fold_into_retired(const core::SegmentMemory& m, Word* from) {
+void fold_into_retired(const statistics::SegmentMemory& m, Word* from) {
   Word* header = m.words;
   Word* retired = slot_of(m, L::kRetiredSlot);
   header[L::kHFold].fetch_add(1, std::memory_order_acq_rel);
@@ -283,17 +283,17 @@ FERRY_STATS_INLINE void update(const Body& body) {
 
 // Under r.mu: counts from now on go to `next`, which gets every count of the current segment.
 // False (nothing changed) when the other threads cannot be fenced.
-bool replace(Registry& r, core::SegmentMemory next, std::string* why) {
+bool replace(Registry& r, statistics::SegmentMemory next, std::string* why) {
   // Without the barrier a writer could still count in the old segment after it was copied.
-  if (!core::heavy_barrier(why)) return false;
-  core::SegmentMemory old = r.seg;
+  if (!statistics::heavy_barrier(why)) return false;
+  statistics::SegmentMemory old = r.seg;
   current_words.store(next.words, std::memory_order_release);
   epoch.fetch_add(1, std::memory_order_seq_cst);
-  if (!core::heavy_barrier(why)) {
+  if (!statistics::heavy_barrier(why)) {
     // It worked a moment ago; give every thread time to leave an update begun before.
     for (int i = 0; i < 100; ++i) sched_yield();
   }
-  core::SlotSum carried = sum_segment(old);  // waits for slots inside an update
+  statistics::SlotSum carried = sum_segment(old);  // waits for slots inside an update
   Word* retired = slot_of(next, L::kRetiredSlot);
   for (std::size_t w = L::kSlotFirstData; w < L::kSlotUsedWords; ++w) {
     retired[w].store(carried[w], std::memory_order_relaxed);
@@ -325,7 +325,7 @@ PublishStatus status_locked(Registry& r) {
 
 }  // namespace
 
-namespace core {
+namespace statistics {
 
 void record_request(const RouteReport& report, bool failed) {
   const std::size_t route = report.cufile_tasks > 0 ? 1 : 0;
@@ -439,17 +439,17 @@ Stats stats_from_sum(const SlotSum& t) {
   return out;
 }
 
-}  // namespace core
+}  // namespace statistics
 
 Stats stats() {
   Registry& r = registry();
-  core::SlotSum t;
+  statistics::SlotSum t;
   {
     std::lock_guard lock(r.mu);
     t = sum_segment(r.seg);
     for (std::size_t w = 0; w < t.size(); ++w) t[w] -= r.baseline[w];
   }
-  return core::stats_from_sum(t);
+  return statistics::stats_from_sum(t);
 }
 
 void reset_stats() {
@@ -465,7 +465,7 @@ PublishStatus publish_stats(bool on) {
   r.wanted = on;
   r.why_not.clear();
   if (!on) {
-    core::withdraw_segment(r.seg);
+    statistics::withdraw_segment(r.seg);
     r.why_not = "withdrawn: publish_stats(false)";
     return status_locked(r);
   }
@@ -475,16 +475,16 @@ PublishStatus publish_stats(bool on) {
   }
   if (!r.seg.path.empty()) return status_locked(r);
   // A private or withdrawn segment: publish a new one that carries its counts.
-  const core::ProcessIdentity who = core::this_process();
+  const statistics::ProcessIdentity who = statistics::this_process();
   bool no_space = false;
-  std::optional<core::SegmentMemory> next = core::create_published_segment(
+  std::optional<statistics::SegmentMemory> next = statistics::create_published_segment(
       stats_directory(), who, r.counting_since_ns, &r.why_not, &no_space);
   if (no_space) warn_no_space(r.why_not);
   if (!next) return status_locked(r);
   std::string why;
   if (!replace(r, *next, &why)) {
-    core::withdraw_segment(*next);
-    core::unmap_segment(*next);
+    statistics::withdraw_segment(*next);
+    statistics::unmap_segment(*next);
     r.why_not = "cannot carry the counts into a new segment: " + why;
   }
   return status_locked(r);

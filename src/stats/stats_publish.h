@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "core/stats_layout.h"
+#include "stats/stats_layout.h"
 
-namespace ferry::core {
+namespace ferry::statistics {
 
 struct ProcessIdentity {
   std::uint64_t pid = 0;
@@ -76,4 +76,4 @@ std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid
 // publishing off, and `why` says so.
 bool publish_from_environment(std::string* why);
 
-}  // namespace ferry::core
+}  // namespace ferry::statistics

@@ -21,16 +21,16 @@
 #include <string>
 #include <thread>
 
-#include "core/stats_layout.h"
-#include "core/stats_publish.h"
-#include "core/stats_segment.h"
+#include "stats/stats_layout.h"
+#include "stats/stats_publish.h"
+#include "stats/stats_segment.h"
 #include "ferry/route.h"
 #include "ferry/stats.h"
 
 namespace ferry {
 namespace {
 
-namespace L = core::stats_layout;
+namespace L = statistics::stats_layout;
 using Kind = StatsError::Kind;
 using State = ProcessEntry::State;
 
@@ -47,7 +47,7 @@ struct Fd {
   }
 };
 
-class FileSource : public core::SegmentSource {
+class FileSource : public statistics::SegmentSource {
  public:
   explicit FileSource(int fd) : fd_(fd) {}
   std::uint64_t size() override {
@@ -81,7 +81,7 @@ class FileSource : public core::SegmentSource {
 // before it is linked under its name), and a process of the same user that shortened it to make
 // the reader fault could as well kill it. Another user's segment (read by root) is still copied
 // with pread.
-class MappedSource : public core::SegmentSource {
+class MappedSource : public statistics::SegmentSource {
  public:
   // Nullptr where the file is not this user's, is not of a segment's size, or cannot be mapped.
   static std::unique_ptr<MappedSource> map(int fd, const struct stat& st) {
@@ -129,7 +129,7 @@ bool owner_alive(int pid, std::uint64_t start_ticks, std::string* why_dead) {
     return false;
   }
   char state = '?';
-  const std::uint64_t now = core::read_start_ticks(pid, &state);
+  const std::uint64_t now = statistics::read_start_ticks(pid, &state);
   if (state == 'Z' || state == 'X') {
     *why_dead = "process " + std::to_string(pid) + " has exited (a zombie not yet reaped)";
     return false;
@@ -184,8 +184,8 @@ struct BusyBudget {
   static BusyBudget listing() {
     return {kPerSegment, std::chrono::steady_clock::now() + kPerListing};
   }
-  core::ReadPolicy next() const {
-    core::ReadPolicy policy;
+  statistics::ReadPolicy next() const {
+    statistics::ReadPolicy policy;
     const auto left = deadline - std::chrono::steady_clock::now();
     const auto budget = std::min<std::chrono::nanoseconds>(
         per_segment, std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)));
@@ -216,7 +216,7 @@ std::string comm_of(const std::array<std::uint64_t, L::kPageWords>& h) {
   return out;
 }
 
-RouteCounters route_counters(const core::SlotSum& t, std::size_t bucket, std::size_t route) {
+RouteCounters route_counters(const statistics::SlotSum& t, std::size_t bucket, std::size_t route) {
   RouteCounters c;
   c.reads = t[L::route_word(bucket, route, L::kReads)];
   c.writes = t[L::route_word(bucket, route, L::kWrites)];
@@ -250,9 +250,9 @@ int memory_device(std::size_t bucket) {
   return static_cast<int>(bucket - 1);
 }
 
-ProcessStats to_process_stats(const core::SegmentRead& r, const std::string& path) {
+ProcessStats to_process_stats(const statistics::SegmentRead& r, const std::string& path) {
   const auto& h = r.header;
-  const core::SlotSum& t = r.sum;
+  const statistics::SlotSum& t = r.sum;
   ProcessStats p;
   p.pid = static_cast<int>(h[L::kHPid]);
   p.uid = static_cast<std::uint32_t>(h[L::kHUid]);
@@ -264,8 +264,8 @@ ProcessStats to_process_stats(const core::SegmentRead& r, const std::string& pat
                     std::to_string((v >> 16) & 0xffff) + "." + std::to_string(v & 0xffff);
   p.process_started = static_cast<double>(h[L::kHProcessStartedNs]) / 1e9;
   p.counting_since = static_cast<double>(h[L::kHCountingSinceNs]) / 1e9;
-  p.read_at = static_cast<double>(core::unix_now_ns()) / 1e9;
-  p.totals = core::stats_from_sum(t);
+  p.read_at = static_cast<double>(statistics::unix_now_ns()) / 1e9;
+  p.totals = statistics::stats_from_sum(t);
   PathCounters* paths[] = {&p.posix, &p.cufile};
   for (std::size_t b = 0; b < L::kBuckets; ++b) {
     MemoryCounters m;
@@ -383,21 +383,21 @@ Inspection inspect(int dirfd, const std::string& dir, const std::string& name, s
     refuse = "forged: process " + std::to_string(pid) + " runs as uid " + std::to_string(*runs_as) +
              ", and " + path + " was made by uid " + std::to_string(uid) + ": ignoring it";
   }
-  core::SegmentRead read;
+  statistics::SegmentRead read;
   if (refuse.empty()) {
-    std::unique_ptr<core::SegmentSource> source = MappedSource::map(fd.fd, st);
+    std::unique_ptr<statistics::SegmentSource> source = MappedSource::map(fd.fd, st);
     if (source == nullptr) source = std::make_unique<FileSource>(fd.fd);
-    read = core::read_segment(*source, busy.next());
-    if (read.problem == core::SegmentProblem::kNone &&
+    read = statistics::read_segment(*source, busy.next());
+    if (read.problem == statistics::SegmentProblem::kNone &&
         (read.header[L::kHPid] != static_cast<std::uint64_t>(pid) ||
          read.header[L::kHUid] != uid)) {
-      read.problem = core::SegmentProblem::kLayout;
+      read.problem = statistics::SegmentProblem::kLayout;
       read.message = "corrupt header: it names pid " + std::to_string(read.header[L::kHPid]) +
                      " and uid " + std::to_string(read.header[L::kHUid]) + ", its file name pid " +
                      std::to_string(pid) + " and uid " + std::to_string(uid);
     }
   }
-  const bool valid = refuse.empty() && read.problem == core::SegmentProblem::kNone;
+  const bool valid = refuse.empty() && read.problem == statistics::SegmentProblem::kNone;
   std::string why_dead;
   const bool alive = owner_alive(pid, valid ? read.header[L::kHStartTicks] : 0, &why_dead);
   if (!alive) {
@@ -405,7 +405,7 @@ Inspection inspect(int dirfd, const std::string& dir, const std::string& name, s
     out.removed = remove_segment(dirfd, name, st);
   }
   if (!valid) {
-    out.state = read.problem == core::SegmentProblem::kBusy ? State::kBusy : State::kCorrupt;
+    out.state = read.problem == statistics::SegmentProblem::kBusy ? State::kBusy : State::kCorrupt;
     out.detail = !refuse.empty() ? refuse : path + ": " + read.message;
   } else {
     out.stats = to_process_stats(read, path);
@@ -450,7 +450,7 @@ std::vector<Named> segment_names(int dirfd) {
   }
   while (dirent* e = ::readdir(d)) {
     Named n{e->d_name, 0, 0};
-    if (core::parse_segment_name(n.name, &n.uid, &n.pid)) out.push_back(std::move(n));
+    if (statistics::parse_segment_name(n.name, &n.uid, &n.pid)) out.push_back(std::move(n));
   }
   ::closedir(d);
   return out;
@@ -502,7 +502,7 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
   if (pid <= 0) throw StatsError(Kind::kNoProcess, pid, "no process " + std::to_string(pid));
   Fd d = open_directory(dir, pid);
   // This user's segment of that pid first, then one of another user's.
-  Named target{core::segment_name(::geteuid(), static_cast<std::uint64_t>(pid)),
+  Named target{statistics::segment_name(::geteuid(), static_cast<std::uint64_t>(pid)),
                static_cast<std::uint32_t>(::geteuid()), pid};
   struct stat st {};
   if (::fstatat(d.fd, target.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -544,7 +544,7 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
   }
 }
 
-namespace core {
+namespace statistics {
 
 std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid) {
   Fd d(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -564,7 +564,7 @@ std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid
   return removed;
 }
 
-}  // namespace core
+}  // namespace statistics
 
 std::vector<ProcessEntry> list_process_stats(const std::string& directory) {
   const std::string dir = directory.empty() ? stats_directory() : directory;

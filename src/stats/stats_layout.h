@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ferry::core::stats_layout {
+namespace ferry::statistics::stats_layout {
 
 inline constexpr std::uint64_t kMagic = 0x3154535952524546ull;  // "FERRYST1" little-endian
 inline constexpr std::uint64_t kVersion = 1;
@@ -147,4 +147,4 @@ constexpr std::size_t latency_bucket(std::uint64_t nanoseconds) {
 // The segment's file name in the stats directory: ferry.<uid>.<pid>.
 inline constexpr const char* kNamePrefix = "ferry.";
 
-}  // namespace ferry::core::stats_layout
+}  // namespace ferry::statistics::stats_layout

@@ -1,4 +1,4 @@
-#include "core/stats_publish.h"
+#include "stats/stats_publish.h"
 
 #include <fcntl.h>
 #include <linux/membarrier.h>
@@ -15,7 +15,7 @@
 #include <new>
 #include <string_view>
 
-#include "core/stats_layout.h"
+#include "stats/stats_layout.h"
 #include "ferry/stats.h"
 
 #ifndef FERRY_VERSION_MAJOR
@@ -24,7 +24,7 @@
 #define FERRY_VERSION_PATCH 0
 #endif
 
-namespace ferry::core {
+namespace ferry::statistics {
 namespace L = stats_layout;
 namespace {
 
@@ -360,4 +360,4 @@ bool publish_from_environment(std::string* why) {
   return false;
 }
 
-}  // namespace ferry::core
+}  // namespace ferry::statistics

@@ -8,7 +8,7 @@
 
 #include "ferry/route.h"
 
-namespace ferry::core {
+namespace ferry::statistics {
 
 // Passed for `device` when the caller does not say which memory a request used.
 inline constexpr int kDeviceNotRecorded = INT_MIN;
@@ -27,4 +27,4 @@ void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
 void note_request_started(std::uint64_t bytes);
 void note_request_ended(std::uint64_t bytes);
 
-}  // namespace ferry::core
+}  // namespace ferry::statistics
