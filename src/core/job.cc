@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "core/routing.h"
-#include "stats/stats_recorder.h"
 #include "ferry/error.h"
+#include "stats/stats_recorder.h"
 
 namespace ferry::core {
 
@@ -135,8 +135,7 @@ void Job::complete() {
   if (observation) {
     observation->end(report.cufile);
     observation.reset();
-    auto refusal =
-        refuse_layer2(context.settings, report, compat_refused, &report.cufile.unjudged);
+    auto refusal = refuse_layer2(context.settings, report, compat_refused, &report.cufile.unjudged);
     if (refusal && !e) {
       e = std::make_exception_ptr(RouteError(*refusal));
     }

@@ -17,11 +17,11 @@
 #include "core/route_facts.h"
 #include "core/routing.h"
 #include "core/runtime_state.h"
-#include "stats/stats_recorder.h"
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"
 #include "cuda/stream_order.h"
 #include "ferry/error.h"
+#include "stats/stats_recorder.h"
 
 namespace ferry::core {
 
@@ -303,9 +303,8 @@ void plan_request(OpenFile& file, RequestSpec& spec, RequestPlan& plan) {
   plan.effective = spec.size;
   if (spec.op == Op::kRead && !spec.gathered) {
     const std::uint64_t file_size = file.size();
-    plan.effective = spec.offset >= file_size
-                         ? 0
-                         : std::min<std::uint64_t>(spec.size, file_size - spec.offset);
+    plan.effective =
+        spec.offset >= file_size ? 0 : std::min<std::uint64_t>(spec.size, file_size - spec.offset);
   }
   if (!plan.tasks) plan.tasks.emplace(spec.offset, plan.effective, plan.settings.task_size);
   plan.layer1 = plan_layer1(file, spec.op, plan.settings, plan.route_memory, spec.offset,
@@ -384,13 +383,13 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   RouteReport& report = plan.report;
   report.tasks = job->tasks.count();
   job->threads = workers_for(plan.settings, is_gpu(plan.route_memory.kind));
-  const std::size_t jobs = std::min({job->threads, std::max<std::size_t>(report.tasks, 1),
-                                     backend->max_workers(job->context)});
+  const std::size_t jobs = std::min(
+      {job->threads, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
   job->context.workers = jobs;
   job->claim = claim_for(job->tasks.count(), job->expected, jobs);
   report.workers = report.tasks == 0 ? 0 : jobs;
-  std::string engine = backend->describe(job->context) +
-                       stream_order_words(*job, spec, plan.memory.device);
+  std::string engine =
+      backend->describe(job->context) + stream_order_words(*job, spec, plan.memory.device);
   if (op == Op::kWrite && backend == &host_path()) {
     const std::string ahead =
         host_path().prepare_write(*file, spec.offset, request_span(spec, plan.effective));

@@ -76,8 +76,7 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
       posix(ReasonCode::kCompatModeOn, "compat_mode=on: cuFile is never called");
       break;
     case Layer1Rule::kHostMemory: {
-      std::string text =
-          fmt::format("{} buffer: cuFile serves GPU memory", to_string(memory.kind));
+      std::string text = fmt::format("{} buffer: cuFile serves GPU memory", to_string(memory.kind));
       if (!memory.note.empty()) text += fmt::format(" ({})", memory.note);
       posix(memory.note.empty() ? ReasonCode::kHostBuffer : ReasonCode::kNoCudaDriver, text);
       break;

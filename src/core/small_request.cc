@@ -9,9 +9,9 @@
 #include "core/paths.h"
 #include "core/request.h"
 #include "core/routing.h"
-#include "stats/stats_recorder.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"
+#include "stats/stats_recorder.h"
 
 namespace ferry::core {
 

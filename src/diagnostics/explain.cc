@@ -21,7 +21,6 @@
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
 #include "cufile/cufile_outlook.h"
-#include "cufile/cufile_testing.h"
 #include "ferry/plan.h"
 #include "io/io_seam.h"
 #include "posix/posix_backend.h"
@@ -212,7 +211,7 @@ RouteOutlook route_outlook(std::uint64_t size, const ExplainRequest& r) {
   };
   facts.probe_cufile = [] { return std::optional<std::string>(); };  // the file decides
   core::RouteDecision d =
-      core::decide_route(settings, cufile::testing::route_view(memory), size, facts);
+      core::decide_route(settings, core::accelerated_path().route_view(memory), size, facts);
   RouteOutlook o;
   o.path = d.path;
   o.reasons = d.reasons;
@@ -256,7 +255,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
   core::AcceleratedProbe probe;
   core::Layer1Plan layer1 =
-      core::plan_layer1(*file, Op::kRead, e.settings, cufile::testing::route_view(memory),
+      core::plan_layer1(*file, Op::kRead, e.settings, core::accelerated_path().route_view(memory),
                         e.offset, e.size, e.size, &probe);
   e.page_cache = layer1.residency;
   core::RouteDecision& route = layer1.route;

@@ -174,7 +174,8 @@ PageCacheResidency page_cache_residency(const std::string& path, std::uint64_t o
                                         std::optional<std::uint64_t> length, Residency how) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw IoError(errno, "open (to measure page-cache residency)", path, offset, length.value_or(0));
+    throw IoError(errno, "open (to measure page-cache residency)", path, offset,
+                  length.value_or(0));
   }
   PageCacheResidency r = page_cache_residency(fd, offset, length, how);
   ::close(fd);

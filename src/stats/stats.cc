@@ -52,7 +52,7 @@ inline __attribute__((always_inline)) void add(Word* s, std::size_t w, std::uint
 
 struct Registry {
   std::mutex mu;
-  std::mutex shared_mu;     // writers of the shared slot, one at a time
+  std::mutex shared_mu;           // writers of the shared slot, one at a time
   statistics::SegmentMemory seg;  // words == nullptr until the first request
   std::vector<std::size_t> free_slots;
   std::size_t next_slot = L::kFirstThreadSlot;
@@ -61,8 +61,9 @@ struct Registry {
   bool wanted = true;
   std::string why_not;
   std::uint64_t counting_since_ns = 0;
-  pid_t owner = 0;                                    // the process that made `seg`
-  std::vector<statistics::SegmentMemory> retired_segments;  // replaced ones: still mapped, never reused
+  pid_t owner = 0;  // the process that made `seg`
+  std::vector<statistics::SegmentMemory>
+      retired_segments;  // replaced ones: still mapped, never reused
 };
 
 Registry* instance = nullptr;

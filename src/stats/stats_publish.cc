@@ -15,8 +15,8 @@
 #include <new>
 #include <string_view>
 
-#include "stats/stats_layout.h"
 #include "ferry/stats.h"
+#include "stats/stats_layout.h"
 
 #ifndef FERRY_VERSION_MAJOR
 #define FERRY_VERSION_MAJOR 0

@@ -21,11 +21,11 @@
 #include <string>
 #include <thread>
 
+#include "ferry/route.h"
+#include "ferry/stats.h"
 #include "stats/stats_layout.h"
 #include "stats/stats_publish.h"
 #include "stats/stats_segment.h"
-#include "ferry/route.h"
-#include "ferry/stats.h"
 
 namespace ferry {
 namespace {
@@ -178,9 +178,7 @@ constexpr std::chrono::milliseconds kPerListing{100};
 struct BusyBudget {
   std::chrono::milliseconds per_segment;
   std::chrono::steady_clock::time_point deadline;
-  static BusyBudget one() {
-    return {kOneSegment, std::chrono::steady_clock::now() + kOneSegment};
-  }
+  static BusyBudget one() { return {kOneSegment, std::chrono::steady_clock::now() + kOneSegment}; }
   static BusyBudget listing() {
     return {kPerSegment, std::chrono::steady_clock::now() + kPerListing};
   }

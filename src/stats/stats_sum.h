@@ -5,8 +5,8 @@
 #include <array>
 #include <cstdint>
 
-#include "stats/stats_layout.h"
 #include "ferry/stats.h"
+#include "stats/stats_layout.h"
 
 namespace ferry::statistics {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/fuzz_check.h"
 #include "stats/stats_layout.h"
 #include "stats/stats_publish.h"
 #include "stats/stats_segment.h"
-#include "fuzz/fuzz_check.h"
 
 namespace {
 

@@ -34,12 +34,12 @@ class FaultyIo final : public io::IoSeam {
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
     if (ssize_t r = fault(size, offset); r != 0) return r;
     return io::system_io().pread(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
-                                    offset);
+                                 offset);
   }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
     if (ssize_t r = fault(size, offset); r != 0) return r;
     return io::system_io().pwrite(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
-                                     offset);
+                                  offset);
   }
   int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
   int fsync(int fd) override { return io::system_io().fsync(fd); }

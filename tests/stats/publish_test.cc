@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "ferry/ferry.h"
+#include "scripted_io.h"
 #include "stats/stats_layout.h"
 #include "stats/stats_recorder.h"
 #include "stats/stats_segment.h"
-#include "ferry/ferry.h"
-#include "scripted_io.h"
 #include "test_util.h"
 
 namespace ferry {

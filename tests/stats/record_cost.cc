@@ -35,14 +35,15 @@ Spread spread(std::vector<double> v) {
 int record_only(int batches, int calls) {
   std::vector<double> ns(static_cast<std::size_t>(batches));
   for (int w = 0; w < 10000; ++w) {  // warm-up: the first call makes the segment
-    ferry::statistics::record_small_request(ferry::Op::kRead, 4096, 1300, ferry::ReasonCode::kHostBuffer,
-                                      false);
+    ferry::statistics::record_small_request(ferry::Op::kRead, 4096, 1300,
+                                            ferry::ReasonCode::kHostBuffer, false);
   }
   for (int b = 0; b < batches; ++b) {
     const auto t0 = Clock::now();
     for (int i = 0; i < calls; ++i) {
-      ferry::statistics::record_small_request(ferry::Op::kRead, 4096, 1300 + static_cast<unsigned>(i & 7),
-                                        ferry::ReasonCode::kHostBuffer, false);
+      ferry::statistics::record_small_request(ferry::Op::kRead, 4096,
+                                              1300 + static_cast<unsigned>(i & 7),
+                                              ferry::ReasonCode::kHostBuffer, false);
     }
     ns[static_cast<std::size_t>(b)] =
         std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / calls;

@@ -800,15 +800,16 @@ int run(const BenchArgs& a) {
   std::map<std::string, double> baselines;
   auto prepare = [&](nlohmann::json& j) {
     if (write) {
-      j["page_cache_before"] = {{"resident_fraction", clean_pages(file.path(), file.size())},
-                                {"dirty", false},
-                                {"method", "fdatasync, then ferry::page_cache_residency (every page)"}};
+      j["page_cache_before"] = {
+          {"resident_fraction", clean_pages(file.path(), file.size())},
+          {"dirty", false},
+          {"method", "fdatasync, then ferry::page_cache_residency (every page)"}};
       return;
     }
     const double kept =
         a.cold ? drop_pages(file.path(), file.size()) : warm_pages(file.path(), file.size());
     j["page_cache_before"] = {{"resident_fraction", kept},
-                                {"method", "ferry::page_cache_residency (every page)"}};
+                              {"method", "ferry::page_cache_residency (every page)"}};
     if (a.cold && kept > 0.01) {
       j["cold"] = false;
       j["cold_note"] = fmt::format(
