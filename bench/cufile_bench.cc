@@ -18,7 +18,6 @@
 #include "core/open_file.h"
 #include "cuda/cuda_driver.h"
 #include "cufile/cufile_file.h"
-#include "io/io_seam.h"
 
 namespace {
 
@@ -73,8 +72,7 @@ int main(int argc, char** argv) try {
   }
 
   // The bare loop: the same file, tasks and threads, cuFileRead and nothing else.
-  auto open = std::make_shared<ferry::core::OpenFile>(path, "r", ferry::FileOptions{},
-                                                      ferry::io::system_io());
+  auto open = std::make_shared<ferry::core::OpenFile>(path, "r", ferry::FileOptions{});
   ferry::cufile::Probe probe = ferry::cufile::probe(*open, settings);
   if (!probe.state) throw std::runtime_error("cuFile probe: " + probe.why_not);
   const auto& lib = probe.state->library();

@@ -13,11 +13,15 @@ namespace ferry {
 
 namespace core {
 class RuntimeState;
-}
+struct Environment;
+}  // namespace core
 
 class Runtime {
  public:
   Runtime();
+  // Internal: a runtime whose requests run against `env` (src/core/paths.h) instead of the
+  // default environment; tests give it their doubles.
+  explicit Runtime(const core::Environment& env);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

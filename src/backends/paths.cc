@@ -1,13 +1,14 @@
 // The one place that knows every backend: ferry's POSIX path and cuFile, behind core's seam
-// (core/paths.h). Both are leaked on purpose: pool threads may still use them while static
-// destructors run at exit.
-#include "core/paths.h"
+// (core/paths.h), and the default environment made of them. Its objects are leaked on purpose:
+// pool threads may still use them while static destructors run at exit.
+#include "backends/paths.h"
+
+#include <utility>
 
 #include "cufile/cufile_backend.h"
 #include "cufile/cufile_file.h"
 #include "cufile/cufile_outlook.h"
 #include "cufile/cufile_stats.h"
-#include "cufile/cufile_testing.h"
 #include "io/page_cache.h"
 #include "posix/posix_backend.h"
 
@@ -47,7 +48,8 @@ class PosixPath final : public HostPath {
 
 class CufileWindow final : public Layer2Window {
  public:
-  CufileWindow(Op op, int device) : observation_(cufile::Observation::begin(op, device)) {}
+  CufileWindow(Op op, int device, const cufile::Machine& machine)
+      : observation_(cufile::Observation::begin(op, device, machine)) {}
   void end(CufileCounts& out) override { observation_->end(out); }
 
  private:
@@ -56,13 +58,14 @@ class CufileWindow final : public Layer2Window {
 
 class CufilePath final : public AcceleratedPath {
  public:
+  explicit CufilePath(cufile::Machine machine) : machine_(std::move(machine)) {}
   std::optional<std::string> compat_only(int fd) const override {
-    cufile::Outlook outlook = cufile::accelerated_outlook(fd);
+    cufile::Outlook outlook = cufile::accelerated_outlook(fd, machine_.root);
     if (outlook.accelerated) return std::nullopt;
     return std::move(outlook.why_not);
   }
   AcceleratedProbe probe(OpenFile& file, const Settings& settings) const override {
-    cufile::Probe p = cufile::probe(file, settings);
+    cufile::Probe p = cufile::probe(file, settings, machine_.root);
     AcceleratedProbe out;
     if (p.state) out.backend = std::make_shared<cufile::CufileBackend>(std::move(p.state));
     out.why_not = std::move(p.why_not);
@@ -70,24 +73,34 @@ class CufilePath final : public AcceleratedPath {
     return out;
   }
   std::unique_ptr<Layer2Window> observe(Op op, int device) const override {
-    return std::make_unique<CufileWindow>(op, device);
+    return std::make_unique<CufileWindow>(op, device, machine_);
   }
-  MemoryInfo route_view(const MemoryInfo& memory) const override {
-    return cufile::testing::route_view(memory);
-  }
-  bool host_treated_as_gpu() const override { return cufile::testing::host_treated_as_gpu(); }
+
+ private:
+  cufile::Machine machine_;
 };
 
 }  // namespace
 
-HostPath& host_path() {
-  static auto* path = new PosixPath;
-  return *path;
-}
-
-const AcceleratedPath& accelerated_path() {
-  static auto* path = new CufilePath;
-  return *path;
+const Environment& default_environment() {
+  static const Environment* env = [] {
+    auto* e = new Environment;
+    e->io = &io::system_io();
+    e->host = new PosixPath;
+    e->accelerated = new CufilePath(cufile::Machine{});
+    return e;
+  }();
+  return *env;
 }
 
 }  // namespace ferry::core
+
+namespace ferry::backends {
+
+std::unique_ptr<core::HostPath> make_posix_path() { return std::make_unique<core::PosixPath>(); }
+
+std::unique_ptr<core::AcceleratedPath> make_cufile_path(cufile::Machine machine) {
+  return std::make_unique<core::CufilePath>(std::move(machine));
+}
+
+}  // namespace ferry::backends

@@ -46,7 +46,7 @@ bool IoFuture::cancel() {
 
 File::File() = default;
 File::File(const std::filesystem::path& path, std::string_view mode, FileOptions options)
-    : file_(std::make_shared<core::OpenFile>(path, mode, std::move(options), io::system_io())) {}
+    : file_(std::make_shared<core::OpenFile>(path, mode, std::move(options))) {}
 File::File(std::shared_ptr<core::OpenFile> file) : file_(std::move(file)) {}
 File::~File() = default;
 File::File(File&&) noexcept = default;

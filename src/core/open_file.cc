@@ -63,10 +63,14 @@ using OpenFiles = ForkRegistry<OpenFile, &OpenFile::forget_parent_requests>;
 }  // namespace
 
 OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
-                   io::IoSeam& io)
+                   io::IoSeam* io)
     : path_(path.string()),
       options_(std::move(options)),
-      io_(io),
+      io_(io != nullptr
+              ? *io
+              : *(options_.runtime != nullptr ? options_.runtime->state() : default_runtime())
+                     .env()
+                     .io),
       runtime_(options_.runtime != nullptr ? &options_.runtime->state() : &default_runtime()) {
   int flags = open_flags(mode, path_, &readable_, &writable_);
   appends_ = mode == "a";

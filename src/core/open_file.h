@@ -18,6 +18,8 @@
 
 namespace ferry::core {
 
+class HostPath;
+
 // A one-task request that ran in its caller's thread on ferry's POSIX path, kept in this compact
 // form so that its report (and the text of its reasons) is built only when someone asks for it.
 // Strings stay empty (no allocation) except for GPU requests that cuFile could not accelerate.
@@ -34,14 +36,16 @@ struct SmallRoute {
   bool cold_direct = false;   // read with O_DIRECT because its pages were not cached
   bool cold_refused = false;  // cold, but the file system refused O_DIRECT
   PageCacheResidency page_cache;
+  const HostPath* host = nullptr;  // the path that ran it (its runtime's environment's)
 };
 
 class RuntimeState;
 
 class OpenFile {
  public:
+  // `io`: the system calls on this file; null: its runtime's environment's.
   OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
-           io::IoSeam& io);
+           io::IoSeam* io = nullptr);
   ~OpenFile();
   OpenFile(const OpenFile&) = delete;
   OpenFile& operator=(const OpenFile&) = delete;

@@ -1,10 +1,14 @@
-// The ways to move bytes, as the engine sees them: ferry's own POSIX path, always there, and an
-// accelerated path (cuFile) that may be absent. Core includes only this seam; the real paths are
-// wired in by src/backends/paths.cc, the one file that knows every backend (as LevelDB's
-// Env::Default). Both objects live for the whole process and are thread-safe.
+// What the engine runs against, as LevelDB's Options carry an Env: the system calls on files
+// (io::IoSeam), ferry's own POSIX path, always there, and an accelerated path (cuFile) that may
+// be absent. Each runtime carries one Environment (core/runtime_state.h) and every request of
+// its Files asks it, never a global. Core includes only this seam; the real paths are wired in
+// by src/backends/paths.cc, the one file that knows every backend, which makes the default
+// environment once. Tests give a ferry::Runtime an environment of their own doubles. The objects
+// an Environment points to outlive every runtime that carries it and are thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +18,7 @@
 #include "ferry/memory.h"
 #include "ferry/route.h"
 #include "ferry/settings.h"
+#include "io/io_seam.h"
 
 namespace ferry::core {
 
@@ -62,14 +67,25 @@ class AcceleratedPath {
   // `device`: the GPU the request's memory is on (-1: not known), whose own entry of the
   // counters it is judged on where the path can name it.
   virtual std::unique_ptr<Layer2Window> observe(Op op, int device) const = 0;
-  // Test hooks of the cuFile test double: the memory layer 1 decides on, and whether host
-  // memory stands in for GPU memory (small requests then never run inline).
-  virtual MemoryInfo route_view(const MemoryInfo& memory) const = 0;
-  virtual bool host_treated_as_gpu() const = 0;
 };
 
-// The process's paths (defined in src/backends/paths.cc).
-HostPath& host_path();
-const AcceleratedPath& accelerated_path();
+struct Environment {
+  io::IoSeam* io = nullptr;
+  HostPath* host = nullptr;
+  const AcceleratedPath* accelerated = nullptr;
+  // The memory layer 1 decides on, given what a request's buffer is; empty: the buffer's own.
+  // An environment whose accelerated path moves "GPU" bytes through host memory (cuFile's test
+  // double on a machine without a GPU) sees host buffers as GPU memory here; the bytes still
+  // move as what they are, and no request of it runs inline in its caller's thread.
+  std::function<MemoryInfo(const MemoryInfo&)> layer1_memory;
+
+  MemoryInfo layer1_view(const MemoryInfo& memory) const {
+    return layer1_memory ? layer1_memory(memory) : memory;
+  }
+};
+
+// The environment of the default runtime, made once (src/backends/paths.cc): the system's calls,
+// the POSIX path and cuFile on this machine.
+const Environment& default_environment();
 
 }  // namespace ferry::core

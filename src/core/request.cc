@@ -296,7 +296,7 @@ void plan_request(OpenFile& file, RequestSpec& spec, RequestPlan& plan) {
         "require", to_string(plan.settings.require)));
   }
   const MemoryInfo staging_memory{MemoryKind::kHostPinned, plan.memory.device, {}};
-  plan.route_memory = accelerated_path().route_view(plan.staged ? staging_memory : plan.memory);
+  plan.route_memory = file.runtime().env().layer1_view(plan.staged ? staging_memory : plan.memory);
   report.memory = plan.memory.kind;
   report.device = plan.memory.device;
   report.direct = file.direct_fd() >= 0;
@@ -351,7 +351,8 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   const Op op = spec.op;
   const bool cufile = plan.layer1.route.path == Path::kCufile;
   std::shared_ptr<Backend> cufile_backend = cufile ? std::move(plan.probe.backend) : nullptr;
-  Backend* backend = cufile ? cufile_backend.get() : &host_path();
+  const Environment& env = file->runtime().env();
+  Backend* backend = cufile ? cufile_backend.get() : env.host;
   const MemoryInfo staging_memory{MemoryKind::kHostPinned, plan.memory.device, {}};
   std::shared_ptr<cuda::StagedCopies> staged_copies;
   if (plan.staged && plan.tasks->count() > 0) {
@@ -390,9 +391,9 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   report.workers = report.tasks == 0 ? 0 : jobs;
   std::string engine =
       backend->describe(job->context) + stream_order_words(*job, spec, plan.memory.device);
-  if (op == Op::kWrite && backend == &host_path()) {
+  if (op == Op::kWrite && backend == env.host) {
     const std::string ahead =
-        host_path().prepare_write(*file, spec.offset, request_span(spec, plan.effective));
+        env.host->prepare_write(*file, spec.offset, request_span(spec, plan.effective));
     if (!ahead.empty()) engine += "; " + ahead;
   }
   report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
@@ -404,7 +405,7 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   }
   job->report = report;
   // Last before the first task runs, so the window holds this request's cuFile calls only.
-  if (cufile) job->observation = accelerated_path().observe(op, plan.route_memory.device);
+  if (cufile) job->observation = env.accelerated->observe(op, plan.route_memory.device);
   return job;
 }
 
@@ -433,8 +434,8 @@ void start_job(const std::shared_ptr<Job>& job, const std::shared_ptr<RequestSta
   // One task on host memory, to be waited for at once more often than not: the wait runs it
   // unless a worker has started it (bench/NOTES.md §19). GPU memory keeps its workers, whose
   // threads hold the device's context and staging.
-  if (!ordered && jobs == 1 && job->tasks.count() == 1 && job->backend == &host_path() &&
-      !is_gpu(job->context.memory.kind)) {
+  if (!ordered && jobs == 1 && job->tasks.count() == 1 &&
+      job->backend == job->file->runtime().env().host && !is_gpu(job->context.memory.kind)) {
     job->helpable = true;
     job->unstarted = 1;
     state->set_helper([weak = std::weak_ptr<Job>(job)] {

@@ -1,14 +1,17 @@
 #include "core/route_facts.h"
 
+#include "core/runtime_state.h"
+
 namespace ferry::core {
 
 RouteFacts gather_route_facts(OpenFile& file, const Settings& settings,
                               const PageCacheResidency& residency, AcceleratedProbe* probe) {
   RouteFacts facts;
-  facts.compat_only = [&file]() { return accelerated_path().compat_only(file.fd()); };
+  const AcceleratedPath& accelerated = *file.runtime().env().accelerated;
+  facts.compat_only = [&file, &accelerated]() { return accelerated.compat_only(file.fd()); };
   facts.residency = residency;
-  facts.probe_cufile = [&file, settings, probe]() -> std::optional<std::string> {
-    *probe = accelerated_path().probe(file, settings);
+  facts.probe_cufile = [&file, &accelerated, settings, probe]() -> std::optional<std::string> {
+    *probe = accelerated.probe(file, settings);
     if (probe->backend) return std::nullopt;
     return probe->why_not;
   };
@@ -20,7 +23,7 @@ Layer1Plan plan_layer1(OpenFile& file, Op op, const Settings& settings,
                        std::size_t size, AcceleratedProbe* probe) {
   Layer1Plan plan;
   if (op == Op::kRead) {
-    plan.residency = host_path().residency(file.fd(), offset, span);
+    plan.residency = file.runtime().env().host->residency(file.fd(), offset, span);
   } else {
     plan.residency.why_not = "not measured for writes";
   }

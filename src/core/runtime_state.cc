@@ -1,6 +1,7 @@
 #include "core/runtime_state.h"
 
 #include <new>
+#include <utility>
 
 #include "core/fork_registry.h"
 #include "cuda/stream_order.h"
@@ -12,8 +13,11 @@ namespace {
 using Runtimes = ForkRegistry<RuntimeState, &RuntimeState::restart_in_child>;
 }  // namespace
 
-RuntimeState::RuntimeState()
-    : pool_(new ThreadPool(0)), ordered_pool_(new ThreadPool(0)), staging_(new io::StagingPool) {
+RuntimeState::RuntimeState(Environment env)
+    : env_(std::move(env)),
+      pool_(new ThreadPool(0)),
+      ordered_pool_(new ThreadPool(0)),
+      staging_(new io::StagingPool) {
   Runtimes::add(this);
 }
 
@@ -64,6 +68,8 @@ RuntimeState& default_runtime() {
 namespace ferry {
 
 Runtime::Runtime() : state_(std::make_unique<core::RuntimeState>()) {}
+Runtime::Runtime(const core::Environment& env)
+    : state_(std::make_unique<core::RuntimeState>(env)) {}
 Runtime::~Runtime() = default;
 std::size_t Runtime::threads() const { return state_->pool().size(); }
 std::size_t Runtime::idle_staging() const { return state_->staging().idle(); }

@@ -1,4 +1,5 @@
-// What requests run on: the worker threads and the staging memory, owned by one runtime. The
+// What requests run on: the worker threads and the staging memory, owned by one runtime, and the
+// environment (core/paths.h) its requests ask for the system's calls and the paths. The
 // process has a default one (never destroyed, replaced in a fork() child); ferry::Runtime makes
 // others. Files attach to a runtime while open, and a runtime is destroyed only once none is.
 // Thread-safe.
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <mutex>
 
+#include "core/paths.h"
 #include "core/thread_pool.h"
 #include "io/staging_pool.h"
 
@@ -16,7 +18,7 @@ namespace ferry::core {
 
 class RuntimeState {
  public:
-  RuntimeState();
+  explicit RuntimeState(Environment env = default_environment());
   // Waits until no File is attached, then joins the workers and frees the staging memory.
   ~RuntimeState();
   RuntimeState(const RuntimeState&) = delete;
@@ -28,6 +30,7 @@ class RuntimeState {
   // default stream, ahead of pool()'s copies); with its own threads, that one always runs.
   ThreadPool& ordered_pool() { return *ordered_pool_.load(std::memory_order_acquire); }
   io::StagingPool& staging() { return *staging_.load(std::memory_order_acquire); }
+  const Environment& env() const { return env_; }
 
   // A File attaches when it opens and detaches once closed (its requests done).
   void attach();
@@ -40,6 +43,7 @@ class RuntimeState {
   void restart_in_child();
 
  private:
+  const Environment env_;
   std::atomic<ThreadPool*> pool_;
   std::atomic<ThreadPool*> ordered_pool_;
   std::atomic<io::StagingPool*> staging_;

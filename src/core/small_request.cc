@@ -9,6 +9,7 @@
 #include "core/paths.h"
 #include "core/request.h"
 #include "core/routing.h"
+#include "core/runtime_state.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"
 #include "stats/stats_recorder.h"
@@ -31,7 +32,7 @@ constexpr const char* kSmallNotMeasured =
 struct CheapFacts final : Layer1Asks {
   explicit CheapFacts(OpenFile& f) : file(f) {}
   std::optional<std::optional<std::string>> compat_only() override {
-    return accelerated_path().compat_only(file.fd());
+    return file.runtime().env().accelerated->compat_only(file.fd());
   }
   std::optional<bool> resident() override { return std::nullopt; }
   std::optional<std::optional<std::string>> probe() override { return std::nullopt; }
@@ -70,7 +71,7 @@ std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer
     return {};
   }
   if (op == Op::kRead ? !file.readable() : !file.writable()) return {};
-  if (accelerated_path().host_treated_as_gpu()) return {};
+  if (file.runtime().env().layer1_memory) return {};
   Settings settings;
   try {
     settings = file.settings();
@@ -92,6 +93,7 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
   route.requested = size;
   route.memory = memory;
   route.settings = settings;
+  route.host = file.runtime().env().host;
   std::atomic<bool> cancelled{false};
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};
@@ -108,15 +110,15 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
   std::size_t bytes = 0;
   note_request_started(size);
   try {
-    if (op == Op::kRead && size >= host_path().cold_task_min()) {
+    if (op == Op::kRead && size >= route.host->cold_task_min()) {
       // Large enough for the cold rule: measure, as submit() does.
       const std::uint64_t file_size = file.size();
       const std::size_t effective =
           offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
-      route.page_cache = host_path().residency(file.fd(), offset, effective);
+      route.page_cache = route.host->residency(file.fd(), offset, effective);
       context.residency = route.page_cache;
     }
-    bytes = host_path().run_inline(context, Task{offset, 0, size});
+    bytes = route.host->run_inline(context, Task{offset, 0, size});
   } catch (...) {
     route.cold_direct = direct_tasks.load() > 0;
     route.cold_refused = cold_refused.load();
@@ -240,8 +242,7 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   facts.probe_cufile = []() -> std::optional<std::string> { return "not probed"; };
   report.reasons = decide_route(settings, memory, r.requested, facts).reasons;
   // Small requests never run on a File's O_DIRECT descriptor (small_settings()).
-  report.reasons.push_back(
-      {ReasonCode::kEngine, host_path().describe_inline(r.op, memory, settings)});
+  report.reasons.push_back({ReasonCode::kEngine, r.host->describe_inline(r.op, memory, settings)});
   if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));
   if (r.cold_refused) report.reasons.push_back({ReasonCode::kDirectIoRefused, cold_refused});
   report.cufile.why_not = "no request went to cuFile";

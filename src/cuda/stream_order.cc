@@ -81,7 +81,6 @@ class GateSlots {
   std::size_t in_use_ = 0;
 };
 
-std::atomic<bool> at_once{false};
 std::atomic<std::uint64_t> host_queued{0};
 std::atomic<std::uint64_t> host_run{0};
 
@@ -160,10 +159,6 @@ StreamOrder::StreamOrder(abi::Stream stream, int device) : stream_(stream), devi
 StreamOrder::~StreamOrder() { release(); }
 
 void StreamOrder::begin(std::function<void()> start) {
-  if (at_once.load(std::memory_order_relaxed)) {
-    start();
-    return;
-  }
   const Driver& d = driver();
   KeepContext keep(d);
   use_stream_context(d, stream_, device_);
@@ -376,15 +371,6 @@ void StagedCopies::queue(const std::shared_ptr<StagedCopies>& self, std::functio
   const Driver& d = driver();
   KeepContext keep(d);
   use_stream_context(d, c.stream_, c.device_);
-  if (at_once.load(std::memory_order_relaxed)) {
-    // The test hook: a stream of the hook's own, not ordered after the caller's work.
-    static abi::Stream own = [&] {
-      abi::Stream s = nullptr;
-      check(d.StreamCreate(&s, abi::kStreamNonBlocking), "cuStreamCreate (test hook)");
-      return s;
-    }();
-    c.stream_ = own;
-  }
   bool queued_any = false;
   auto fail = [&](abi::Result r, const char* what) {
     c.release_all();
@@ -471,8 +457,7 @@ std::size_t stream_gates_in_use() { return gates().in_use(); }
 
 std::size_t staging_in_flight() { return pinned_cache().in_use(); }
 
-void testing::start_at_once(bool start) { at_once.store(start); }
-std::uint64_t testing::host_functions_queued() { return host_queued.load(); }
-std::uint64_t testing::host_functions_run() { return host_run.load(); }
+std::uint64_t host_functions_queued() { return host_queued.load(); }
+std::uint64_t host_functions_run() { return host_run.load(); }
 
 }  // namespace ferry::cuda

@@ -150,14 +150,9 @@ std::size_t stream_gates_in_use();
 // The pinned staging that stream-ordered GPU requests hold now, in bytes (tests).
 std::size_t staging_in_flight();
 
-namespace testing {
-// Tests only: requests no longer wait for the stream's earlier work (a test shows that its check
-// then sees the order broken): begin() calls `start` at once instead of from the stream, and
-// StagedCopies::queue() queues on a stream of its own instead of the caller's.
-void start_at_once(bool at_once);
-// Host functions queued on streams by begin(), and those the streams have run (diagnostics).
+// Host functions queued on streams by StreamOrder::begin(), and those the streams have run
+// (diagnostics: a request that hangs shows whether its stream ever reached it).
 std::uint64_t host_functions_queued();
 std::uint64_t host_functions_run();
-}  // namespace testing
 
 }  // namespace ferry::cuda

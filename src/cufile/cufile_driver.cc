@@ -9,7 +9,6 @@
 #include <optional>
 
 #include "cufile/cufile_stats.h"
-#include "cufile/cufile_testing.h"
 
 namespace ferry::cufile {
 namespace {
@@ -58,11 +57,11 @@ void close_at_exit() {
   load().library->DriverClose();
 }
 
-std::string open_failure(const abi::Error& e, bool strict) {
+std::string open_failure(const abi::Error& e, bool strict, const std::filesystem::path& root) {
   std::string text =
       fmt::format("cuFileDriverOpen{} failed: {}",
                   strict ? " with compatibility mode refused (require=gds)" : "", describe(e));
-  std::string nvfs = nvfs_module_missing();
+  std::string nvfs = nvfs_module_missing(root);
   if (!nvfs.empty() && (strict || e.err == abi::kDriverNotInitialized)) text += ": " + nvfs;
   return text;
 }
@@ -76,13 +75,13 @@ std::atomic<long>& calls_in_flight() {
 
 bool driver_closed() { return state().closed.load(); }
 
-std::string nvfs_module_missing() {
+std::string nvfs_module_missing(const std::filesystem::path& root) {
   std::error_code ec;
-  if (std::filesystem::exists(testing::root() / "proc/driver/nvidia-fs", ec)) return {};
+  if (std::filesystem::exists(root / "proc/driver/nvidia-fs", ec)) return {};
   return "the nvidia-fs kernel module is not loaded (/proc/driver/nvidia-fs is absent)";
 }
 
-DriverResult open_driver(bool refuse_compat) {
+DriverResult open_driver(bool refuse_compat, const std::filesystem::path& root) {
   const LoadResult& loaded = load();
   if (loaded.library == nullptr) return {nullptr, loaded.why_not, false};
   const Library& lib = *loaded.library;
@@ -117,7 +116,7 @@ DriverResult open_driver(bool refuse_compat) {
   abi::Error e = lib.DriverOpen();
   if (e.err != abi::kSuccess) {
     s.error = e.err;
-    failure = open_failure(e, refuse_compat);
+    failure = open_failure(e, refuse_compat, root);
     // Let a later lenient caller open the driver the usual way.
     if (refuse_compat) lib.SetParameterBool(abi::kParamAllowCompatMode, true);
     return {nullptr, *failure, false};

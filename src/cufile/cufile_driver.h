@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <string>
 
 #include "cufile/cufile_library.h"
@@ -22,7 +23,8 @@ struct DriverResult {
 // before the open; a failed strict open is kept and not retried, and a later lenient caller may
 // still open the driver with compatibility allowed. Once open, the driver serves every caller
 // in the mode it was opened in.
-DriverResult open_driver(bool refuse_compat);
+// `root`: the tree its failure's words read nvidia-fs's presence from (cufile/cufile_machine.h).
+DriverResult open_driver(bool refuse_compat, const std::filesystem::path& root = "/");
 
 // cuFileGetVersion() (1150 for cuFile 1.15), or 0 when unknown; `why_not` then says why.
 int version(std::string* why_not = nullptr);
@@ -43,7 +45,7 @@ std::atomic<long>& calls_in_flight();
 bool driver_closed();
 
 // Why cuFile fails to open or falls back: "the nvidia-fs kernel module is not loaded
-// (/proc/driver/nvidia-fs is absent)", or empty when the module is there.
-std::string nvfs_module_missing();
+// (/proc/driver/nvidia-fs is absent)", or empty when the module is there; under `root`.
+std::string nvfs_module_missing(const std::filesystem::path& root = "/");
 
 }  // namespace ferry::cufile

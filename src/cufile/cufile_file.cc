@@ -69,8 +69,8 @@ FileState::~FileState() {
   ::close(fd_);
 }
 
-Probe probe(core::OpenFile& file, const Settings& settings) {
-  DriverResult driver = open_driver(settings.require == Require::kGds);
+Probe probe(core::OpenFile& file, const Settings& settings, const std::filesystem::path& root) {
+  DriverResult driver = open_driver(settings.require == Require::kGds, root);
   if (driver.library == nullptr) return {nullptr, driver.why_not, false};
   const Library& lib = *driver.library;
   auto cached = std::static_pointer_cast<Cached>(

@@ -3,6 +3,7 @@
 // OpenFile until close(); requests in flight hold their own reference. Immutable once made.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,8 @@ struct Probe {
   std::string why_not;
   bool compat_refused = false;  // the driver was opened with compatibility refused
 };
-Probe probe(core::OpenFile& file, const Settings& settings);
+// `root`: the tree of the machine's facts (cufile/cufile_machine.h).
+Probe probe(core::OpenFile& file, const Settings& settings,
+            const std::filesystem::path& root = "/");
 
 }  // namespace ferry::cufile

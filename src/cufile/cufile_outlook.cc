@@ -10,7 +10,6 @@
 #include <optional>
 
 #include "cufile/cufile_driver.h"
-#include "cufile/cufile_testing.h"
 #include "platform/cufile_config.h"
 #include "platform/p2pdma.h"
 
@@ -29,7 +28,7 @@ std::string read_process_facts(const std::filesystem::path& root) {
                      "compatibility path",
                      config.path.string());
   }
-  std::string nvfs = nvfs_module_missing();
+  std::string nvfs = nvfs_module_missing(root);
   if (nvfs.empty()) return {};
   // Without nvidia-fs, cuFile 1.14+ can still DMA through the kernel's PCI P2PDMA, when its
   // configuration asks for it and the kernel supports it.
@@ -43,7 +42,7 @@ std::string read_process_facts(const std::filesystem::path& root) {
 
 std::mutex* facts_mu = nullptr;
 
-const std::string& process_facts() {
+const std::string& process_facts(const std::filesystem::path& root) {
   static std::mutex* mu = [] {
     facts_mu = new std::mutex;
     // A thread of the parent may hold the lock at fork(): the child starts with a free one.
@@ -53,7 +52,6 @@ const std::string& process_facts() {
   static std::optional<std::string> cached;
   static std::filesystem::path cached_root;
   std::lock_guard lock(*mu);
-  std::filesystem::path root = testing::root();
   if (!cached || root != cached_root) {
     cached = read_process_facts(root);
     cached_root = root;
@@ -92,13 +90,13 @@ std::optional<std::string> file_system_blocks(int fd) {
 
 }  // namespace
 
-Outlook process_outlook() {
-  const std::string& why = process_facts();
+Outlook process_outlook(const std::filesystem::path& root) {
+  const std::string& why = process_facts(root);
   return {why.empty(), why};
 }
 
-Outlook accelerated_outlook(int fd) {
-  const std::string& why = process_facts();
+Outlook accelerated_outlook(int fd, const std::filesystem::path& root) {
+  const std::string& why = process_facts(root);
   if (!why.empty()) return {false, why};
   if (auto blocked = file_system_blocks(fd)) return {false, *blocked};
   return {true, {}};

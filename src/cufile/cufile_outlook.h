@@ -3,9 +3,11 @@
 // /proc/driver/nvidia-fs, the kernel's P2PDMA support, and the file's file system. Auto mode asks
 // this before anything expensive: where cuFile could only use its compatibility path, ferry's
 // own POSIX path is faster, so the driver is never opened. Process facts are read once (again
-// when the testing root changes); the file system per call (one fstatfs). Thread-safe.
+// when the root of the machine's facts changes); the file system per call (one fstatfs).
+// Thread-safe.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace ferry::cufile {
@@ -15,9 +17,10 @@ struct Outlook {
   std::string why_not;  // why cuFile could only use its compatibility path
 };
 
-Outlook accelerated_outlook(int fd);
+// `root`: the tree of the machine's facts (cufile/cufile_machine.h).
+Outlook accelerated_outlook(int fd, const std::filesystem::path& root = "/");
 // The process facts alone (no file): where they already rule out an accelerated path, no file
 // can change that.
-Outlook process_outlook();
+Outlook process_outlook(const std::filesystem::path& root = "/");
 
 }  // namespace ferry::cufile

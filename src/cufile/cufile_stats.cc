@@ -15,7 +15,6 @@
 #include "cuda/cuda_driver.h"
 #include "cufile/cufile_abi.h"
 #include "cufile/cufile_driver.h"
-#include "cufile/cufile_testing.h"
 #include "platform/nvfs_proc.h"
 
 namespace ferry::cufile {
@@ -31,7 +30,7 @@ struct Windows {
 struct UuidLookup {
   std::optional<std::array<char, 16>> uuid;
   std::string why_not;
-  bool from_test = false;  // the test hook's, not the driver's: asked again each time
+  bool from_machine = false;  // the environment's, not the driver's: asked again each time
 };
 
 struct StatsState {
@@ -86,15 +85,16 @@ StatsSnapshot sum(const Level3& l3) {
   return out;
 }
 
-// GPU `device`'s UUID: the test hook's, else the driver's. Under s.mu.
-const UuidLookup& uuid_of(StatsState& s, int device) {
+// GPU `device`'s UUID: the machine's where it names one, else the driver's. Under s.mu.
+const UuidLookup& uuid_of(StatsState& s, int device, const Machine& machine) {
   auto [it, added] = s.uuids.try_emplace(device);
   UuidLookup& u = it->second;
-  if (std::optional<std::array<char, 16>> fake = testing::gpu_uuid(device)) {
-    u = {fake, {}, true};
+  if (std::optional<std::array<char, 16>> named =
+          machine.gpu_uuid ? machine.gpu_uuid(device) : std::nullopt) {
+    u = {named, {}, true};
     return u;
   }
-  if (!added && !u.from_test) return u;
+  if (!added && !u.from_machine) return u;
   u = {};
   std::string why;
   const cuda::Driver* d = cuda::driver_or_null(&why);
@@ -139,9 +139,9 @@ bool env_true(const char* name) {
 }
 
 // Why cuFile used its compatibility path, in words.
-std::string compat_reason() {
+std::string compat_reason(const std::filesystem::path& root) {
   if (env_true("CUFILE_FORCE_COMPAT_MODE")) return "CUFILE_FORCE_COMPAT_MODE=true forces it";
-  std::string nvfs = nvfs_module_missing();
+  std::string nvfs = nvfs_module_missing(root);
   if (!nvfs.empty()) return "the nvidia-fs module is not loaded";
   return "cuFile chose it for this file, buffer or topology (its cufile.log says why)";
 }
@@ -230,6 +230,7 @@ struct Observation::Impl {
   std::uint64_t seq_gpu = 0;
   std::uint64_t seq_unnamed = 0;
   std::optional<StatsSnapshot> before;
+  std::filesystem::path root;  // the machine's (cufile/cufile_machine.h)
   bool nvfs_loaded = false;
   platform::NvfsSnapshot nvfs_before;
   bool counted = true;  // still in StatsState's windows
@@ -259,17 +260,18 @@ PathCounts of(const GpuCounts* g, Op op) {
 
 }  // namespace
 
-std::unique_ptr<Observation> Observation::begin(Op op, int device) {
+std::unique_ptr<Observation> Observation::begin(Op op, int device, const Machine& machine) {
   std::unique_ptr<Observation> o(new Observation());
   o->impl_ = std::make_unique<Impl>();
   Impl& m = *o->impl_;
   m.op = op;
   m.device = device;
+  m.root = machine.root;
   StatsState& s = stats_state();
   {
     std::lock_guard lock(s.mu);
     if (device >= 0) {
-      const UuidLookup& u = uuid_of(s, device);
+      const UuidLookup& u = uuid_of(s, device, machine);
       m.uuid = u.uuid;
       if (!m.uuid) m.unnamed_why = fmt::format("GPU {}'s UUID is not known: {}", device, u.why_not);
     } else {
@@ -293,8 +295,8 @@ std::unique_ptr<Observation> Observation::begin(Op op, int device) {
     m.why_not = s.why_not;
   }
   if (m.library != nullptr) m.before = read_stats(*m.library, m.layout, &m.why_not);
-  m.nvfs_loaded = nvfs_module_missing().empty();
-  if (m.nvfs_loaded) m.nvfs_before = platform::read_nvfs(testing::root());
+  m.nvfs_loaded = nvfs_module_missing(m.root).empty();
+  if (m.nvfs_loaded) m.nvfs_before = platform::read_nvfs(m.root);
   return o;
 }
 
@@ -315,7 +317,7 @@ void Observation::end(CufileCounts& out) {
     leave(s, m);
   }
   if (m.nvfs_loaded) {
-    platform::NvfsDelta d = platform::delta(platform::read_nvfs(testing::root()), m.nvfs_before);
+    platform::NvfsDelta d = platform::delta(platform::read_nvfs(m.root), m.nvfs_before);
     out.module_observable = d.known;
     out.module_why_not = d.reason;
     out.module_ops = m.op == Op::kRead ? d.reads.n : d.writes.n;
@@ -354,7 +356,7 @@ void Observation::end(CufileCounts& out) {
   out.nvfs = d.nvfs;
   out.posix = d.posix;
   out.p2p = d.p2p;
-  if (d.posix > 0) out.compat_why = compat_reason();
+  if (d.posix > 0) out.compat_why = compat_reason(m.root);
 }
 
 }  // namespace ferry::cufile

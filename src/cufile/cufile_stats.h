@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cufile/cufile_library.h"
+#include "cufile/cufile_machine.h"
 #include "ferry/route.h"
 
 namespace ferry::cufile {
@@ -57,7 +58,8 @@ std::string stats_unavailable();
 // request that overlapped it.
 class Observation {
  public:
-  static std::unique_ptr<Observation> begin(Op op, int device);
+  // `machine`: where nvidia-fs's counters and GPU UUIDs are read from.
+  static std::unique_ptr<Observation> begin(Op op, int device, const Machine& machine);
   ~Observation();
   void end(CufileCounts& out);
   struct Impl;  // defined in cufile_stats.cc only

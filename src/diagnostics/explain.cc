@@ -18,6 +18,7 @@
 #include "core/report_json.h"
 #include "core/route_facts.h"
 #include "core/routing.h"
+#include "core/runtime_state.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
 #include "cufile/cufile_outlook.h"
@@ -211,7 +212,7 @@ RouteOutlook route_outlook(std::uint64_t size, const ExplainRequest& r) {
   };
   facts.probe_cufile = [] { return std::optional<std::string>(); };  // the file decides
   core::RouteDecision d =
-      core::decide_route(settings, core::accelerated_path().route_view(memory), size, facts);
+      core::decide_route(settings, core::default_environment().layer1_view(memory), size, facts);
   RouteOutlook o;
   o.path = d.path;
   o.reasons = d.reasons;
@@ -225,7 +226,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   Explanation e;
   e.file = path.string();
   FileOptions options{r.direct, r.settings};
-  auto file = std::make_shared<core::OpenFile>(path, "r", options, io::system_io());
+  auto file = std::make_shared<core::OpenFile>(path, "r", options);
   e.settings = file->settings();
   e.file_size = file->size();
   e.offset = r.offset;
@@ -255,7 +256,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
   core::AcceleratedProbe probe;
   core::Layer1Plan layer1 =
-      core::plan_layer1(*file, Op::kRead, e.settings, core::accelerated_path().route_view(memory),
+      core::plan_layer1(*file, Op::kRead, e.settings, file->runtime().env().layer1_view(memory),
                         e.offset, e.size, e.size, &probe);
   e.page_cache = layer1.residency;
   core::RouteDecision& route = layer1.route;
@@ -269,8 +270,8 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   (e.path == Path::kCufile ? e.cufile_tasks : e.posix_tasks) = e.tasks;
   if (e.path == Path::kPosix && !r.direct && e.direct_ok && !e.failure) {
     for (std::size_t i = 0; i < split.count(); ++i)
-      e.direct_tasks +=
-          posix::reads_cold(e.page_cache, file->fd(), split[i].file_offset, split[i].size);
+      e.direct_tasks += posix::reads_cold(*file->runtime().env().host, e.page_cache, file->fd(),
+                                          split[i].file_offset, split[i].size);
     if (e.direct_tasks > 0)
       e.reasons.push_back({ReasonCode::kColdDirect,
                            fmt::format("{} of {} task(s) are not in the page cache and will read "

@@ -37,8 +37,6 @@ struct Cachestat {
 
 // -1 unknown, 0 absent (ENOSYS or blocked by a seccomp filter), 1 present.
 std::atomic<int> cachestat_works{-1};
-// Test override, as a fraction in millionths; -1 when unset.
-std::atomic<long> test_fraction{-1};
 
 std::uint64_t page_size() {
   static const std::uint64_t size = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
@@ -86,12 +84,6 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
   if (len == 0) {
     r.known = true;
     r.method = "empty range";
-    return r;
-  }
-  if (long f = test_fraction.load(std::memory_order_relaxed); f >= 0) {
-    r.known = true;
-    r.method = "test";
-    r.resident = static_cast<std::uint64_t>(static_cast<double>(len) * (f / 1e6));
     return r;
   }
   const std::uint64_t ps = page_size();
@@ -144,12 +136,6 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
   if (pages == last - first) r.resident = len;
   return r;
 }
-
-namespace testing {
-void set_resident_fraction(std::optional<double> fraction) {
-  test_fraction.store(fraction ? static_cast<long>(*fraction * 1e6) : -1);
-}
-}  // namespace testing
 
 }  // namespace ferry::io
 

@@ -21,10 +21,4 @@ constexpr std::uint64_t kMincoreExact = std::uint64_t{64} << 20;
 PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t len,
                                      Residency how = Residency::kSampled);
 
-namespace testing {
-// TEST ONLY: when set, measure_residency reports this fraction of every range as resident
-// (method "test"), so routing tests do not depend on what the machine's page cache holds.
-void set_resident_fraction(std::optional<double> fraction);
-}  // namespace testing
-
 }  // namespace ferry::io

@@ -172,7 +172,9 @@ class PosixWorker final : public core::Worker {
   // The descriptor for a buffered File's cold task: O_DIRECT when the task's pages are not
   // cached (-1 keeps the buffered one).
   int cold_fd(const core::Task& task) {
-    if (!may_go_cold_ || !reads_cold(c_.residency, fd_, task.file_offset, task.size)) return -1;
+    if (!may_go_cold_ ||
+        !reads_cold(*c_.file.runtime().env().host, c_.residency, fd_, task.file_offset, task.size))
+      return -1;
     int fd = c_.file.cold_direct_fd();
     if (fd < 0) {
       may_go_cold_ = false;  // the file system refuses O_DIRECT: stay buffered, and say so
@@ -418,10 +420,11 @@ class PosixWorker final : public core::Worker {
 
 }  // namespace
 
-bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, std::size_t size) {
+bool reads_cold(const core::HostPath& host, const PageCacheResidency& whole, int fd,
+                std::uint64_t offset, std::size_t size) {
   if (size < kColdTaskMin || !whole.known || whole.resident >= whole.bytes) return false;
   if (whole.resident == 0 && !whole.estimated) return true;
-  PageCacheResidency task = io::measure_residency(fd, offset, size);
+  PageCacheResidency task = host.residency(fd, offset, size);
   return task.known && task.fraction() < kColdTaskResident;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/backend.h"
+#include "core/paths.h"
 
 namespace ferry::posix {
 
@@ -20,7 +21,8 @@ constexpr double kColdTaskResident = 0.20;
 // Whether a read task [offset, offset + size) of a buffered File reads with O_DIRECT by the rule
 // above, given the residency of the whole request's range (measured once per request): a
 // request that is all cached never checks its tasks, one that is all cold need not.
-bool reads_cold(const PageCacheResidency& whole, int fd, std::uint64_t offset, std::size_t size);
+bool reads_cold(const core::HostPath& host, const PageCacheResidency& whole, int fd,
+                std::uint64_t offset, std::size_t size);
 
 // A buffered write of at least kPreallocateMin bytes beyond the end of a file on ext4 first
 // allocates those blocks with fallocate(FALLOC_FL_KEEP_SIZE): ext4's buffered writes into

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/open_file.h"
+#include "core/paths.h"
 #include "core/request.h"
 #include "core/runtime_state.h"
 #include "core/thread_pool.h"
@@ -83,7 +84,7 @@ class WatchedIo final : public io::IoSeam {
 };
 
 File open_with(const std::filesystem::path& path, io::IoSeam& io, FileOptions options = {}) {
-  return File(std::make_shared<core::OpenFile>(path, "r", options, io));
+  return File(std::make_shared<core::OpenFile>(path, "r", options, &io));
 }
 
 std::vector<std::string> codes(const RouteReport& r) {
@@ -363,7 +364,7 @@ TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
   FileOptions options;
   options.runtime = &runtime;
   options.settings.set("host_nthreads", "4");
-  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, io));
+  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, &io));
   constexpr int kCallers = 6;
   std::vector<std::vector<unsigned char>> bufs(kCallers, std::vector<unsigned char>(1 << 20));
   std::atomic<int> ready{0};
@@ -401,7 +402,7 @@ TEST(WaitRuns, AOneTaskRequestNoWorkerStartedRunsInTheWaitingThread) {
   FileOptions options;
   options.runtime = &runtime;
   options.settings.set("host_nthreads", "1");
-  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, io));
+  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, &io));
   std::vector<unsigned char> a(1 << 20), b(1 << 20);
   IoFuture slow = f.pread(a.data(), a.size(), 0);
   while (io.in_flight() == 0) std::this_thread::sleep_for(1ms);  // the worker is in its pread
@@ -427,7 +428,7 @@ TEST(WaitRuns, ARequestAWorkerStartedIsNotRunAgainByTheWait) {
   WatchedIo io(100ms);
   FileOptions options;
   options.runtime = &runtime;
-  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, io));
+  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, &io));
   std::vector<unsigned char> a(1 << 20);
   IoFuture r = f.pread(a.data(), a.size(), 0);
   while (io.in_flight() == 0) std::this_thread::sleep_for(1ms);
@@ -530,6 +531,40 @@ TEST(Runtimes, DestroyingARuntimeWaitsForItsFilesToClose) {
   f.close();
   t.join();
   EXPECT_TRUE(destroyed.load());
+}
+
+// Issue 32: a runtime carries its environment. A File opened on a runtime whose environment has
+// its own I/O seam makes its system calls there, on workers and in the caller's thread alike;
+// a File of the default runtime never does.
+TEST(Runtimes, AFilesSystemCallsGoThroughItsRuntimesEnvironment) {
+  TempDir dir;
+  const auto data = test::random_bytes(4 << 20, 32);
+  test::write_file(dir / "e.bin", data);
+  WatchedIo io;
+  core::Environment env = core::default_environment();
+  env.io = &io;
+  Runtime runtime(env);
+  std::vector<unsigned char> buf(data.size());
+  {
+    File plain(dir / "e.bin");
+    ASSERT_EQ(plain.read(buf.data(), buf.size()), buf.size());
+  }
+  EXPECT_TRUE(io.threads().empty()) << "a File of the default runtime used another's seam";
+  {
+    SettingsOverride s;
+    s.task_size = 1 << 20;
+    s.host_nthreads = 2;
+    File file(dir / "e.bin", "r", {false, s, &runtime});
+    ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
+    EXPECT_EQ(buf, data);
+    EXPECT_EQ(file.last_route().tasks, 4u);
+    std::vector<unsigned char> small(4096);
+    ASSERT_EQ(file.read(small.data(), small.size(), 8192), small.size());  // the small path
+    EXPECT_EQ(0, std::memcmp(small.data(), data.data() + 8192, small.size()));
+  }
+  EXPECT_EQ(io.order().size(), 5u) << "4 tasks and one small read, each one pread";
+  EXPECT_TRUE(io.threads().count(std::this_thread::get_id()) == 1)
+      << "the small read ran in this thread, through the runtime's seam";
 }
 
 // Staging no request uses can be given back (KvikIO's bounce_buffer_free): O_DIRECT reads into

@@ -15,7 +15,7 @@ TEST(CufileErrors, NegativeCufileCodeBecomesIoError) {
   setenv("FERRY_FAKE_CUFILE_IO_RESULT", "-5044", 1);
   DataFile f(4 * kMiB);
   std::vector<unsigned char> buf(4 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   try {
     file.read(buf.data(), buf.size());
     FAIL() << "expected IoError";
@@ -37,7 +37,7 @@ TEST(CufileErrors, MinusOneUsesErrno) {
   setenv("FERRY_FAKE_CUFILE_IO_RESULT", "-1", 1);
   DataFile f(4 * kMiB);
   std::vector<unsigned char> buf(4 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   try {
     file.read(buf.data(), buf.size());
     FAIL() << "expected IoError";
@@ -57,7 +57,7 @@ TEST(CufileErrors, FailureMidRequestCarriesBytesDone) {
   std::vector<unsigned char> buf(16 * kMiB);
   SettingsOverride s = test::with(4 * kMiB);
   s.nthreads = 1;
-  File file(f.path(), "r", {false, s});
+  File file(f.path(), "r", {false, s, test::fake_gpu_runtime()});
   try {
     file.read(buf.data(), buf.size());
     FAIL() << "expected IoError";
@@ -75,7 +75,7 @@ TEST(CufileErrors, WriteFailureNamesCufileWrite) {
   setenv("FERRY_FAKE_CUFILE_IO_RESULT", "-5044", 1);
   test::TempDir dir(std::filesystem::current_path().string());
   auto data = test::random_bytes(4 * kMiB, 1);
-  File out(dir / "w.bin", "w", {false, test::with(4 * kMiB)});
+  File out(dir / "w.bin", "w", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   try {
     out.write(data.data(), data.size());
     FAIL() << "expected IoError";

@@ -7,15 +7,25 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "cufile/cufile_testing.h"
+#include "backends/paths.h"
+#include "core/paths.h"
 #include "ferry/file.h"
+#include "ferry/runtime.h"
 #include "ferry/settings.h"
-#include "io/page_cache.h"
+#include "io/io_seam.h"
+#include "test_runtime.h"
 #include "test_util.h"
 
 namespace ferry::test {
@@ -25,12 +35,108 @@ inline std::filesystem::path test_data() {
   return d ? std::filesystem::path(d) : std::filesystem::path(FERRY_SOURCE_DIR "/tests/data");
 }
 
-// Points ferry at the double, makes layer 1 treat host buffers as GPU memory, and reads
+// The machine the cuFile tests run on, as an environment (core/paths.h) of a runtime of their own
+// (fake_gpu_runtime()): the cuFile path reads its facts from a captured tree, layer 1 sees host
+// buffers as GPU memory (the double reads into host memory), and the page cache may be given a
+// residency (test_runtime.h). Set before the requests it should affect; thread-safe.
+class FakeMachine {
+ public:
+  static FakeMachine& get() {
+    static auto* m = new FakeMachine;  // leaked: the runtime's workers outlive static destructors
+    return *m;
+  }
+
+  void host_as_gpu(bool on) { host_as_gpu_.store(on); }
+  // Which GPU host memory stands for in requests submitted by the calling thread (0 unless set).
+  static void set_thread_gpu(int device) { thread_gpu() = device; }
+  void set_root(const std::filesystem::path& root) {
+    std::lock_guard lock(mu_);
+    cufile::Machine machine;
+    machine.root = root;
+    machine.gpu_uuid = [this](int device) { return uuid(device); };
+    cufile_ = backends::make_cufile_path(std::move(machine));
+  }
+  // The UUID layer 2 uses for `device` in place of the driver's, or none to ask the driver.
+  void set_gpu_uuid(int device, std::optional<std::string_view> uuid) {
+    std::lock_guard lock(mu_);
+    if (!uuid) {
+      uuids_.erase(device);
+      return;
+    }
+    std::array<char, 16> bytes{};
+    std::copy_n(uuid->data(), std::min(uuid->size(), bytes.size()), bytes.begin());
+    uuids_[device] = bytes;
+  }
+  // Every range measured reports this fraction resident (method "test"); nullopt: measured.
+  void set_resident_fraction(std::optional<double> f) { test::set_resident_fraction(f); }
+
+  Runtime* runtime() { return &runtime_; }
+
+ private:
+  class Cufile final : public core::AcceleratedPath {
+   public:
+    explicit Cufile(FakeMachine& m) : m_(m) {}
+    std::optional<std::string> compat_only(int fd) const override {
+      return current()->compat_only(fd);
+    }
+    core::AcceleratedProbe probe(core::OpenFile& file, const Settings& s) const override {
+      return current()->probe(file, s);
+    }
+    std::unique_ptr<core::Layer2Window> observe(Op op, int device) const override {
+      return current()->observe(op, device);
+    }
+
+   private:
+    std::shared_ptr<core::AcceleratedPath> current() const {
+      std::lock_guard lock(m_.mu_);
+      return m_.cufile_;
+    }
+    FakeMachine& m_;
+  };
+
+  FakeMachine() : accelerated_(*this), runtime_(environment()) {
+    set_root(test_data() / "platform/nvfs_absent");
+  }
+
+  core::Environment environment() {
+    core::Environment env;
+    env.io = &io::system_io();
+    env.host = &residency_host();
+    env.accelerated = &accelerated_;
+    env.layer1_memory = [this](const MemoryInfo& memory) {
+      if (!host_as_gpu_.load() || is_gpu(memory.kind)) return memory;
+      return MemoryInfo{MemoryKind::kDevice, thread_gpu(), {}};
+    };
+    return env;
+  }
+  std::optional<std::array<char, 16>> uuid(int device) {
+    std::lock_guard lock(mu_);
+    auto it = uuids_.find(device);
+    if (it == uuids_.end()) return std::nullopt;
+    return it->second;
+  }
+  static int& thread_gpu() {
+    thread_local int device = 0;
+    return device;
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<core::AcceleratedPath> cufile_;
+  std::map<int, std::array<char, 16>> uuids_;
+  std::atomic<bool> host_as_gpu_{true};
+  Cufile accelerated_;
+  Runtime runtime_;
+};
+
+// The runtime the cuFile tests' Files use: FakeMachine's environment.
+inline Runtime* fake_gpu_runtime() { return FakeMachine::get().runtime(); }
+
+// Points ferry at the double, has layer 1 treat host buffers as GPU memory, and reads
 // /proc/driver/nvidia-fs from a captured tree where the module is absent.
 inline void use_fake_cufile(const char* library = FERRY_FAKE_CUFILE) {
   setenv("FERRY_CUFILE_LIBRARY", library, 1);
-  cufile::testing::treat_host_as_gpu(true);
-  cufile::testing::set_root(test_data() / "platform/nvfs_absent");
+  FakeMachine::get().host_as_gpu(true);
+  FakeMachine::get().set_root(test_data() / "platform/nvfs_absent");
 }
 
 // The double on a machine where cuFile's accelerated path looks possible (nvidia-fs loaded, as
@@ -38,8 +144,8 @@ inline void use_fake_cufile(const char* library = FERRY_FAKE_CUFILE) {
 // to cuFile: for tests of auto mode's fallbacks after the driver open or the registration.
 inline void use_fake_gds_machine(const char* library = FERRY_FAKE_CUFILE) {
   use_fake_cufile(library);
-  cufile::testing::set_root(test_data() / "platform/nvfs_rw_off");
-  io::testing::set_resident_fraction(0.0);
+  FakeMachine::get().set_root(test_data() / "platform/nvfs_rw_off");
+  FakeMachine::get().set_resident_fraction(0.0);
 }
 
 // Calls one of the double's own counters; 0 when the double was never loaded.

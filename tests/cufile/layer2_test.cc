@@ -66,7 +66,7 @@ TEST(CufileLayer2, NewerLayoutIsReadFromThe13_4Library) {
   test::use_fake_cufile();
   DataFile f(32 * kMiB);
   std::vector<unsigned char> buf(32 * kMiB);
-  File file(f.path(), "r", {false, test::with(32 * kMiB)});
+  File file(f.path(), "r", {false, test::with(32 * kMiB), test::fake_gpu_runtime()});
   file.read(buf.data(), buf.size());
   RouteReport r = file.last_route();
   ASSERT_TRUE(r.cufile.observable) << r.cufile.why_not;
@@ -80,7 +80,7 @@ TEST(CufileLayer2, UnknownVersionIsNotReadAndSaysSo) {
   test::use_fake_cufile();
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   file.read(buf.data(), buf.size());
   EXPECT_EQ(buf, f.data());
   RouteReport r = file.last_route();
@@ -102,8 +102,8 @@ TEST(CufileLayer2, OverlappingRequestsReportASharedWindow) {
   std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
   SettingsOverride s = test::with(4 * kMiB);
   s.nthreads = 1;
-  File fa(f.path(), "r", {false, s});
-  File fb(f.path(), "r", {false, s});
+  File fa(f.path(), "r", {false, s, test::fake_gpu_runtime()});
+  File fb(f.path(), "r", {false, s, test::fake_gpu_runtime()});
   IoFuture first = fa.pread(a.data(), a.size());
   IoFuture second = fb.pread(b.data(), b.size());  // begins while the first one runs
   first.get();
@@ -124,7 +124,7 @@ TEST(CufileLayer2, SequentialRequestsHaveExactWindows) {
   test::use_fake_cufile();
   DataFile f(16 * kMiB);
   std::vector<unsigned char> buf(16 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   for (int i = 0; i < 3; ++i) {
     file.read(buf.data(), buf.size());
     EXPECT_FALSE(file.last_route().cufile.shared_window);
@@ -134,10 +134,10 @@ TEST(CufileLayer2, SequentialRequestsHaveExactWindows) {
 
 TEST(CufileLayer2, NvidiaFsWitnessIsReadWhereTheModuleIsLoaded) {
   test::use_fake_cufile();
-  cufile::testing::set_root(test::test_data() / "platform/nvfs_rw_on");
+  test::FakeMachine::get().set_root(test::test_data() / "platform/nvfs_rw_on");
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   file.read(buf.data(), buf.size());
   RouteReport r = file.last_route();
   EXPECT_TRUE(r.cufile.module_observable) << r.cufile.module_why_not;
@@ -148,10 +148,10 @@ TEST(CufileLayer2, NvidiaFsWitnessIsReadWhereTheModuleIsLoaded) {
 
 TEST(CufileLayer2, NvidiaFsWitnessNeedsRwStats) {
   test::use_fake_cufile();
-  cufile::testing::set_root(test::test_data() / "platform/nvfs_rw_off");
+  test::FakeMachine::get().set_root(test::test_data() / "platform/nvfs_rw_off");
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   file.read(buf.data(), buf.size());
   RouteReport r = file.last_route();
   EXPECT_FALSE(r.cufile.module_observable);

@@ -22,7 +22,8 @@ TEST(CufileLoader, MissingLibraryIsNamedAndReadsFallBack) {
 
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
+  File file(f.path(), "r",
+            {false, test::with(4 * kMiB, CompatMode::kAuto), test::fake_gpu_runtime()});
   ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data());
   RouteReport r = file.last_route();
@@ -62,7 +63,8 @@ TEST(CufileLoader, DriverOpensLazilyOnFirstCufileRequest) {
   test::use_fake_gds_machine();
   DataFile f(1 * kMiB);
   std::vector<unsigned char> buf(8192);
-  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
+  File file(f.path(), "r",
+            {false, test::with(4 * kMiB, CompatMode::kAuto), test::fake_gpu_runtime()});
   file.read(buf.data(), buf.size());  // below gds_threshold: cuFile is not needed
   EXPECT_FALSE(cufile_status(false).driver_open_attempted);
   std::vector<unsigned char> big(1 * kMiB);
@@ -91,7 +93,7 @@ TEST(CufileLoader, HandlesAreDeregisteredWhenTheFileCloses) {
   DataFile f(4 * kMiB);
   std::vector<unsigned char> buf(4 * kMiB);
   {
-    File file(f.path(), "r", {false, test::with(4 * kMiB)});
+    File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
     file.read(buf.data(), buf.size());
     EXPECT_EQ(test::fake_open_handles(), 1);
   }
@@ -104,7 +106,7 @@ TEST(CufileLoader, ProcessExitsCleanlyWithTheDriverOpen) {
         test::use_fake_cufile();
         DataFile f(4 * kMiB);
         std::vector<unsigned char> buf(4 * kMiB);
-        File file(f.path(), "r", {false, test::with(4 * kMiB)});
+        File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
         file.read(buf.data(), buf.size());
         std::exit(file.last_route().cufile_tasks == 1 ? 0 : 3);
       },

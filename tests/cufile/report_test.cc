@@ -15,7 +15,7 @@ using test::kMiB;
 RouteReport read_once(const DataFile& f, std::size_t task_size,
                       CompatMode compat = CompatMode::kOff) {
   std::vector<unsigned char> buf(f.data().size());
-  File file(f.path(), "r", {false, test::with(task_size, compat)});
+  File file(f.path(), "r", {false, test::with(task_size, compat), test::fake_gpu_runtime()});
   EXPECT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data());
   return file.last_route();

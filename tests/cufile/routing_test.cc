@@ -15,7 +15,7 @@ using test::kMiB;
 RouteReport read_all(const DataFile& f, const SettingsOverride& s, std::size_t size,
                      std::uint64_t offset = 0) {
   std::vector<unsigned char> buf(size);
-  File file(f.path(), "r", {false, s});
+  File file(f.path(), "r", {false, s, test::fake_gpu_runtime()});
   std::size_t n = file.read(buf.data(), size, offset);
   EXPECT_EQ(n, size);
   EXPECT_TRUE(std::equal(buf.begin(), buf.end(), f.data().begin() + offset)) << "data differs";
@@ -77,7 +77,7 @@ TEST(CufileRouting, CompatOnNeverCallsCufile) {
 
 TEST(CufileRouting, HostBufferGoesToPosix) {
   test::use_fake_cufile();
-  cufile::testing::treat_host_as_gpu(false);
+  test::FakeMachine::get().host_as_gpu(false);
   DataFile f(8 * kMiB);
   RouteReport r = read_all(f, test::with(4 * kMiB), 8 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 0u);
@@ -106,7 +106,8 @@ TEST(CufileRouting, CompatOffFailsInsteadOfFallingBack) {
   setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB, 0xab);
-  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kOff)});
+  File file(f.path(), "r",
+            {false, test::with(4 * kMiB, CompatMode::kOff), test::fake_gpu_runtime()});
   try {
     file.read(buf.data(), buf.size());
     FAIL() << "expected RouteError";
@@ -133,7 +134,7 @@ TEST(CufileRouting, DriverOpenFailureFallsBackWithItsCode) {
 // without opening cuFile's driver (it used to cost 0.5 s per process on the GPU machine).
 TEST(CufileRouting, AutoWithoutNvidiaFsNeverOpensTheDriverAndSaysWhy) {
   test::use_fake_cufile();  // captured tree without nvidia-fs
-  io::testing::set_resident_fraction(0.0);
+  test::FakeMachine::get().set_resident_fraction(0.0);
   DataFile f(8 * kMiB);
   RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 8 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 0u);
@@ -166,7 +167,7 @@ TEST(CufileRouting, AutoSendsColdRangesToCufileAndResidentOnesThroughThePageCach
   EXPECT_EQ(cold.page_cache.resident, 0u);
   EXPECT_EQ(cold.cufile.nvfs, 4u);
 
-  io::testing::set_resident_fraction(0.5);
+  test::FakeMachine::get().set_resident_fraction(0.5);
   RouteReport warm = read_all(f, test::with(4 * kMiB, CompatMode::kAuto), 16 * kMiB);
   unsetenv("FERRY_FAKE_CUFILE_NVFS");
   EXPECT_EQ(warm.cufile_tasks, 0u);
@@ -181,7 +182,7 @@ TEST(CufileRouting, AutoSendsColdRangesToCufileAndResidentOnesThroughThePageCach
 
 TEST(CufileRouting, StrictModeStillInsistsOnCufileForResidentRanges) {
   test::use_fake_gds_machine();
-  io::testing::set_resident_fraction(1.0);
+  test::FakeMachine::get().set_resident_fraction(1.0);
   DataFile f(8 * kMiB);
   RouteReport r = read_all(f, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), 8 * kMiB);
   EXPECT_EQ(r.cufile_tasks, 2u);
@@ -192,12 +193,14 @@ TEST(CufileRouting, ProbeResultIsCachedPerFile) {
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
   setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
-  File first(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
+  File first(f.path(), "r",
+             {false, test::with(4 * kMiB, CompatMode::kAuto), test::fake_gpu_runtime()});
   first.read(buf.data(), buf.size());
   unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
   first.read(buf.data(), buf.size());
   EXPECT_EQ(first.last_route().cufile_tasks, 0u) << "the first answer is kept for this File";
-  File second(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto)});
+  File second(f.path(), "r",
+              {false, test::with(4 * kMiB, CompatMode::kAuto), test::fake_gpu_runtime()});
   second.read(buf.data(), buf.size());
   EXPECT_EQ(second.last_route().cufile_tasks, 2u) << "a new File asks again";
   EXPECT_EQ(buf, f.data());
@@ -207,7 +210,7 @@ TEST(CufileRouting, UnalignedOffsetAndShortReadAtEndOfFile) {
   test::use_fake_cufile();
   DataFile f(10 * kMiB + 123);
   std::vector<unsigned char> buf(12 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   std::size_t n = file.read(buf.data(), buf.size(), 777);
   ASSERT_EQ(n, f.data().size() - 777);
   EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + n, f.data().begin() + 777));
@@ -219,7 +222,7 @@ TEST(CufileRouting, WritesGoThroughCufileWrite) {
   test::TempDir dir(std::filesystem::current_path().string());
   auto data = test::random_bytes(32 * kMiB, 3);
   {
-    File out(dir / "w.bin", "w", {false, test::with(4 * kMiB)});
+    File out(dir / "w.bin", "w", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
     ASSERT_EQ(out.write(data.data(), data.size()), data.size());
     RouteReport r = out.last_route();
     EXPECT_EQ(r.op, Op::kWrite);
@@ -237,7 +240,7 @@ TEST(CufileRouting, AScatteredWriteGoesThroughCufileWriteAsOneRequest) {
   auto b = test::random_bytes(4 * kMiB + 100, 5);
   const WriteRange ranges[] = {{20 * kMiB, b.size(), b.data()}, {0, a.size(), a.data()}};
   {
-    File out(dir / "s.bin", "w", {false, test::with(4 * kMiB)});
+    File out(dir / "s.bin", "w", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
     ASSERT_EQ(out.pwrite_scatter(ranges).get(), a.size() + b.size());
     RouteReport r = out.last_route();
     EXPECT_EQ(r.op, Op::kWrite);
@@ -258,7 +261,7 @@ TEST(CufileRouting, RegisteredBufferIsPassedAsBasePlusOffset) {
   std::vector<unsigned char> buf(20 * kMiB);
   RegisteredBuffer reg = register_buffer(buf.data(), buf.size());
   ASSERT_TRUE(reg.registered());
-  File file(f.path(), "r", {false, test::with(4 * kMiB)});
+  File file(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   // Into the middle of the registered buffer: cuFile gets the base and an offset.
   ASSERT_EQ(file.read(buf.data() + 3 * kMiB, 16 * kMiB), 16 * kMiB);
   EXPECT_TRUE(std::equal(f.data().begin(), f.data().end(), buf.begin() + 3 * kMiB));

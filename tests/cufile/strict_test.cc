@@ -19,7 +19,9 @@ TEST(CufileStrict, GdsFailsBeforeAnyIoNamingTheMissingModule) {
   test::use_fake_cufile();
   DataFile f(16 * kMiB);
   std::vector<unsigned char> buf(16 * kMiB, 0xab);
-  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds)});
+  File file(
+      f.path(), "r",
+      {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds), test::fake_gpu_runtime()});
   try {
     file.read(buf.data(), buf.size());
     FAIL() << "expected RouteError";
@@ -42,7 +44,9 @@ TEST(CufileStrict, GdsAcceptsRequestsServedByNvidiaFs) {
   test::use_fake_cufile();
   DataFile f(16 * kMiB);
   std::vector<unsigned char> buf(16 * kMiB);
-  File file(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds)});
+  File file(
+      f.path(), "r",
+      {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds), test::fake_gpu_runtime()});
   ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data());
   RouteReport r = file.last_route();
@@ -60,10 +64,12 @@ TEST(CufileStrict, GdsFailsRequestWhoseLayer2ShowsCompatPieces) {
   DataFile f(16 * kMiB);
   std::vector<unsigned char> buf(16 * kMiB);
   // A lenient request opens the driver with compatibility allowed...
-  File lenient(f.path(), "r", {false, test::with(4 * kMiB)});
+  File lenient(f.path(), "r", {false, test::with(4 * kMiB), test::fake_gpu_runtime()});
   lenient.read(buf.data(), buf.size());
   // ...so a strict one can only be judged by what cuFile counted.
-  File strict(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds)});
+  File strict(
+      f.path(), "r",
+      {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kGds), test::fake_gpu_runtime()});
   try {
     strict.read(buf.data(), buf.size());
     FAIL() << "expected RouteError";
@@ -93,8 +99,8 @@ TEST(CufileStrict, GdsNeverFailsARequestBecauseOfAnotherRequestsPieces) {
   strict_settings.nthreads = 1;
   SettingsOverride other_settings = test::with(4 * kMiB);
   other_settings.nthreads = 1;
-  File strict(f.path(), "r", {false, strict_settings});
-  File other(posix_path, "r", {false, other_settings});
+  File strict(f.path(), "r", {false, strict_settings, test::fake_gpu_runtime()});
+  File other(posix_path, "r", {false, other_settings, test::fake_gpu_runtime()});
   std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
   IoFuture fa = strict.pread(a.data(), a.size());
   IoFuture fb = other.pread(b.data(), b.size());  // runs while the strict one does
@@ -109,7 +115,7 @@ TEST(CufileStrict, GdsNeverFailsARequestBecauseOfAnotherRequestsPieces) {
   EXPECT_NE(r.to_text().find("strict mode: require=gds could not judge"), std::string::npos);
   EXPECT_TRUE(fb.route().cufile.unjudged.empty()) << "not a strict request";
   // Alone, a strict request whose own pieces went through the compatibility path still fails.
-  File alone(posix_path, "r", {false, strict_settings});
+  File alone(posix_path, "r", {false, strict_settings, test::fake_gpu_runtime()});
   EXPECT_THROW(alone.read(b.data(), b.size()), RouteError);
   for (const char* v :
        {"FERRY_FAKE_CUFILE_NVFS", "FERRY_FAKE_CUFILE_POSIX_FILES", "FERRY_FAKE_CUFILE_DELAY_US"}) {
@@ -127,8 +133,8 @@ class CufileStrictPerGpu : public ::testing::Test {
     setenv("FERRY_FAKE_CUFILE_GPU1_FILES", "posix-only", 1);   // ...into GPU 1's memory
     setenv("FERRY_FAKE_CUFILE_DELAY_US", "20000", 1);
     test::use_fake_cufile();
-    cufile::testing::set_gpu_uuid(0, "fake-cufile-gpu0");
-    cufile::testing::set_gpu_uuid(1, "fake-cufile-gpu1");
+    test::FakeMachine::get().set_gpu_uuid(0, "fake-cufile-gpu0");
+    test::FakeMachine::get().set_gpu_uuid(1, "fake-cufile-gpu1");
     posix_path_ = f_.path().parent_path() / "posix-only.bin";
     std::filesystem::copy_file(f_.path(), posix_path_,
                                std::filesystem::copy_options::overwrite_existing);
@@ -138,14 +144,14 @@ class CufileStrictPerGpu : public ::testing::Test {
                           "FERRY_FAKE_CUFILE_GPU1_FILES", "FERRY_FAKE_CUFILE_DELAY_US"}) {
       unsetenv(v);
     }
-    cufile::testing::set_gpu_uuid(0, std::nullopt);
-    cufile::testing::set_gpu_uuid(1, std::nullopt);
+    test::FakeMachine::get().set_gpu_uuid(0, std::nullopt);
+    test::FakeMachine::get().set_gpu_uuid(1, std::nullopt);
   }
   // Submits a read of `file` as a request into GPU `device`'s memory, from a thread of its own.
   static IoFuture read_on_gpu(File& file, std::vector<unsigned char>& buf, int device) {
     IoFuture out;
     std::thread([&] {
-      cufile::testing::set_thread_gpu(device);
+      test::FakeMachine::set_thread_gpu(device);
       out = file.pread(buf.data(), buf.size());
     }).join();
     return out;
@@ -162,8 +168,10 @@ class CufileStrictPerGpu : public ::testing::Test {
   // A strict read of the compatibility-only file into GPU 1, begun while a lenient read of the
   // other file into GPU 0 runs; the lenient one's future is checked, the strict one's returned.
   IoFuture strict_on_gpu1_beside_gpu0() {
-    strict_.emplace(posix_path_, "r", FileOptions{false, one_thread(Require::kGds)});
-    other_.emplace(f_.path(), "r", FileOptions{false, one_thread(Require::kAny)});
+    strict_.emplace(posix_path_, "r",
+                    FileOptions{false, one_thread(Require::kGds), test::fake_gpu_runtime()});
+    other_.emplace(f_.path(), "r",
+                   FileOptions{false, one_thread(Require::kAny), test::fake_gpu_runtime()});
     IoFuture other = read_on_gpu(*other_, b_, 0);
     IoFuture strict = read_on_gpu(*strict_, a_, 1);
     EXPECT_EQ(other.get(), b_.size());
@@ -180,8 +188,8 @@ class CufileStrictPerGpu : public ::testing::Test {
 };
 
 TEST_F(CufileStrictPerGpu, ARequestOnOneGpuIsJudgedAloneWhileAnotherGpusPiecesGoToTheCompatPath) {
-  File strict(f_.path(), "r", {false, one_thread(Require::kGds)});
-  File other(posix_path_, "r", {false, one_thread(Require::kAny)});
+  File strict(f_.path(), "r", {false, one_thread(Require::kGds), test::fake_gpu_runtime()});
+  File other(posix_path_, "r", {false, one_thread(Require::kAny), test::fake_gpu_runtime()});
   std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
   IoFuture fa = read_on_gpu(strict, a, 0);
   IoFuture fb = read_on_gpu(other, b, 1);  // runs while the strict one does
@@ -220,7 +228,7 @@ TEST_F(CufileStrictPerGpu, AStrictRequestWhosePiecesWentToTheCompatPathFailsBesi
 }
 
 TEST_F(CufileStrictPerGpu, AGpuWhoseUuidCuFileDoesNotListIsCountedOverEveryEntryAndSaysSo) {
-  cufile::testing::set_gpu_uuid(1, "not-cufile's-gpu");
+  test::FakeMachine::get().set_gpu_uuid(1, "not-cufile's-gpu");
   IoFuture fa = strict_on_gpu1_beside_gpu0();
   ASSERT_NO_THROW(fa.get()) << "over the summed counters the window was shared: not judged";
   RouteReport r = fa.route();
@@ -238,9 +246,10 @@ TEST_F(CufileStrictPerGpu, AGpuWhoseUuidCuFileDoesNotListIsCountedOverEveryEntry
 }
 
 TEST_F(CufileStrictPerGpu, ARequestOnAGpuOfUnknownUuidSharesTheWindowOfEveryGpu) {
-  cufile::testing::set_gpu_uuid(1, std::nullopt);  // no driver here: GPU 1's UUID is not known
-  File named(f_.path(), "r", {false, one_thread(Require::kAny)});
-  File unnamed(posix_path_, "r", {false, one_thread(Require::kAny)});
+  test::FakeMachine::get().set_gpu_uuid(1,
+                                        std::nullopt);  // no driver here: GPU 1's UUID is not known
+  File named(f_.path(), "r", {false, one_thread(Require::kAny), test::fake_gpu_runtime()});
+  File unnamed(posix_path_, "r", {false, one_thread(Require::kAny), test::fake_gpu_runtime()});
   std::vector<unsigned char> a(16 * kMiB), b(16 * kMiB);
   IoFuture fa = read_on_gpu(named, a, 0);
   IoFuture fb = read_on_gpu(unnamed, b, 1);
@@ -261,12 +270,16 @@ TEST(CufileStrict, RequireCufileRefusesLayer1FallbackOnly) {
   test::use_fake_cufile();
   DataFile f(8 * kMiB);
   std::vector<unsigned char> buf(8 * kMiB);
-  File ok(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile)});
+  File ok(
+      f.path(), "r",
+      {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), test::fake_gpu_runtime()});
   ASSERT_EQ(ok.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(ok.last_route().cufile.posix, 2u) << "cuFile's compatibility path is allowed";
 
   setenv("FERRY_FAKE_CUFILE_HANDLE_ERROR", "5027", 1);
-  File refused(f.path(), "r", {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile)});
+  File refused(
+      f.path(), "r",
+      {false, test::with(4 * kMiB, CompatMode::kAuto, Require::kCufile), test::fake_gpu_runtime()});
   EXPECT_THROW(refused.read(buf.data(), buf.size()), RouteError);
   std::vector<unsigned char> small(8192);
   try {

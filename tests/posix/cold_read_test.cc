@@ -8,6 +8,7 @@
 
 #include "ferry/ferry.h"
 #include "io/page_cache.h"
+#include "test_runtime.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -16,9 +17,10 @@ namespace {
 using test::TempDir;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
+// Files opened with test::residency_runtime() see this residency while it lives.
 struct ResidencyGuard {
-  explicit ResidencyGuard(std::optional<double> f) { io::testing::set_resident_fraction(f); }
-  ~ResidencyGuard() { io::testing::set_resident_fraction(std::nullopt); }
+  explicit ResidencyGuard(std::optional<double> f) { test::set_resident_fraction(f); }
+  ~ResidencyGuard() { test::set_resident_fraction(std::nullopt); }
 };
 
 // In the build tree: /tmp may be tmpfs, which refuses O_DIRECT and is always resident.
@@ -55,7 +57,7 @@ TEST(ColdRead, ReportCarriesTheRangesResidency) {
 TEST(ColdRead, ColdTasksReadWithODirectAndTheDataIsExact) {
   ResidencyGuard cold(0.0);
   ColdFile f(8 * kMiB + 4096 * 3 + 17);  // a short, unaligned last task
-  File file(f.path, "r", {false, tasks_of(2 * kMiB)});
+  File file(f.path, "r", {false, tasks_of(2 * kMiB), test::residency_runtime()});
   std::vector<unsigned char> buf(f.data.size() - 100);
   ASSERT_EQ(file.read(buf.data(), buf.size(), 100), buf.size());  // unaligned offset
   EXPECT_TRUE(std::equal(buf.begin(), buf.end(), f.data.begin() + 100)) << "data differs";
@@ -75,7 +77,7 @@ TEST(ColdRead, ColdTasksReadWithODirectAndTheDataIsExact) {
 TEST(ColdRead, ResidentTasksStayBuffered) {
   ResidencyGuard warm(0.5);
   ColdFile f(8 * kMiB);
-  File file(f.path, "r", {false, tasks_of(2 * kMiB)});
+  File file(f.path, "r", {false, tasks_of(2 * kMiB), test::residency_runtime()});
   std::vector<unsigned char> buf(f.data.size());
   ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data);
@@ -85,7 +87,7 @@ TEST(ColdRead, ResidentTasksStayBuffered) {
 TEST(ColdRead, FileOpenedForDirectIoKeepsItsOwnRoute) {
   ResidencyGuard cold(0.0);
   ColdFile f(4 * kMiB);
-  File file(f.path, "r", {true, tasks_of(2 * kMiB)});
+  File file(f.path, "r", {true, tasks_of(2 * kMiB), test::residency_runtime()});
   std::vector<unsigned char> buf(f.data.size());
   ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
   EXPECT_EQ(buf, f.data);

@@ -169,7 +169,7 @@ TEST(FileRead, DirectIoRefusedByTheFileSystemFallsBackToBufferedWithAReason) {
   auto data = test::random_bytes(1 << 20, 7);
   test::write_file(dir / "t.bin", data);
   NoDirectIo io;
-  File file(std::make_shared<core::OpenFile>(dir / "t.bin", "r", FileOptions{true, {}}, io));
+  File file(std::make_shared<core::OpenFile>(dir / "t.bin", "r", FileOptions{true, {}}, &io));
   expect_direct_refused(file, data);
 }
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "ferry/ferry.h"
-#include "io/page_cache.h"
 #include "reliability/scripted_io.h"
+#include "test_runtime.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -204,11 +204,11 @@ TEST(Faults, ColdTasksOnAFileThatRefusesDirectIoStayBufferedAndSaySo) {
   test::write_file(path, data);
   ScriptedIo io;
   io.refuse_direct = true;
-  io::testing::set_resident_fraction(0.0);
-  File f = test::open_scripted(io, path, "r", "1MiB", "2");
+  test::set_resident_fraction(0.0);
+  File f = test::open_scripted(io, path, "r", "1MiB", "2", false, test::residency_runtime());
   std::vector<unsigned char> buf(data.size());
   EXPECT_EQ(f.read(buf.data(), buf.size()), buf.size());
-  io::testing::set_resident_fraction(std::nullopt);
+  test::set_resident_fraction(std::nullopt);
   EXPECT_EQ(buf, data);
   RouteReport r = f.last_route();
   EXPECT_EQ(r.direct_tasks, 0u);

@@ -151,16 +151,18 @@ class ScriptedIo final : public io::IoSeam {
   }
 };
 
-// A File whose system calls go through `io`, with small tasks so that requests have many.
+// A File whose system calls go through `io`, with small tasks so that requests have many, on
+// `runtime` (null: the default one).
 inline File open_scripted(ScriptedIo& io, const std::filesystem::path& path, const char* mode,
                           const char* task_size = "64KiB", const char* nthreads = "4",
-                          bool direct = false) {
+                          bool direct = false, Runtime* runtime = nullptr) {
   FileOptions options;
   options.direct = direct;
+  options.runtime = runtime;
   options.settings.set("task_size", task_size);
   options.settings.set("nthreads", nthreads);
   options.settings.set("host_nthreads", nthreads);  // these files are read into host memory
-  return File(std::make_shared<core::OpenFile>(path, mode, options, io));
+  return File(std::make_shared<core::OpenFile>(path, mode, options, &io));
 }
 
 }  // namespace ferry::test
