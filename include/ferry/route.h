@@ -27,6 +27,7 @@ enum class ReasonCode {
   kNoCudaDriver,       // libcuda could not be loaded: only host memory is possible.
   kDirectIoRefused,    // the file system refused O_DIRECT: buffered I/O instead.
   kEngine,             // how the POSIX path moved the bytes (pread, staging buffers, io_uring).
+  kRemoteSource,       // the file is a remote object (http, https, s3): ranged GETs, no cuFile.
 };
 std::string to_string(ReasonCode code);
 
@@ -80,6 +81,22 @@ struct PageCacheResidency {
   double fraction() const { return bytes == 0 ? 1.0 : static_cast<double>(resident) / bytes; }
 };
 
+// The source layer of a request on a remote object (http://, https://, s3://): the ranged GETs
+// its tasks made, counted between its first task and its last. `remote` is false for local
+// files. `shared_window`: another request on the same object ran meanwhile, so the counts may
+// hold some of its GETs too. No field ever holds a credential or a presigned URL's query.
+struct SourceCounts {
+  bool remote = false;
+  std::string url;                // without query, fragment or user:password
+  std::string auth;               // how the GETs were authenticated, in words
+  std::uint64_t gets = 0;         // ranged GETs that succeeded
+  std::uint64_t retries = 0;      // attempts that failed and were tried again
+  std::uint64_t connections = 0;  // connections opened (others were kept alive from before)
+  std::uint64_t bytes = 0;        // bytes received into ferry's buffers
+  std::string retried;            // why, e.g. "HTTP 503 x2, connection reset x1"
+  bool shared_window = false;
+};
+
 struct RouteReport {
   Op op = Op::kRead;
   std::string file;
@@ -104,6 +121,8 @@ struct RouteReport {
   std::vector<RouteReason> reasons;
   // Layer 2.
   CufileCounts cufile;
+  // Below both layers for a remote object: what the network did.
+  SourceCounts source;
 
   // One sentence saying what happened and why.
   std::string verdict() const;

@@ -11,6 +11,7 @@
 #include "cufile/cufile_stats.h"
 #include "io/page_cache.h"
 #include "posix/posix_backend.h"
+#include "remote/remote_seam.h"
 
 namespace ferry::core {
 namespace {
@@ -86,6 +87,7 @@ const Environment& default_environment() {
   static const Environment* env = [] {
     auto* e = new Environment;
     e->io = &io::system_io();
+    e->remote = &remote::remote_objects();
     e->host = new PosixPath;
     e->accelerated = new CufilePath(cufile::Machine{});
     return e;

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/json_scan.h"
 #include "ferry/checkpoint.h"
+#include "ferry/file.h"
+#include "io/io_seam.h"
 
 namespace ferry::checkpoint {
 
@@ -97,10 +100,99 @@ fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::
   return p;
 }
 
+// A shard an index names beside it on a server: a relative name with no "..", no query and no
+// scheme, so that an index cannot send ferry to another host or bucket.
+fs::path shard_beside(const fs::path& dir, const std::string& shard, const std::string& file,
+                      const std::string& tensor) {
+  if (shard.find('\0') != std::string::npos) {
+    throw CheckpointError(file, tensor, "its shard name holds a NUL byte");
+  }
+  const bool escapes = shard.front() == '/' || shard.find("://") != std::string::npos ||
+                       shard.find_first_of("?#\\") != std::string::npos;
+  bool dotdot = false;
+  for (const fs::path& part : fs::path(shard)) dotdot = dotdot || part == "..";
+  if (escapes || dotdot) {
+    throw CheckpointError(file, tensor,
+                          fmt::format("its shard {} is not a plain name beside the index: shards "
+                                      "of a remote checkpoint must be under its prefix",
+                                      shard));
+  }
+  return fs::path(dir.string() + "/" + shard);
+}
+
+using ShardResolver = fs::path (*)(const fs::path&, const std::string&, const std::string&,
+                                   const std::string&);
+
+ShardIndex parse_index_with(const std::string& text, const fs::path& index_file,
+                            ShardResolver resolve);
+
+// The text of a remote index, read through ferry's own File (its GETs).
+std::string read_remote_text(const std::string& url) {
+  File f(url, "r");
+  const std::uint64_t size = f.size();
+  if (size > kMaxIndexSize) {
+    throw CheckpointError(f.path(), "",
+                          fmt::format("the index is {} B, above the {} B limit for an index file",
+                                      size, kMaxIndexSize));
+  }
+  std::string text(size, '\0');
+  if (size > 0 && f.read(text.data(), size, 0) != size) {
+    throw CheckpointError(f.path(), "", "the index ended before its size");
+  }
+  return text;
+}
+
+// A remote checkpoint: an index URL, a .safetensors URL, or a prefix under which
+// model.safetensors.index.json or model.safetensors lies (a remote folder is not listed).
+ShardIndex discover_remote(const std::string& url) {
+  const std::string shown = io::shown_url(url);
+  if (ends_with(shown, ".json")) {
+    return parse_index_with(read_remote_text(url), fs::path(url), &shard_beside);
+  }
+  if (ends_with(shown, ".safetensors")) {
+    ShardIndex single;
+    single.shards.push_back(fs::path(url));
+    return single;
+  }
+  if (shown.size() != url.size()) {
+    throw CheckpointError(shown, "",
+                          "a URL with a query names one file: give the .safetensors or "
+                          ".safetensors.index.json URL");
+  }
+  std::string base = url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  const std::string index = base + "/model.safetensors.index.json";
+  try {
+    return parse_index_with(read_remote_text(index), fs::path(index), &shard_beside);
+  } catch (const IoError& e) {
+    if (e.error_code() != ENOENT) throw;
+  }
+  const std::string single_url = base + "/model.safetensors";
+  try {
+    File probe(single_url, "r");
+  } catch (const IoError& e) {
+    if (e.error_code() != ENOENT) throw;
+    throw CheckpointError(shown, "",
+                          "neither model.safetensors.index.json nor model.safetensors exists "
+                          "under it (remote folders are not listed: give the index's or the "
+                          "file's URL)");
+  }
+  ShardIndex single;
+  single.shards.push_back(fs::path(single_url));
+  return single;
+}
+
 }  // namespace
 
 ShardIndex parse_index(const std::string& text, const fs::path& index_file) {
-  const std::string file = index_file.string();
+  return parse_index_with(text, index_file, &shard_inside);
+}
+
+namespace {
+
+ShardIndex parse_index_with(const std::string& text, const fs::path& index_file,
+                            ShardResolver resolve) {
+  const std::string file = io::shown_url(index_file.string());
   nlohmann::json doc = parse_json(text, file);
   if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
     throw CheckpointError(file, "", "index has no \"weight_map\" object");
@@ -134,7 +226,7 @@ ShardIndex parse_index(const std::string& text, const fs::path& index_file) {
   for (const std::string& shard : files) {
     auto named =
         std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.second == shard; });
-    index.shards.push_back(shard_inside(dir, shard, file, named->first));
+    index.shards.push_back(resolve(dir, shard, file, named->first));
   }
   auto& map = index.weight_map.emplace();
   for (const auto& [tensor, shard] : names) {
@@ -143,7 +235,10 @@ ShardIndex parse_index(const std::string& text, const fs::path& index_file) {
   return index;
 }
 
+}  // namespace
+
 ShardIndex discover_shards(const fs::path& path) {
+  if (io::is_remote_url(path.string())) return discover_remote(path.string());
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     if (ends_with(path.filename().string(), ".json")) return parse_index(read_text(path), path);

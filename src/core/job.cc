@@ -132,6 +132,10 @@ void Job::complete() {
     report.reasons.push_back({ReasonCode::kDirectIoRefused, file->cold_direct_refused()});
   }
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (source) {
+    source->end(report.source);
+    source.reset();
+  }
   if (observation) {
     observation->end(report.cufile);
     observation.reset();

@@ -82,6 +82,8 @@ struct Job : std::enable_shared_from_this<Job> {
   // The cuFile path only: the backend holding the file's handle, and layer 2's window.
   std::shared_ptr<Backend> owned_backend;
   std::unique_ptr<Layer2Window> observation;
+  // A remote object only: the window on its GETs (the report's source layer).
+  std::unique_ptr<io::SourceWindow> source;
   bool compat_refused = false;  // cuFile's driver was opened with compatibility refused
   // A stream-ordered request on host memory: the stream's later work waits until complete()
   // releases it.

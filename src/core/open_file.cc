@@ -60,24 +60,40 @@ const char* file_type(mode_t mode) {
 // would keep close() waiting forever.
 using OpenFiles = ForkRegistry<OpenFile, &OpenFile::forget_parent_requests>;
 
+RuntimeState& runtime_of(const FileOptions& options) {
+  return options.runtime != nullptr ? options.runtime->state() : default_runtime();
+}
+
+// The seam a File's system calls go through: the one given, else its runtime environment's
+// remote seam for a URL, else the environment's own. Throws where a URL has no seam.
+io::IoSeam& seam_for(const std::string& path, RuntimeState& runtime, io::IoSeam* given) {
+  if (given != nullptr) return *given;
+  const Environment& env = runtime.env();
+  if (!io::is_remote_url(path)) return *env.io;
+  if (env.remote == nullptr) {
+    throw IoError(ENOTSUP, "open", path, 0, 0, 0, "this runtime has no remote sources");
+  }
+  return *env.remote;
+}
+
 }  // namespace
 
 OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
                    io::IoSeam* io)
     : path_(path.string()),
       options_(std::move(options)),
-      io_(io != nullptr
-              ? *io
-              : *(options_.runtime != nullptr ? options_.runtime->state() : default_runtime())
-                     .env()
-                     .io),
-      runtime_(options_.runtime != nullptr ? &options_.runtime->state() : &default_runtime()) {
+      io_(seam_for(path_, runtime_of(options_), io)),
+      runtime_(&runtime_of(options_)),
+      remote_(io == nullptr && io::is_remote_url(path_)) {
   int flags = open_flags(mode, path_, &readable_, &writable_);
   appends_ = mode == "a";
   // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
   // regular files that get past the type check below.
   fd_ = io_.open(path_.c_str(), flags | O_NONBLOCK, 0644);
-  if (fd_ < 0) throw IoError(errno, "open", path_, 0, 0);
+  if (fd_ < 0) throw IoError(errno, "open", remote_ ? io::shown_url(path_) : path_, 0, 0);
+  // A remote object's URL may carry a presigned signature in its query: messages and reports
+  // show it without (the seam keeps what it needs).
+  if (remote_) path_ = io::shown_url(path_);
   struct stat st {};
   if (io_.fstat(fd_, &st) != 0) {
     int err = errno;
@@ -106,8 +122,15 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
     cold_tried_ = true;
     cold_refused_ = fmt::format("{} is a sysfs file: read buffered", path_);
   }
+  if (remote_) {
+    cold_tried_ = true;
+    cold_refused_ = "a remote object: no page cache to bypass";
+  }
   fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-  if (options_.direct) {
+  if (options_.direct && remote_) {
+    direct_refused_ = fmt::format(
+        "O_DIRECT does not apply to {}: a remote object has no page cache to bypass", path_);
+  } else if (options_.direct) {
     // The second descriptor never creates or truncates: the first open already did.
     int dflags = (flags & ~(O_CREAT | O_TRUNC)) | O_DIRECT;
     direct_fd_ = io_.open(path_.c_str(), dflags, 0);

@@ -55,6 +55,8 @@ class OpenFile {
   // The workers and staging memory of this File's requests.
   RuntimeState& runtime() const { return *runtime_; }
   int fd() const { return fd_; }
+  // An http://, https:// or s3:// object, read through its runtime's remote seam.
+  bool remote() const { return remote_; }
   // The O_DIRECT descriptor, or -1 when direct I/O was not asked for or was refused.
   int direct_fd() const { return direct_fd_; }
   bool direct_requested() const { return options_.direct; }
@@ -112,6 +114,7 @@ class OpenFile {
   FileOptions options_;
   io::IoSeam& io_;
   RuntimeState* runtime_;
+  bool remote_ = false;
   bool attached_ = false;  // to runtime_, until close()
   int fd_ = -1;
   int direct_fd_ = -1;

@@ -71,6 +71,8 @@ class AcceleratedPath {
 
 struct Environment {
   io::IoSeam* io = nullptr;
+  // The seam of remote objects (http://, https://, s3://: src/remote/); null: none.
+  io::IoSeam* remote = nullptr;
   HostPath* host = nullptr;
   const AcceleratedPath* accelerated = nullptr;
   // The memory layer 1 decides on, given what a request's buffer is; empty: the buffer's own.

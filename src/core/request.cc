@@ -406,6 +406,7 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   job->report = report;
   // Last before the first task runs, so the window holds this request's cuFile calls only.
   if (cufile) job->observation = env.accelerated->observe(op, plan.route_memory.device);
+  if (file->remote()) job->source = file->io().observe_source(file->fd());
   return job;
 }
 

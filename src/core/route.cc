@@ -31,6 +31,8 @@ std::string to_string(ReasonCode code) {
       return "direct_io_refused";
     case ReasonCode::kEngine:
       return "engine";
+    case ReasonCode::kRemoteSource:
+      return "remote_source";
   }
   return "?";
 }
@@ -97,6 +99,14 @@ std::string RouteReport::to_text() const {
     text += fmt::format("    {}: {}\n", to_string(r.code), r.text);
   }
   text += fmt::format("    page cache before the request: {}\n", describe(page_cache));
+  if (source.remote) {
+    text += fmt::format(
+        "  source ({}): {} ranged GET(s), {} B, {} new connection(s), {} retr{}{}{}\n", source.url,
+        source.gets, source.bytes, source.connections, source.retries,
+        source.retries == 1 ? "y" : "ies", source.retried.empty() ? "" : ": " + source.retried,
+        source.shared_window ? " (window shared with other requests on the object)" : "");
+    text += fmt::format("    authentication: {}\n", source.auth);
+  }
   if (cufile.observable) {
     text +=
         fmt::format("  layer 2 (cuFile): nvfs={} posix={} p2p={}{}\n", cufile.nvfs, cufile.posix,
@@ -165,6 +175,16 @@ std::string RouteReport::to_json() const {
           {"ops", cufile.module_ops}}}}},
       {"verdict", verdict()},
   };
+  if (source.remote) {
+    j["source"] = {{"url", source.url},
+                   {"auth", source.auth},
+                   {"gets", source.gets},
+                   {"retries", source.retries},
+                   {"connections", source.connections},
+                   {"bytes", source.bytes},
+                   {"retried", source.retried},
+                   {"shared_window", source.shared_window}};
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -7,6 +7,7 @@ namespace ferry::core {
 RouteFacts gather_route_facts(OpenFile& file, const Settings& settings,
                               const PageCacheResidency& residency, AcceleratedProbe* probe) {
   RouteFacts facts;
+  facts.remote = file.remote();
   const AcceleratedPath& accelerated = *file.runtime().env().accelerated;
   facts.compat_only = [&file, &accelerated]() { return accelerated.compat_only(file.fd()); };
   facts.residency = residency;
@@ -22,7 +23,9 @@ Layer1Plan plan_layer1(OpenFile& file, Op op, const Settings& settings,
                        const MemoryInfo& route_memory, std::uint64_t offset, std::uint64_t span,
                        std::size_t size, AcceleratedProbe* probe) {
   Layer1Plan plan;
-  if (op == Op::kRead) {
+  if (file.remote()) {
+    plan.residency.why_not = "a remote object: its bytes are not in this machine's page cache";
+  } else if (op == Op::kRead) {
     plan.residency = file.runtime().env().host->residency(file.fd(), offset, span);
   } else {
     plan.residency.why_not = "not measured for writes";

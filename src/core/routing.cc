@@ -20,6 +20,7 @@ Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t si
     w.decided = decided;
     return w;
   };
+  if (asks.remote()) return stop(Layer1Rule::kRemoteSource, true);
   if (settings.compat_mode == CompatMode::kOn) return stop(Layer1Rule::kCompatModeOn, true);
   // cuFile is only worth calling for GPU memory; host buffers are read straight in.
   if (!gpu_memory) return stop(Layer1Rule::kHostMemory, true);
@@ -52,6 +53,7 @@ namespace {
 // Every fact known or asked for: the walk always decides.
 struct AllFacts final : Layer1Asks {
   explicit AllFacts(const RouteFacts& f) : facts(f) {}
+  bool remote() override { return facts.remote; }
   std::optional<std::optional<std::string>> compat_only() override { return facts.compat_only(); }
   std::optional<bool> resident() override {
     return facts.residency.known && facts.residency.fraction() >= kPageCacheFirst;
@@ -72,6 +74,18 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
     d.reasons.push_back({code, std::move(text)});
   };
   switch (w.rule) {
+    case Layer1Rule::kRemoteSource:
+      posix(ReasonCode::kRemoteSource,
+            fmt::format("a remote object: its bytes come by ranged GETs into {}; cuFile reads "
+                        "local files only",
+                        is_gpu(memory.kind) ? "pinned staging, copied to the GPU" : "the buffer"));
+      if (settings.compat_mode == CompatMode::kOff && is_gpu(memory.kind)) {
+        d.refusal = fmt::format(
+            "compat_mode=off requires cuFile, which cannot read a remote "
+            "object: {}",
+            d.reasons.back().text);
+      }
+      break;
     case Layer1Rule::kCompatModeOn:
       posix(ReasonCode::kCompatModeOn, "compat_mode=on: cuFile is never called");
       break;

@@ -30,6 +30,8 @@ constexpr double kPageCacheFirst = 0.10;
 // What layer 1 may ask, cheapest first. Each callback is called at most once, and only when the
 // decision depends on it, so a request that goes to POSIX anyway never opens cuFile's driver.
 struct RouteFacts {
+  // The file is a remote object (http, https, s3): its bytes come over the network.
+  bool remote = false;
   // nullopt when cuFile could serve this file through an accelerated path (nvidia-fs, P2PDMA);
   // else why it could only use its compatibility path. Cheap: no driver open.
   std::function<std::optional<std::string>()> compat_only;
@@ -43,6 +45,7 @@ struct RouteFacts {
 // fact, cheapest first. decide_route() puts the rule that decided in words; the small path
 // (request.cc) walks the same rules with the cheap facts only and stops where a rule needs more.
 enum class Layer1Rule : std::uint8_t {
+  kRemoteSource,       // a remote object: POSIX (ranged GETs; cuFile reads local files only)
   kCompatModeOn,       // compat_mode=on: POSIX
   kHostMemory,         // a host buffer (or no CUDA driver): POSIX
   kBelowThreshold,     // auto mode, below gds_threshold: POSIX
@@ -55,6 +58,8 @@ enum class Layer1Rule : std::uint8_t {
 // What a walk asks of the facts: each returns nullopt when the caller cannot tell cheaply (the
 // walk then stops, undecided, at that rule).
 struct Layer1Asks {
+  // Whether the file is a remote object; known to every caller.
+  virtual bool remote() { return false; }
   // nullopt: cannot tell; then nullopt inside: cuFile could accelerate; else why not.
   virtual std::optional<std::optional<std::string>> compat_only() = 0;
   // nullopt: cannot tell; else whether at least kPageCacheFirst of the range is cached.

@@ -31,6 +31,8 @@ constexpr const char* kSmallNotMeasured =
 // or the probe.
 struct CheapFacts final : Layer1Asks {
   explicit CheapFacts(OpenFile& f) : file(f) {}
+  // A remote object goes to submit(): its report counts the GETs (a source window).
+  bool remote() override { return file.remote(); }
   std::optional<std::optional<std::string>> compat_only() override {
     return file.runtime().env().accelerated->compat_only(file.fd());
   }

@@ -1,7 +1,11 @@
 #include "io/io_seam.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
+
+#include <cctype>
+#include <string>
 
 namespace ferry::io {
 namespace {
@@ -23,6 +27,33 @@ class SystemIo final : public IoSeam {
 };
 
 }  // namespace
+
+bool is_remote_url(std::string_view path) {
+  auto scheme = [path](std::string_view prefix) {
+    if (path.size() < prefix.size()) return false;
+    for (std::size_t i = 0; i < prefix.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(path[i])) != prefix[i]) return false;
+    }
+    return true;
+  };
+  return scheme("http://") || scheme("https://") || scheme("s3://");
+}
+
+std::string shown_url(std::string_view url) {
+  std::string_view s = url.substr(0, url.find_first_of("?#"));
+  const bool cut = s.size() < url.size();
+  // user:password@host
+  std::size_t scheme = s.find("://");
+  if (scheme != std::string_view::npos) {
+    std::size_t host = scheme + 3;
+    std::size_t slash = s.find('/', host);
+    std::size_t at = s.substr(0, slash).rfind('@');
+    if (at != std::string_view::npos && at >= host) {
+      return fmt::format("{}{}{}", s.substr(0, host), s.substr(at + 1), cut ? "?..." : "");
+    }
+  }
+  return fmt::format("{}{}", s, cut ? "?..." : "");
+}
 
 int IoSeam::fallocate(int fd, int mode, off_t offset, off_t len) {
   return ::fallocate(fd, mode, offset, len);

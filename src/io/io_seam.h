@@ -6,7 +6,21 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ferry/route.h"
+
 namespace ferry::io {
+
+// A request's window on a remote source's counters (the route report's source layer): opened
+// before its first task, ended after its last.
+class SourceWindow {
+ public:
+  virtual ~SourceWindow() = default;
+  virtual void end(SourceCounts& out) = 0;
+};
 
 class IoSeam {
  public:
@@ -20,9 +34,20 @@ class IoSeam {
   virtual int close(int fd) = 0;
   // fallocate(2); the seams of tests need not override it.
   virtual int fallocate(int fd, int mode, off_t offset, off_t len);
+  // A seam of remote objects (src/remote/) counts the GETs of a descriptor it opened; others
+  // have no source layer (null).
+  virtual std::unique_ptr<SourceWindow> observe_source(int /*fd*/) { return nullptr; }
 };
 
 // The real system calls.
 IoSeam& system_io();
+
+// Whether `path` names a remote object rather than a file: http://, https:// or s3:// (the scheme
+// in any case). Such paths go to the environment's remote seam.
+bool is_remote_url(std::string_view path);
+
+// A URL as messages and reports show it: without its query and fragment (a presigned URL's
+// signature) and without user:password@.
+std::string shown_url(std::string_view url);
 
 }  // namespace ferry::io

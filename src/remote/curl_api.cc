@@ -1,0 +1,108 @@
+#include "remote/curl_api.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <type_traits>
+
+namespace ferry::remote {
+namespace {
+
+struct Loaded {
+  CurlApi api{};
+  bool ok = false;
+  std::string why_not;
+};
+
+#if FERRY_HAVE_CURL
+// SigV4 signing (CURLOPT_AWS_SIGV4) arrived in 7.75.0.
+constexpr unsigned kMinVersion = (7u << 16) | (75u << 8);
+
+Loaded load() {
+  Loaded out;
+  const char* name = std::getenv("FERRY_CURL_LIBRARY");
+  if (name == nullptr || *name == '\0') name = "libcurl.so.4";
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    std::string error = dlerror();
+    out.why_not =
+        error.find("No such file") != std::string::npos
+            ? fmt::format("libcurl not found ({}): install libcurl4 for remote sources", name)
+            : fmt::format("libcurl could not be loaded ({}): {}", name, error);
+    return out;
+  }
+  std::string missing;
+  auto resolve = [&](auto& slot, const char* symbol) {
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, symbol));
+    if (slot == nullptr) missing += missing.empty() ? symbol : fmt::format(", {}", symbol);
+  };
+  CurlApi& a = out.api;
+  resolve(a.easy_init, "curl_easy_init");
+  resolve(a.easy_setopt, "curl_easy_setopt");
+  resolve(a.easy_perform, "curl_easy_perform");
+  resolve(a.easy_getinfo, "curl_easy_getinfo");
+  resolve(a.easy_reset, "curl_easy_reset");
+  resolve(a.easy_cleanup, "curl_easy_cleanup");
+  resolve(a.easy_strerror, "curl_easy_strerror");
+  resolve(a.slist_append, "curl_slist_append");
+  resolve(a.slist_free_all, "curl_slist_free_all");
+  resolve(a.version_info, "curl_version_info");
+  resolve(a.global_init, "curl_global_init");
+  if (!missing.empty()) {
+    out.why_not = fmt::format("{} lacks symbols: {}", name, missing);
+    return out;
+  }
+  const curl_version_info_data* v = a.version_info(CURLVERSION_NOW);
+  if (v == nullptr || v->version_num < kMinVersion) {
+    out.why_not = fmt::format("{} is libcurl {}; remote sources need 7.75 or later (SigV4)", name,
+                              v != nullptr ? v->version : "of unknown version");
+    return out;
+  }
+  // Once, before any other thread uses the library (curl_global_init is not thread-safe).
+  CURLcode rc = a.global_init(CURL_GLOBAL_DEFAULT);
+  if (rc != CURLE_OK) {
+    out.why_not = fmt::format("curl_global_init failed: {}", a.easy_strerror(rc));
+    return out;
+  }
+  out.ok = true;
+  return out;  // The handle stays open for the life of the process, on purpose.
+}
+#else
+Loaded load() {
+  Loaded out;
+  out.why_not =
+      "ferry was built without libcurl's headers (install libcurl4-openssl-dev and rebuild) "
+      "for remote sources";
+  return out;
+}
+#endif
+
+const Loaded& loaded() {
+  static const Loaded l = load();
+  return l;
+}
+
+}  // namespace
+
+const CurlApi* curl_api(std::string* why_not) {
+  const Loaded& l = loaded();
+  if (!l.ok) {
+    if (why_not != nullptr) *why_not = l.why_not;
+    return nullptr;
+  }
+  return &l.api;
+}
+
+std::string curl_description() {
+  const Loaded& l = loaded();
+  if (!l.ok) return l.why_not;
+#if FERRY_HAVE_CURL
+  const curl_version_info_data* v = l.api.version_info(CURLVERSION_NOW);
+  return fmt::format("libcurl {} ({})", v->version, v->ssl_version ? v->ssl_version : "no TLS");
+#else
+  return l.why_not;
+#endif
+}
+
+}  // namespace ferry::remote

@@ -1,0 +1,46 @@
+// One HTTP request of a remote source on the calling thread's libcurl handle (kept alive across
+// requests, so its connection is reused): a ranged GET that lands bytes in a caller's buffer only
+// once the answer is checked (206 with the Content-Range asked for, or 200 for the whole
+// object), or a HEAD. Never retries: remote_seam.cc decides that. One thread per call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "remote/curl_api.h"
+#include "remote/remote_url.h"
+
+namespace ferry::remote {
+
+// How long a transfer may take before it is given up (each attempt; retries are counted apart).
+struct Timeouts {
+  long connect_ms = 10'000;
+  long stall_seconds = 30;  // no byte received for this long: CURLE_OPERATION_TIMEDOUT
+};
+
+struct HttpAnswer {
+  bool transport_ok = false;    // a complete HTTP answer was received
+  int curl_code = 0;            // CURLcode; 0 when transport_ok
+  std::string transport_error;  // curl's words where !transport_ok
+  long status = 0;
+  std::uint64_t length = 0;  // HEAD: Content-Length
+  std::uint64_t total = 0;   // a 206's Content-Range total (the object's size)
+  std::string etag;
+  std::string retry_after;
+  std::string body;        // an error answer's first 16 KiB
+  std::size_t landed = 0;  // GET: bytes written to the buffer
+  std::string refused;     // GET: why the answer was refused before a byte landed
+  long new_connections = 0;
+};
+
+// HEAD `target` (or, with `probe_range`, GET bytes=0-0: a presigned URL signs one method).
+HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                     bool probe_range);
+
+// GET [offset, offset + size) of an object of `object_size` bytes whose ETag is `etag` (sent as
+// If-Match where not empty) into `buffer`.
+HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                          std::uint64_t object_size, const std::string& etag, char* buffer,
+                          std::uint64_t offset, std::size_t size);
+
+}  // namespace ferry::remote

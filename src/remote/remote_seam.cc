@@ -1,0 +1,339 @@
+#include "remote/remote_seam.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "ferry/error.h"
+#include "remote/curl_api.h"
+#include "remote/http_get.h"
+#include "remote/remote_url.h"
+
+namespace ferry::remote {
+namespace {
+
+constexpr int kDefaultRetries = 8;
+constexpr long kDefaultStallSeconds = 30;
+constexpr auto kBackoffBase = std::chrono::milliseconds(100);
+constexpr auto kBackoffCap = std::chrono::milliseconds(5000);
+constexpr auto kRetryAfterCap = std::chrono::seconds(20);
+
+struct Object {
+  RemoteTarget target;
+  std::uint64_t size = 0;
+  std::string etag;
+  Timeouts timeouts;
+  int retries = kDefaultRetries;
+  std::atomic<std::uint64_t> gets{0};
+  std::atomic<std::uint64_t> retried{0};
+  std::atomic<std::uint64_t> connections{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<int> windows{0};                  // requests counting now
+  std::atomic<std::uint64_t> window_starts{0};  // requests that began counting
+  std::mutex why_mu;
+  std::map<std::string, std::uint64_t> why;  // under why_mu: retries by cause
+};
+
+// How an answer is met.
+struct Verdict {
+  enum Kind { kOk, kRetry, kFail } kind = kOk;
+  int err = 0;
+  std::string words;
+};
+
+std::string status_words(const HttpAnswer& a) {
+  std::string words = fmt::format("HTTP {}", a.status);
+  std::string s3 = s3_error_words(a.body);
+  if (!s3.empty()) words += ": " + s3;
+  return words;
+}
+
+Verdict judge(const HttpAnswer& a) {
+  if (!a.transport_ok) {
+    switch (a.curl_code) {
+      case 7:   // CURLE_COULDNT_CONNECT
+      case 18:  // CURLE_PARTIAL_FILE: the body ended before its length
+      case 28:  // CURLE_OPERATION_TIMEDOUT
+      case 52:  // CURLE_GOT_NOTHING
+      case 55:  // CURLE_SEND_ERROR
+      case 56:  // CURLE_RECV_ERROR: connection reset
+        return {Verdict::kRetry, EIO, a.transport_error};
+      case 6:  // CURLE_COULDNT_RESOLVE_HOST
+        return {Verdict::kFail, EHOSTUNREACH, a.transport_error};
+      default:
+        return {Verdict::kFail, EIO, a.transport_error};
+    }
+  }
+  if (!a.refused.empty()) return {Verdict::kFail, EIO, a.refused};
+  if (a.status >= 200 && a.status <= 299) return {};
+  switch (a.status) {
+    case 429:
+    case 500:
+    case 502:
+    case 503:
+    case 504:
+      return {Verdict::kRetry, EIO, status_words(a)};
+    case 412:
+      return {Verdict::kFail, ESTALE,
+              status_words(a) + " (If-Match): the object changed since it was opened"};
+    case 404:
+      return {Verdict::kFail, ENOENT, status_words(a)};
+    case 401:
+    case 403:
+      return {Verdict::kFail, EACCES, status_words(a)};
+    case 416:
+      return {Verdict::kFail, ENXIO, status_words(a) + " (range not satisfiable)"};
+    default:
+      return {Verdict::kFail, EIO, status_words(a)};
+  }
+}
+
+std::chrono::milliseconds backoff(int attempt, const std::string& retry_after) {
+  int seconds = 0;
+  auto [p, ec] =
+      std::from_chars(retry_after.data(), retry_after.data() + retry_after.size(), seconds);
+  if (ec == std::errc() && p == retry_after.data() + retry_after.size() && seconds > 0) {
+    return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), kRetryAfterCap);
+  }
+  // Exponential with full jitter (a random share of the exponential step), so that many workers
+  // refused at once do not come back at once.
+  thread_local std::minstd_rand random(static_cast<unsigned>(
+      std::chrono::steady_clock::now().time_since_epoch().count() ^ ::gettid()));
+  const auto step =
+      std::min<std::chrono::milliseconds>(kBackoffBase * (1 << std::min(attempt, 10)), kBackoffCap);
+  std::uniform_int_distribution<long> share(step.count() / 2, step.count());
+  return std::chrono::milliseconds(share(random));
+}
+
+long parse_variable(const char* (*getenv)(const char*), const char* name, long fallback, long low,
+                    long high) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  long x = 0;
+  const char* end = v + std::strlen(v);
+  auto [p, ec] = std::from_chars(v, end, x);
+  if (ec != std::errc() || p != end || x < low || x > high) {
+    throw SettingError(
+        name, v, fmt::format("{}={}: expected a whole number from {} to {}", name, v, low, high));
+  }
+  return x;
+}
+
+class Window final : public io::SourceWindow {
+ public:
+  explicit Window(std::shared_ptr<Object> o)
+      : o_(std::move(o)),
+        gets_(o_->gets.load()),
+        retried_(o_->retried.load()),
+        connections_(o_->connections.load()),
+        bytes_(o_->bytes.load()) {
+    shared_ = o_->windows.fetch_add(1) > 0;
+    starts_ = o_->window_starts.fetch_add(1) + 1;
+    std::lock_guard lock(o_->why_mu);
+    why_ = o_->why;
+  }
+  ~Window() override {
+    if (!ended_) o_->windows.fetch_sub(1);
+  }
+  void end(SourceCounts& out) override {
+    ended_ = true;
+    o_->windows.fetch_sub(1);
+    out.remote = true;
+    out.url = o_->target.shown;
+    out.auth = o_->target.auth;
+    out.gets = o_->gets.load() - gets_;
+    out.retries = o_->retried.load() - retried_;
+    out.connections = o_->connections.load() - connections_;
+    out.bytes = o_->bytes.load() - bytes_;
+    out.shared_window = shared_ || o_->window_starts.load() != starts_;
+    std::lock_guard lock(o_->why_mu);
+    for (const auto& [cause, n] : o_->why) {
+      auto before = why_.find(cause);
+      const std::uint64_t grew = n - (before == why_.end() ? 0 : before->second);
+      if (grew == 0) continue;
+      if (!out.retried.empty()) out.retried += ", ";
+      out.retried += fmt::format("{} x{}", cause, grew);
+    }
+  }
+
+ private:
+  std::shared_ptr<Object> o_;
+  std::uint64_t gets_, retried_, connections_, bytes_;
+  bool shared_ = false;
+  bool ended_ = false;
+  std::uint64_t starts_ = 0;
+  std::map<std::string, std::uint64_t> why_;
+};
+
+class RemoteObjects final : public io::IoSeam {
+ public:
+  explicit RemoteObjects(const char* (*getenv)(const char*)) : getenv_(getenv) {}
+
+  int open(const char* path, int flags, mode_t) override {
+    const std::string shown = shown_url(path);
+    if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)) != 0) {
+      throw IoError(EROFS, "open", shown, 0, 0, 0,
+                    "remote objects are read-only in ferry: open them with mode \"r\"");
+    }
+    if ((flags & O_DIRECT) != 0) {
+      errno = EINVAL;  // no page cache to bypass: OpenFile reports O_DIRECT refused
+      return -1;
+    }
+    std::string why_not;
+    const CurlApi* api = curl_api(&why_not);
+    if (api == nullptr) {
+      throw IoError(ENOTSUP, "open", shown, 0, 0, 0, "remote sources unavailable: " + why_not);
+    }
+    auto o = std::make_shared<Object>();
+    try {
+      o->target = resolve_remote(path, [this](const char* n) { return getenv_(n); });
+      o->retries = static_cast<int>(
+          parse_variable(getenv_, "FERRY_REMOTE_RETRIES", kDefaultRetries, 0, 100));
+      o->timeouts.stall_seconds =
+          parse_variable(getenv_, "FERRY_REMOTE_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+      o->timeouts.connect_ms = std::min<long>(10'000, o->timeouts.stall_seconds * 1000);
+    } catch (const IoError&) {
+      throw;
+    } catch (const SettingError&) {
+      throw;
+    } catch (const Error& e) {
+      throw IoError(EINVAL, "open", shown, 0, 0, 0, e.what());
+    }
+    // A presigned URL signs one method (GET): its size comes from a GET of its first byte.
+    const bool presigned = o->target.auth.rfind("presigned", 0) == 0;
+    HttpAnswer a = attempt(*o, "open", 0, 0,
+                           [&] { return http_head(*api, o->target, o->timeouts, presigned); });
+    o->size = a.length;
+    o->etag = a.etag;
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw IoError(errno, "open", "/dev/null", 0, 0, 0, "a descriptor for " + shown);
+    std::unique_lock lock(mu_);
+    objects_[fd] = std::move(o);
+    return fd;
+  }
+
+  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
+    std::shared_ptr<Object> o = find(fd);
+    if (!o) return -1;
+    const auto off = static_cast<std::uint64_t>(offset);
+    if (size == 0 || off >= o->size) return 0;
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(size, o->size - off));
+    std::string why_not;
+    const CurlApi* api = curl_api(&why_not);
+    attempt(*o, "GET", off, len, [&] {
+      return http_get_range(*api, o->target, o->timeouts, o->size, o->etag, static_cast<char*>(buf),
+                            off, len);
+    });
+    o->gets.fetch_add(1, std::memory_order_relaxed);
+    o->bytes.fetch_add(len, std::memory_order_relaxed);
+    return static_cast<ssize_t>(len);
+  }
+
+  ssize_t pwrite(int fd, const void*, size_t, off_t) override {
+    errno = find(fd) ? EROFS : EBADF;
+    return -1;
+  }
+
+  int fstat(int fd, struct stat* st) override {
+    std::shared_ptr<Object> o = find(fd);
+    if (!o) return -1;
+    *st = {};
+    st->st_mode = S_IFREG | 0444;
+    st->st_size = static_cast<off_t>(o->size);
+    st->st_nlink = 1;
+    st->st_blksize = 4 << 20;
+    return 0;
+  }
+
+  int fsync(int fd) override { return find(fd) ? 0 : -1; }
+
+  int close(int fd) override {
+    {
+      std::unique_lock lock(mu_);
+      if (objects_.erase(fd) == 0) {
+        errno = EBADF;
+        return -1;
+      }
+    }
+    return ::close(fd);
+  }
+
+  std::unique_ptr<io::SourceWindow> observe_source(int fd) override {
+    std::shared_ptr<Object> o = find(fd);
+    if (!o) return nullptr;
+    return std::make_unique<Window>(std::move(o));
+  }
+
+ private:
+  std::shared_ptr<Object> find(int fd) {
+    std::shared_lock lock(mu_);
+    auto it = objects_.find(fd);
+    if (it == objects_.end()) {
+      errno = EBADF;
+      return nullptr;
+    }
+    return it->second;
+  }
+
+  // Runs `once` until it succeeds, fails for good, or has been retried o.retries times; throws
+  // the IoError of the last answer.
+  template <class Once>
+  HttpAnswer attempt(Object& o, const char* op, std::uint64_t offset, std::size_t size,
+                     Once&& once) {
+    for (int n = 0;; ++n) {
+      HttpAnswer a = once();
+      o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
+                              std::memory_order_relaxed);
+      Verdict v = judge(a);
+      if (v.kind == Verdict::kOk) return a;
+      if (v.kind == Verdict::kRetry && n < o.retries) {
+        o.retried.fetch_add(1, std::memory_order_relaxed);
+        {
+          std::lock_guard lock(o.why_mu);
+          ++o.why[a.transport_ok ? fmt::format("HTTP {}", a.status)
+                                 : a.transport_error.substr(0, a.transport_error.find(" ("))];
+        }
+        std::this_thread::sleep_for(backoff(n, a.retry_after));
+        continue;
+      }
+      std::string words = v.words;
+      if (n > 0) words += fmt::format(" (after {} attempts)", n + 1);
+      if (v.kind == Verdict::kRetry) {
+        words += "; FERRY_REMOTE_RETRIES sets how many times a GET is retried";
+      }
+      throw IoError(v.err, op, o.target.shown, offset, size, 0, words);
+    }
+  }
+
+  const char* (*getenv_)(const char*);
+  std::shared_mutex mu_;
+  std::unordered_map<int, std::shared_ptr<Object>> objects_;
+};
+
+const char* system_getenv(const char* name) { return std::getenv(name); }
+
+}  // namespace
+
+io::IoSeam& remote_objects() {
+  static RemoteObjects* seam = new RemoteObjects(&system_getenv);
+  return *seam;
+}
+
+std::unique_ptr<io::IoSeam> make_remote_objects(const char* (*getenv)(const char*)) {
+  return std::make_unique<RemoteObjects>(getenv);
+}
+
+}  // namespace ferry::remote
