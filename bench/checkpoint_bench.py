@@ -221,16 +221,30 @@ def llama_config(tiny: bool):
 
 
 def build_model(tiny: bool, device: str):
+    import contextlib
     import torch
     from transformers import LlamaForCausalLM
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
+    # Made where it is used (torch 2's device context); a torch before 2.0 (the CPU machine's
+    # 1.13) has none, and the model is made in host memory, then moved.
+    where = torch.device(device)
     try:
-        with torch.device(device):
+        with where if hasattr(where, "__enter__") else contextlib.nullcontext():
             model = LlamaForCausalLM(llama_config(tiny))
     finally:
         torch.set_default_dtype(previous)
-    return model.eval()
+    return model.to(device).eval()
+
+
+def count_tensors(ckpt: str) -> int:
+    """Tensors in the checkpoint's shards, by their safetensors headers."""
+    count = 0
+    for f in shard_files(ckpt):
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            count += sum(1 for k in json.loads(fh.read(n)) if k != "__metadata__")
+    return count
 
 
 def make_model(path: str, tiny: bool, device: str) -> Dict[str, Any]:
@@ -242,7 +256,8 @@ def make_model(path: str, tiny: bool, device: str) -> Dict[str, Any]:
     model.save_pretrained(path, safe_serialization=True,
                           max_shard_size="2GB" if not tiny else "200KB")
     params = sum(p.numel() for p in model.parameters())
-    info = {"parameters": params, "shards": len(shard_files(path)),
+    info = {"parameters": params, "tensors": count_tensors(path),
+            "shards": len(shard_files(path)),
             "bytes": sum(os.path.getsize(f) for f in shard_files(path)),
             "seconds_to_make": time.perf_counter() - start}
     json.dump(info, open(done, "w"))
@@ -507,7 +522,8 @@ def main() -> int:
                                               "from_pretrained")]
     elif model:
         plans += [(model, "hot", c) for c in ("ferry-state_dict", "safetensors.load_file",
-                                              "safe_open", "cpu-then-to", "from_pretrained")]
+                                              "safe_open", "cpu-then-to", "from_pretrained")
+                  if not (skip_safe_open and c == "safe_open")]
         plans += [(model, "cold", "ferry-state_dict"), (model, "cold", "safetensors.load_file")]
     rows = []
     jsonl = os.path.join(a.out, "checkpoint_bench.jsonl")

@@ -89,9 +89,28 @@ class _Items(NamedTuple):
     name: str
 
 
+def _registered(dtype: Any) -> bool:
+    """A dtype registered from outside NumPy (numpy.dtype.isbuiltin 2, NumPy's
+    PyTypeNum_ISUSERDEF): ml_dtypes' bfloat16 and float8 kinds, which ml_dtypes also names in
+    numpy.sctypeDict, so that numpy.dtype("bfloat16") works wherever ml_dtypes was imported
+    (JAX, TensorFlow and ONNX import it)."""
+    return bool(dtype.isbuiltin == 2)
+
+
+def _numpys_own(numpy: Any, name: str) -> bool:
+    """Whether NumPy itself has a dtype of this name: not only through one registered from
+    outside it (ml_dtypes), which a process may or may not have imported."""
+    try:
+        return not _registered(numpy.dtype(name))
+    except TypeError:
+        return False
+
+
 def _items_of(who: str, dtype: Any) -> _Items:
     """A NumPy dtype (or anything numpy.dtype takes: "float32", "<f4", numpy.float32), a torch
-    dtype (torch.bfloat16) or its name ("bfloat16")."""
+    dtype (torch.bfloat16) or its name ("bfloat16"). A name is NumPy's where NumPy has it
+    itself, else PyTorch's where PyTorch has it: "bfloat16" is torch.bfloat16 whether or not
+    ml_dtypes registered a NumPy dtype of that name (NumPy's is used only without PyTorch)."""
     import numpy
 
     torch = sys.modules.get("torch")
@@ -99,11 +118,8 @@ def _items_of(who: str, dtype: Any) -> _Items:
         torch = _import("torch") if dtype in ("bfloat16",) else None
     if isinstance(dtype, str) and torch is not None:
         named = getattr(torch, dtype, None)
-        if isinstance(named, torch.dtype):
-            try:
-                numpy.dtype(dtype)
-            except TypeError:
-                dtype = named  # a name only PyTorch knows
+        if isinstance(named, torch.dtype) and not _numpys_own(numpy, dtype):
+            dtype = named  # a name NumPy knows at most through ml_dtypes
     if torch is not None and isinstance(dtype, torch.dtype):
         probe = torch.empty(0, dtype=dtype)
         try:
@@ -120,10 +136,33 @@ def _items_of(who: str, dtype: Any) -> _Items:
     return _Items(as_numpy, None, as_numpy.itemsize, str(as_numpy))
 
 
+def _as_target(array: Any) -> Any:
+    """What the extension reads into for `array`: the array itself, or, for a NumPy array whose
+    dtype has no buffer-protocol format (ml_dtypes' bfloat16 and float8 kinds and other dtypes
+    registered from outside NumPy, datetime64, timedelta64), a uint8 view of its bytes. NumPy
+    refuses such an array's buffer when a format is asked for, and gives it without one, which
+    the extension would report as a read-only target."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(array, numpy.ndarray):
+        return array
+    dtype = array.dtype
+    if not (_registered(dtype) or dtype.kind in "mM") or dtype.hasobject:
+        return array  # a format NumPy exports, or objects the extension refuses
+    if not array.flags.writeable:
+        return array  # the extension's refusal of a read-only target is the right one
+    if not array.flags.c_contiguous:
+        raise ValueError(f"ferry: the target (ndarray of {dtype}, shape {array.shape}, byte "
+                         f"strides {array.strides}) is not C-contiguous; ferry moves one "
+                         "contiguous byte range. Pass a contiguous array (e.g. "
+                         "ascontiguousarray(x)) or a contiguous slice")
+    return array.reshape(-1).view(numpy.uint8)  # a view: contiguous, so no copy
+
+
 def _fill(f: Any, array: Any, file_offset: int, path: PathLike) -> Any:
     """Reads the whole of `array` from the open File `f`; EOFError when the file is shorter."""
-    _, nbytes, _ = _ferry.buffer_info(array, True)
-    done = f.read(array, nbytes, file_offset)
+    target = _as_target(array)
+    _, nbytes, _ = _ferry.buffer_info(target, True)
+    done = f.read(target, nbytes, file_offset)
     _local.route = f.last_route
     if done < nbytes:
         raise EOFError(f"{os.fspath(path)}: {done} bytes from offset {file_offset}, "
@@ -138,7 +177,7 @@ def read_into(path: PathLike, array: Any, file_offset: int = 0, **settings: Any)
 
     file_offset = _nonnegative(file_offset, "file_offset", "ferry.read_into")
     _check_keywords("ferry.read_into", settings)
-    _ferry.buffer_info(array, True)  # a bad buffer is refused before the file is opened
+    _ferry.buffer_info(_as_target(array), True)  # a bad buffer is refused before the open
     with _open(path, "r", **settings) as f:
         return _fill(f, array, file_offset, path)
 

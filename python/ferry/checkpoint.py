@@ -254,9 +254,13 @@ def _target_dtype(fw: _Framework, dtype: Any) -> Any:
     try:
         target = numpy.dtype(name or dtype)
     except TypeError:
+        target = None
+    # Nor are ml_dtypes' bfloat16 and float8 kinds NumPy's: registered from outside it
+    # (isbuiltin 2), they are what numpy.dtype("bfloat16") finds once ml_dtypes is imported.
+    if target is None or target.isbuiltin == 2:
         hint = ("; NumPy has no bfloat16: load with framework='pt', or convert with ml_dtypes"
                 if name == "bfloat16" else "")
-        raise TypeError(f"ferry: dtype={dtype!r} is not a NumPy dtype{hint}") from None
+        raise TypeError(f"ferry: dtype={dtype!r} is not a NumPy dtype{hint}")
     if target.kind != "f":
         raise TypeError(f"ferry: dtype={dtype!r}: only floating-point tensors are converted, so "
                         f"the target must be a floating-point dtype (float16, float32, "

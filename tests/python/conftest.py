@@ -29,6 +29,39 @@ def data_file(tmp_path_factory):
     return str(path), data
 
 
+@pytest.fixture
+def registered_dtype():
+    """A dtype registered from outside NumPy's own types as ml_dtypes registers bfloat16
+    (PyArray_RegisterDataType: dtype.isbuiltin 2, kind 'V', no buffer-protocol format):
+    ml_dtypes' bfloat16 where installed (the GPU machine), else NumPy's own test dtype
+    `rational`, registered the same way."""
+    import numpy as np
+
+    try:
+        import ml_dtypes  # type: ignore[import]
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    for module in ("numpy._core._rational_tests", "numpy.core._rational_tests"):
+        try:
+            return np.dtype(importlib.import_module(module).rational)
+        except ImportError:
+            continue
+    pytest.skip("neither ml_dtypes nor NumPy's _rational_tests is importable")
+
+
+@pytest.fixture
+def numpy_with_bfloat16(monkeypatch, registered_dtype):
+    """NumPy as in a process that imported ml_dtypes (JAX, TensorFlow, ONNX do; the GPU machine
+    has it): numpy.dtype("bfloat16") resolves, to a dtype registered from outside NumPy,
+    through numpy.sctypeDict, where ml_dtypes puts its names."""
+    import numpy as np
+
+    monkeypatch.setitem(np.sctypeDict, "bfloat16", registered_dtype.type)
+    assert np.dtype("bfloat16") == registered_dtype and registered_dtype.isbuiltin == 2
+    return registered_dtype
+
+
 @pytest.fixture(autouse=True)
 def default_settings():
     """Each test starts and ends with the same process-wide settings."""

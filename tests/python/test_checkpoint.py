@@ -306,6 +306,19 @@ def test_numpy_dtype_is_checked_before_any_read(mixed, monkeypatch, dtype):
         assert "NumPy has no bfloat16" in str(e.value)
 
 
+def test_numpy_has_no_bfloat16_also_where_ml_dtypes_registered_one(mixed, monkeypatch,
+                                                                    numpy_with_bfloat16):
+    """Seen on the GPU machine with ml_dtypes imported first (pytest -p ml_dtypes):
+    numpy.dtype("bfloat16") is its registered dtype (kind 'V'), and the hint gave way to "only
+    floating-point tensors are converted"."""
+    _no_reads(monkeypatch)
+    for dtype in ("bfloat16", numpy_with_bfloat16):
+        with pytest.raises(TypeError, match=r"dtype=.* is not a NumPy dtype") as e:
+            ferry.load_checkpoint(mixed[0], framework="numpy", dtype=dtype)
+        if isinstance(dtype, str):
+            assert "NumPy has no bfloat16" in str(e.value)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "numpy.float32", "fp32", np.float32,
                                    np.dtype("float32")])
 def test_numpy_dtype_converts_bf16_and_f8_bits_too(tmp_path, dtype):

@@ -99,6 +99,38 @@ def test_torch_dtypes_and_bfloat16_with_like_torch(raw):
         ferry.fromfile(p, torch.bfloat16, like="numpy")
 
 
+def test_bfloat16_stays_pytorchs_where_numpy_knows_one_through_ml_dtypes(raw,
+                                                                         numpy_with_bfloat16):
+    """Seen on the GPU machine (ml_dtypes installed): "bfloat16" became NumPy's registered
+    dtype, and the read into that array was refused as 'read-only'."""
+    torch = pytest.importorskip("torch")
+    p, values = raw
+    b = ferry.fromfile(p, "bfloat16", offset=4, device="cpu")
+    assert b.dtype == torch.bfloat16 and b.shape == (128,)
+    assert torch.equal(b, torch.from_numpy(values.view(np.uint8).copy()).view(torch.bfloat16))
+    # NumPy's own names are still NumPy's.
+    assert np.array_equal(ferry.fromfile(p, "float32", offset=4, like="numpy"), values)
+
+
+def test_a_numpy_array_of_a_registered_dtype_is_filled(raw, registered_dtype):
+    """NumPy gives such an array's buffer only without a format: read as its bytes, not refused
+    as a read-only target (nor is datetime64, which has no buffer format either)."""
+    dtype = registered_dtype
+    p, values = raw
+    want = values.view(np.uint8)
+    a = np.zeros(256 // dtype.itemsize, dtype)
+    assert ferry.read_into(p, a, file_offset=4) is a
+    assert a.tobytes() == want.tobytes()
+    b = ferry.fromfile(p, dtype, offset=4, like="numpy", device="cpu")
+    assert b.dtype == dtype and b.tobytes() == want.tobytes()
+    c = ferry.read_into(p, np.zeros((4, 8), "datetime64[s]"), file_offset=4)
+    assert c.tobytes() == want.tobytes()
+    with pytest.raises(ValueError, match="read-only"):
+        ferry.read_into(p, np.frombuffer(bytes(16), dtype))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        ferry.read_into(p, np.zeros(16, dtype)[::2])
+
+
 def test_like_torch_picks_the_device_the_machine_has(raw):
     torch = pytest.importorskip("torch")
     p, values = raw
