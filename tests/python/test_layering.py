@@ -54,11 +54,11 @@ def test_a_room_below_reaching_up_fails(tmp_path):
 
 def test_a_tool_past_the_public_headers_and_an_unknown_room_fail(tmp_path):
     root = _tree(tmp_path, {"tools/ferry/main.cc": '#include "core/request.h"\n',
-                            "src/remote/http.cc": '#include "ferry/file.h"\n'})
+                            "src/quantum/http.cc": '#include "ferry/file.h"\n'})
     r = _check(root)
     assert r.returncode == 1
     assert "tools/ferry/main.cc:1" in r.stdout and "public headers" in r.stdout
-    assert "src/remote/: a room" in r.stdout
+    assert "src/quantum/: a room" in r.stdout
 
 
 def test_a_new_test_hook_in_a_production_header_fails(tmp_path):
