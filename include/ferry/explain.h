@@ -44,6 +44,10 @@ std::string to_string(PredictedLayer2 p);
 
 struct Explanation {
   std::string file;
+  // A remote object (http, https, s3): the storage facts below are not read; `source` says how
+  // its bytes come.
+  bool remote = false;
+  std::string source;
   std::uint64_t file_size = 0;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;  // the bytes the read would move (clipped at end of file)

@@ -12,6 +12,7 @@
 #include "ferry/page_cache.h"
 #include "ferry/plan.h"
 #include "ferry/platform.h"
+#include "ferry/remote.h"
 #include "ferry/route.h"
 #include "ferry/runtime.h"
 #include "ferry/settings.h"

@@ -29,8 +29,9 @@ from ._file import File
 from ._future import Future
 from ._settings import as_text as _as_text
 from ._settings import settings
-from ._ferry import (CudaStatus, PageCacheResidency, RouteReason, RouteReport, Stats, cuda_status,
-                     free_idle_staging, page_cache_residency, warm_up)
+from ._ferry import (CudaStatus, PageCacheResidency, RouteReason, RouteReport, SourceCounts, Stats,
+                     cuda_status, free_idle_staging, page_cache_residency, remote_support,
+                     warm_up)
 
 __version__: str = _ferry.__version__
 
@@ -43,7 +44,7 @@ __all__ = [
     "PageCacheResidency", "RegisteredBuffer", "last_load_report", "load_checkpoint",
     "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
     "cufile_status", "free_idle_staging", "fromfile", "last_route", "load", "open",
-    "page_cache_residency", "read_into",
+    "page_cache_residency", "read_into", "remote_support", "SourceCounts",
     "register_buffer", "save_checkpoint", "settings", "stats", "warm_up",
 ]
 

@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "ferry/memory.h"
 #include "ferry/page_cache.h"
+#include "ferry/remote.h"
 #include "ferry/runtime.h"
 #include "ferry/stats.h"
 #include "ferry/warm_up.h"
@@ -151,6 +152,31 @@ void bind_report(py::module_& m) {
                " posix=" + std::to_string(c.posix) + " p2p=" + std::to_string(c.p2p) + ">";
       });
 
+  Record<SourceCounts>(m, "SourceCounts",
+                       "Below both layers for a remote object: the ranged GETs a request made.")
+      .field("remote", &SourceCounts::remote)
+      .field("url", &SourceCounts::url, "Without query or credentials.")
+      .field("auth", &SourceCounts::auth)
+      .field("gets", &SourceCounts::gets)
+      .field("retries", &SourceCounts::retries)
+      .field("connections", &SourceCounts::connections, "Connections opened (not kept alive).")
+      .field("bytes", &SourceCounts::bytes)
+      .field("retried", &SourceCounts::retried, "Why GETs were retried, e.g. \"HTTP 503 x2\".")
+      .field("shared_window", &SourceCounts::shared_window)
+      .done()
+      .def("__repr__", [](const SourceCounts& c) {
+        return "<SourceCounts: " + c.url + ": " + std::to_string(c.gets) + " GET(s), " +
+               std::to_string(c.retries) + " retries>";
+      });
+  m.def(
+      "remote_support",
+      [] {
+        RemoteSupport r = remote_support();
+        return py::make_tuple(r.available, r.description);
+      },
+      "(available, description): whether http://, https:// and s3:// sources can be read "
+      "here (libcurl loaded), and its version or why not.");
+
   Record<PageCacheResidency>(m, "PageCacheResidency",
                              "How much of a read's range was in the page cache before it.")
       .field("known", &PageCacheResidency::known)
@@ -206,6 +232,7 @@ void bind_report(py::module_& m) {
       .field("cufile_tasks", &RouteReport::cufile_tasks)
       .field("reasons", &RouteReport::reasons)
       .field("cufile", &RouteReport::cufile)
+      .field("source", &RouteReport::source, "A remote object's GETs (source.remote).")
       .done()
       .def_property_readonly("verdict", &RouteReport::verdict,
                              "One sentence: what happened and why.")

@@ -227,6 +227,8 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   e.file = path.string();
   FileOptions options{r.direct, r.settings};
   auto file = std::make_shared<core::OpenFile>(path, "r", options);
+  e.file = file->path();  // a URL without its query
+  e.remote = file->remote();
   e.settings = file->settings();
   e.file_size = file->size();
   e.offset = r.offset;
@@ -242,15 +244,24 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
       if (normalize_pci_bus_id(c.pci_bus_id) == normalize_pci_bus_id(g.bus_id)) g.name = c.name;
     }
   }
-  e.storage = read_storage(path, e.platform.gpus, r.root);
-
-  // The same O_DIRECT open cuFile's probe makes, reported even when cuFile is not reached.
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  e.direct_ok = fd >= 0;
-  if (fd >= 0) {
-    ::close(fd);
+  if (e.remote) {
+    e.source = fmt::format(
+        "ranged GETs of up to {} (task_size), {} at once", format_size(e.settings.task_size),
+        std::min<std::size_t>(
+            workers_for(e.settings, is_gpu(memory.kind)),
+            std::max<std::uint64_t>(
+                1, core::TaskSplitter(e.offset, e.size, e.settings.task_size).count())));
+    e.direct_error = "a remote object";
   } else {
-    e.direct_error = std::strerror(errno);
+    e.storage = read_storage(path, e.platform.gpus, r.root);
+    // The same O_DIRECT open cuFile's probe makes, reported even when cuFile is not reached.
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    e.direct_ok = fd >= 0;
+    if (fd >= 0) {
+      ::close(fd);
+    } else {
+      e.direct_error = std::strerror(errno);
+    }
   }
 
   // Layer 1: exactly what core::submit decides for this read, from the same facts.
@@ -281,7 +292,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
 
   // Host memory asked for never goes to cuFile: what blocks nvidia-fs cannot matter to this read.
   // Where host memory is only the fallback (no GPU here), the facts still describe the storage.
-  const bool gpu_memory = is_gpu(e.memory) || (!r.host && !r.pinned);
+  const bool gpu_memory = !e.remote && (is_gpu(e.memory) || (!r.host && !r.pinned));
   if (gpu_memory) judge_layer2_facts(e);
   if (e.path == Path::kCufile) predict_layer2(r, e);
   // Measured on the GPU machine (docs/platform.md): without it cuFileHandleRegister fails with
@@ -337,17 +348,21 @@ std::string Explanation::to_text() const {
                    to_string(settings.compat_mode), to_string(settings.require),
                    format_size(settings.task_size), format_size(settings.gds_threshold)));
   const PlatformStorage& s = storage;
-  line("mount",
-       s.mount_point
-           ? fmt::format("{} {} from {} ({}), options {} super {}", *s.mount_point,
-                         s.fs_type.value_or("?"), s.source.value_or("?"), s.device.value_or("?"),
-                         s.mount_options.value_or("?"), s.super_options.value_or("?"))
-           : "unknown: " + s.mount_reason);
-  line("fs", fs_support);
-  line("O_DIRECT", direct_ok ? "opens" : "refused: " + direct_error);
-  line("udev", fmt::format("ID_FS_USAGE {}: {}",
-                           s.udev_fs_usage ? (*s.udev_fs_usage ? "present" : "missing") : "unknown",
-                           s.udev_reason));
+  if (remote) line("source", source);
+  if (!remote)
+    line("mount",
+         s.mount_point
+             ? fmt::format("{} {} from {} ({}), options {} super {}", *s.mount_point,
+                           s.fs_type.value_or("?"), s.source.value_or("?"), s.device.value_or("?"),
+                           s.mount_options.value_or("?"), s.super_options.value_or("?"))
+             : "unknown: " + s.mount_reason);
+  if (!remote) line("fs", fs_support);
+  if (!remote) line("O_DIRECT", direct_ok ? "opens" : "refused: " + direct_error);
+  if (!remote)
+    line("udev",
+         fmt::format("ID_FS_USAGE {}: {}",
+                     s.udev_fs_usage ? (*s.udev_fs_usage ? "present" : "missing") : "unknown",
+                     s.udev_reason));
   line("nvidia-fs", platform.nvfs.loaded ? "loaded" : "not loaded: " + platform.nvfs.reason);
   line("iommu", platform.iommu.how);
   line("cuFile", cufile.loaded ? fmt::format("{} {}{}", cufile.library, cufile.version_text,
@@ -378,6 +393,8 @@ std::string Explanation::to_json() const {
   };
   json j = {
       {"file", file},
+      {"remote", remote},
+      {"source", source},
       {"file_size", file_size},
       {"offset", offset},
       {"size", size},

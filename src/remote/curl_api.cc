@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "ferry/remote.h"
+
 namespace ferry::remote {
 namespace {
 
@@ -106,3 +108,13 @@ std::string curl_description() {
 }
 
 }  // namespace ferry::remote
+
+namespace ferry {
+
+RemoteSupport remote_support() {
+  std::string why_not;
+  const bool ok = remote::curl_api(&why_not) != nullptr;
+  return {ok, remote::curl_description()};
+}
+
+}  // namespace ferry

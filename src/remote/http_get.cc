@@ -69,8 +69,9 @@ struct Exchange {
   std::size_t size = 0;
   std::uint64_t object_size = 0;
   const std::string* etag = nullptr;
-  bool probe = false;    // GET bytes=0-0 to learn the size: nothing lands
-  bool checked = false;  // the status and headers were checked at the first body byte
+  bool probe = false;          // GET bytes=0-0 to learn the size: nothing lands
+  bool probe_stopped = false;  // the probe's answer was a success: its body is not wanted
+  bool checked = false;        // the status and headers were checked at the first body byte
   bool error_answer = false;
 };
 
@@ -170,7 +171,13 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   const std::size_t bytes = size * n;
   if (!x.checked) check_answer(x);
   HttpAnswer& a = *x.answer;
-  if (x.error_answer || x.probe) {
+  if (x.probe && !x.error_answer) {
+    // Some servers answer bytes=0-0 with the whole object (s3rver 3.7): the headers said
+    // enough, so stop here rather than download it.
+    x.probe_stopped = true;
+    return 0;
+  }
+  if (x.error_answer) {
     if (a.body.size() < kErrorBodyMax) {
       a.body.append(data, std::min(bytes, kErrorBodyMax - a.body.size()));
     }
@@ -251,7 +258,7 @@ struct Request {
     api.easy_getinfo(handle, CURLINFO_NUM_CONNECTS, &connects);
     a.new_connections = connects;
     if (a.status == 0) api.easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &a.status);
-    if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && !a.refused.empty())) {
+    if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && (!a.refused.empty() || x.probe_stopped))) {
       a.transport_ok = true;
       return;
     }
@@ -281,9 +288,11 @@ HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeo
     if (a.status == 206 || a.status == 416) {
       if (parse_content_range(x.content_range, &first, &last, &total)) a.length = a.total = total;
     } else if (a.status == 200) {
-      a.length = a.body.size();  // the whole object in the answer: a tiny one
+      // The whole object instead of its first byte: its length is the object's size.
+      curl_off_t length = -1;
+      api.easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+      a.length = length < 0 ? 0 : static_cast<std::uint64_t>(length);
     }
-    if (a.status == 206 || a.status == 200) a.body.clear();
     if (a.status == 416 && !x.content_range.empty()) a.status = 206;
     return a;
   }

@@ -16,6 +16,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "ferry/error.h"
 #include "remote/curl_api.h"
@@ -214,8 +215,18 @@ class RemoteObjects final : public io::IoSeam {
     }
     // A presigned URL signs one method (GET): its size comes from a GET of its first byte.
     const bool presigned = o->target.auth.rfind("presigned", 0) == 0;
-    HttpAnswer a = attempt(*o, "open", 0, 0,
-                           [&] { return http_head(*api, o->target, o->timeouts, presigned); });
+    HttpAnswer a;
+    try {
+      a = attempt(*o, "open", 0, 0,
+                  [&] { return http_head(*api, o->target, o->timeouts, presigned); });
+    } catch (const IoError&) {
+      if (presigned) throw;
+      // A HEAD's error has no body: one GET of the first byte brings the server's words (S3's
+      // Code and Message) and its error replaces the HEAD's; should it succeed, it serves.
+      const int retries = std::exchange(o->retries, 0);
+      a = attempt(*o, "open", 0, 0, [&] { return http_head(*api, o->target, o->timeouts, true); });
+      o->retries = retries;
+    }
     o->size = a.length;
     o->etag = a.etag;
     const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

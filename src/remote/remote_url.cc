@@ -62,12 +62,12 @@ RemoteTarget resolve_remote(std::string_view url, const Getenv& getenv) {
   RemoteTarget t;
   t.given = shown_url(url);
   if (url.find('\0') != std::string_view::npos) {
-    throw Error(fmt::format("{}: a NUL byte in the URL", t.given));
+    throw Error("a NUL byte in the URL");
   }
   if (!starts_with_nocase(url, "s3://")) {
     const std::size_t host = url.find("://") + 3;
     if (host >= url.size() || url[host] == '/') {
-      throw Error(fmt::format("{}: no host in the URL", t.given));
+      throw Error("no host in the URL");
     }
     t.url = std::string(url);
     t.shown = t.given;
@@ -80,7 +80,7 @@ RemoteTarget resolve_remote(std::string_view url, const Getenv& getenv) {
   const std::size_t slash = rest.find('/');
   const std::string_view bucket = rest.substr(0, slash);
   const std::string_view key = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
-  if (bucket.empty()) throw Error(fmt::format("{}: no bucket in the s3:// URL", t.given));
+  if (bucket.empty()) throw Error("no bucket in the s3:// URL");
   if (url.find_first_of("?#") != std::string_view::npos) {
     throw Error(
         fmt::format("{}: an s3:// URL takes no query; give a presigned URL as https://", t.given));

@@ -34,9 +34,9 @@ struct RemoteTarget {
 // Reads a variable of the environment (std::getenv in production; a map in tests).
 using Getenv = std::function<const char*(const char*)>;
 
-// Resolves `url`; throws ferry::Error naming the URL (shown) and what is wrong with it. s3:// goes
-// to AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, path-style (`ENDPOINT/bucket/key`), else to
-// `https://bucket.s3.REGION.amazonaws.com/key`; the region is AWS_REGION, AWS_DEFAULT_REGION or
+// Resolves `url`; throws ferry::Error saying what is wrong with it (the caller names the URL).
+// s3:// goes to AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, path-style (`ENDPOINT/bucket/key`), else
+// to `https://bucket.s3.REGION.amazonaws.com/key`; the region is AWS_REGION, AWS_DEFAULT_REGION or
 // us-east-1; requests are signed when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are both set,
 // anonymous otherwise (public buckets). http(s):// URLs go as given; one whose query carries
 // X-Amz-Signature is a presigned URL.

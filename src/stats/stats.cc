@@ -38,7 +38,7 @@ namespace L = statistics::stats_layout;
 using Word = std::atomic<std::uint64_t>;
 static_assert(Word::is_always_lock_free && sizeof(Word) == 8);
 
-constexpr std::size_t kReasonCodes = static_cast<std::size_t>(ReasonCode::kEngine) + 1;
+constexpr std::size_t kReasonCodes = static_cast<std::size_t>(ReasonCode::kRemoteSource) + 1;
 static_assert(kReasonCodes == L::kReasonCodeCount, "every reason code needs a word");
 
 Word* slot_of(const statistics::SegmentMemory& m, std::size_t i) {

@@ -106,8 +106,10 @@ static_assert(kSlotReasons % 8 == 0 && kSlotHist % 8 == 0 && kSlotBuckets % 8 ==
 static_assert(kHeaderUsedWords <= kPageWords);
 
 // Where each reason code (ReasonCode's order) is counted in its path's block of reason words:
-// "engine", which every request gives, in the same line as the layer-1 codes.
-inline constexpr std::size_t kReasonPosition[] = {8, 1, 2, 3, 4, 5, 6, 7, 9, 0};
+// "engine", which every request gives, in the same line as the layer-1 codes. A code added later
+// takes a word no earlier code used, so readers and segments of either age agree (a reader
+// counts the codes it knows; an older segment's word of a newer code is 0).
+inline constexpr std::size_t kReasonPosition[] = {8, 1, 2, 3, 4, 5, 6, 7, 9, 0, 10};
 inline constexpr std::size_t kReasonCodeCount = sizeof kReasonPosition / sizeof kReasonPosition[0];
 static_assert(kReasonCodeCount <= kReasonWords);
 

@@ -119,7 +119,7 @@ def test_to_dict_keys_are_the_attributes(data_file):
     d = r.to_dict()
     for key, value in d.items():
         attr = getattr(r, key)
-        if key in ("page_cache", "cufile"):
+        if key in ("page_cache", "cufile", "source"):
             assert value == attr.to_dict()
         elif key == "reasons":
             assert value == [x.to_dict() for x in attr]
@@ -131,7 +131,8 @@ def test_to_dict_keys_are_the_attributes(data_file):
 def test_reports_pickle_to_equal_objects(data_file):
     """Issue 19, bug 3: RouteReport (and so RouteError) did not pickle."""
     r = _read(data_file[0])
-    for obj in (r, r.reasons[0], r.page_cache, r.cufile, ferry.stats(), ferry.cuda_status()):
+    for obj in (r, r.reasons[0], r.page_cache, r.cufile, r.source, ferry.stats(),
+                ferry.cuda_status()):
         copy = pickle.loads(pickle.dumps(obj))
         assert copy == obj and type(copy) is type(obj)
     assert pickle.loads(pickle.dumps(r)).to_text() == r.to_text()

@@ -4,6 +4,7 @@
 #include <ferry/cufile.h>
 #include <ferry/explain.h>
 #include <ferry/platform.h>
+#include <ferry/remote.h>
 #include <fmt/format.h>
 
 #include <cctype>
@@ -118,6 +119,7 @@ int run(const CheckArgs& a) {
   PlatformReport p = read_platform(a.root);
   const CudaStatus cuda = cuda_status();
   const CufileStatus cufile = cufile_status(true);
+  const RemoteSupport remote = remote_support();
   // A malformed FERRY_* variable is what check is there to diagnose: report it, go on with the
   // default it leaves in place.
   const SettingsCheck checked = check_settings();
@@ -165,6 +167,7 @@ int run(const CheckArgs& a) {
                                             : nlohmann::json(nullptr)},
           {"gpus", cuda.gpus.size()}}},
         {"cufile", nlohmann::json::parse(cufile.to_json())},
+        {"remote", {{"available", remote.available}, {"description", remote.description}}},
         {"settings", settings_json},
         {"verdicts", verdicts},
         {"process_note", process_note},
@@ -193,6 +196,8 @@ int run(const CheckArgs& a) {
     for (const auto& m : cufile.missing_symbols) missing += (missing.empty() ? "" : ", ") + m;
     line("  missing symbols", missing);
   }
+  line("remote sources (http, https, s3)",
+       remote.available ? remote.description : "unavailable: " + remote.description);
   for (const SettingInfo& i : describe_settings()) {
     if (!i.error.empty()) {
       line("ferry " + i.name, fmt::format("{} (default: {})", i.value, i.error));
