@@ -19,7 +19,8 @@ KVIKIO_GDS_THRESHOLD, KVIKIO_BOUNCE_BUFFER_SIZE) are ferry's own settings' fallb
 What differs (docs/kvikio.md has the whole mapping): the defaults are ferry's (8 threads for
 GPU memory, 16 for host memory, not KvikIO's 1); the stream-taking calls are not yet
 stream-ordered (they synchronise the stream, then read, as KvikIO does in compatibility mode);
-what KvikIO has and ferry does not (RemoteFile, Mmap, zarr, nvcomp, stream_register...) raises
+``RemoteFile`` reads HTTP, HTTPS and S3 objects through ferry's remote sources (docs/remote.md);
+what KvikIO has and ferry does not (WebHDFS, Mmap, zarr, nvcomp, stream_register...) raises
 NotImplementedError naming it.
 """
 
@@ -35,11 +36,11 @@ from ._missing import NotInFerry, fail
 from .cufile import (CuFile, IOFuture, IOFutureStream, clear_page_cache, drop_file_page_cache,
                      drop_system_page_cache, get_page_cache_info)
 from .defaults import LimitWarning
-from .remote_file import RemoteFile, is_remote_file_available
+from .remote_file import RemoteEndpointType, RemoteFile, is_remote_file_available
 
 __all__ = [
     "CompatMode", "CuFile", "IOFuture", "IOFutureStream", "LimitWarning", "NotInFerry",
-    "RemoteFile", "RemoteIOBackend", "buffer", "clear_page_cache", "cufile_driver", "defaults",
+    "RemoteEndpointType", "RemoteFile", "RemoteIOBackend", "buffer", "clear_page_cache", "cufile_driver", "defaults",
     "drop_file_page_cache", "drop_system_page_cache", "get_page_cache_info",
     "is_remote_file_available", "mmap", "numpy", "nvcomp", "remote_file", "runtime_class",
     "stream_deregister", "stream_register", "utils", "zarr",
@@ -64,7 +65,6 @@ def stream_deregister(stream: Any) -> None:
 
 _MISSING = {
     "Mmap": "no Mmap: read ranges with CuFile.pread",
-    "RemoteEndpointType": "ferry reads local files only (no RemoteFile)",
 }
 
 
