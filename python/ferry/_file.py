@@ -6,6 +6,7 @@ asyncio."""
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Mapping, Optional, Union
 
@@ -90,6 +91,10 @@ class File(_ferry.File):
 
     def __del__(self) -> None:
         if getattr(self, "_opened", False) and not self.closed:
+            # At interpreter exit warnings can no longer import what it needs: close quietly.
+            if sys.is_finalizing():
+                self.close()
+                return
             warnings.warn(f"unclosed ferry.File {self.path!r} (mode {self.mode!r})",
                           ResourceWarning, stacklevel=2, source=self)
             self.close()

@@ -27,9 +27,10 @@ class RemoteEndpointType(enum.IntEnum):
 
 
 def _check_size(file: File, nbytes: Optional[int], url: str) -> None:
-    if nbytes is not None and int(nbytes) != file.size:
+    size = file.size
+    if nbytes is not None and int(nbytes) != size:
         file.close()
-        raise ValueError(f"ferry.kvikio.RemoteFile: nbytes={nbytes} but {url} is {file.size} B")
+        raise ValueError(f"ferry.kvikio.RemoteFile: nbytes={nbytes} but {url} is {size} B")
 
 
 class RemoteFile:
