@@ -1,0 +1,189 @@
+// Remote sources into GPU memory (label gpu; skipped where no GPU is found): an object over HTTP
+// lands byte for byte in device memory through the staging copies, after retries too; a
+// gathered read lands in many small adjacent allocations (issue 29's shape); a checkpoint loads
+// into the GPU equal to its host load; compat_mode=off refuses, since cuFile reads local files
+// only.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_driver.h"
+#include "ferry/checkpoint.h"
+#include "ferry/checkpoint_writer.h"
+#include "ferry/error.h"
+#include "ferry/file.h"
+#include "ferry/memory.h"
+#include "ferry/remote.h"
+#include "ferry/runtime.h"
+#include "http_server.h"
+
+namespace ferry {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<char> random_bytes(std::size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  std::mt19937 r(seed);
+  for (char& c : v) c = static_cast<char>(r());
+  return v;
+}
+
+std::vector<char> device_bytes(const void* device_pointer, std::size_t n) {
+  std::vector<char> out(n);
+  if (n == 0) return out;
+  cuda::use_device(0);
+  cuda::check(cuda::driver().MemcpyDtoH(out.data(),
+                                        reinterpret_cast<cuda::abi::DevicePtr>(device_pointer), n),
+              "cuMemcpyDtoH");
+  return out;
+}
+
+class GpuRemote : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CudaStatus cuda = cuda_status();
+    if (!cuda.available || cuda.gpus.empty()) {
+      GTEST_SKIP() << "no GPU: " << (cuda.why_not.empty() ? "no device" : cuda.why_not);
+    }
+    if (!remote_support().available) {
+      GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
+    }
+    root_ = fs::temp_directory_path() /
+            ("ferry-gpu-remote-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(root_);
+    server_ = std::make_unique<test::HttpServer>(root_);
+  }
+  void TearDown() override {
+    server_.reset();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::vector<char> put(const std::string& name, std::size_t size, unsigned seed) {
+    std::vector<char> data = random_bytes(size, seed);
+    fs::create_directories((root_ / name).parent_path());
+    std::ofstream(root_ / name, std::ios::binary).write(data.data(), static_cast<long>(size));
+    return data;
+  }
+
+  fs::path root_;
+  std::unique_ptr<test::HttpServer> server_;
+};
+
+TEST_F(GpuRemote, AnObjectLandsInDeviceMemoryExactly) {
+  const std::size_t size = (std::size_t{37} << 20) + 4093;  // many tasks, an odd tail
+  const std::vector<char> data = put("big.bin", size, 1);
+  File f(server_->url("big.bin"), "r");
+  Buffer gpu(MemoryKind::kDevice, size + 4096, 0);
+  IoFuture fut = f.pread(gpu.data(), size, 0);
+  ASSERT_EQ(fut.get(), size);
+  EXPECT_EQ(device_bytes(gpu.data(), size), data);
+  const RouteReport r = fut.route();
+  EXPECT_EQ(r.memory, MemoryKind::kDevice);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons.front().code, ReasonCode::kRemoteSource);
+  EXPECT_EQ(r.cufile_tasks, 0u);
+  EXPECT_EQ(r.source.bytes, size);
+  EXPECT_EQ(r.source.gets, r.tasks);
+
+  // An unaligned piece at an unaligned device offset.
+  Buffer part(MemoryKind::kDevice, 1 << 20, 0);
+  const std::size_t n = 300001;
+  ASSERT_EQ(f.pread(static_cast<char*>(part.data()) + 13, n, 777).get(), n);
+  const std::vector<char> got = device_bytes(static_cast<char*>(part.data()) + 13, n);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin() + 777));
+}
+
+TEST_F(GpuRemote, RetriedGetsStillLandExactly) {
+  setenv("FERRY_REMOTE_RETRIES", "4", 1);
+  const std::size_t size = std::size_t{12} << 20;
+  const std::vector<char> data = put("flaky.bin", size, 2);
+  File f(server_->url("flaky.bin"), "r");
+  Buffer gpu(MemoryKind::kDevice, size, 0);
+  server_->fail_next(2, 503);
+  IoFuture fut = f.pread(gpu.data(), size, 0);
+  ASSERT_EQ(fut.get(), size);
+  EXPECT_EQ(device_bytes(gpu.data(), size), data);
+  EXPECT_EQ(fut.route().source.retries, 2u);
+  // A body cut short: tried again, and no byte of the cut answer lands wrong.
+  gpu.fill(0);
+  server_->short_body_next(1);
+  fut = f.pread(gpu.data(), size, 0);
+  ASSERT_EQ(fut.get(), size);
+  EXPECT_EQ(device_bytes(gpu.data(), size), data);
+  EXPECT_EQ(fut.route().source.retries, 1u);
+  unsetenv("FERRY_REMOTE_RETRIES");
+}
+
+TEST_F(GpuRemote, GathersIntoManyAdjacentSmallAllocations) {
+  // Issue 29's shape: small allocations next to each other in device address space, filled by
+  // one gathered request whose ranges are adjacent in the object.
+  const std::size_t pieces = 64, piece = 8192;
+  const std::vector<char> data = put("small.bin", pieces * piece, 3);
+  std::vector<Buffer> buffers;
+  std::vector<ReadRange> ranges;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    buffers.emplace_back(MemoryKind::kDevice, piece, 0);
+    ranges.push_back({i * piece, piece, buffers.back().data()});
+  }
+  File f(server_->url("small.bin"), "r");
+  ASSERT_EQ(f.pread_gather(ranges).get(), pieces * piece);
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::vector<char> got = device_bytes(buffers[i].data(), piece);
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), data.begin() + i * piece)) << "piece " << i;
+  }
+}
+
+TEST_F(GpuRemote, CheckpointLoadsIntoTheGpuEqualToTheHostLoad) {
+  std::vector<float> w(1 << 18);
+  std::vector<std::uint16_t> h(4099);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.25f;
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint16_t>(i * 7);
+  std::vector<TensorSource> tensors = {{"w", Dtype::kF32, {512, 512}, w.data(), w.size() * 4},
+                                       {"h", Dtype::kBF16, {4099}, h.data(), h.size() * 2},
+                                       {"e", Dtype::kF32, {0}, nullptr, 0}};
+  SaveOptions options;
+  options.max_shard_size = 600000;
+  save_checkpoint(tensors, root_ / "model", options);
+  Checkpoint remote(server_->url("model/"));
+  LoadOptions host;
+  host.memory = MemoryKind::kHostPageable;
+  const LoadResult want = Checkpoint(root_ / "model").load(host);
+  for (bool one_allocation : {false, true}) {
+    LoadOptions gpu;
+    gpu.one_allocation = one_allocation;
+    const LoadResult got = remote.load(gpu);
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    for (std::size_t i = 0; i < got.tensors.size(); ++i) {
+      ASSERT_EQ(got.tensors[i].name, want.tensors[i].name);
+      ASSERT_EQ(got.tensors[i].nbytes, want.tensors[i].nbytes);
+      const std::vector<char> bytes = device_bytes(got.tensors[i].data, got.tensors[i].nbytes);
+      EXPECT_EQ(std::memcmp(bytes.data(), want.tensors[i].data, bytes.size()), 0)
+          << got.tensors[i].name << (one_allocation ? " (one allocation)" : "");
+    }
+    EXPECT_TRUE(got.report.routes.front().source.remote);
+  }
+}
+
+TEST_F(GpuRemote, CompatOffIsRefusedWithTheReason) {
+  put("x.bin", 1 << 20, 4);
+  FileOptions options;
+  options.settings.compat_mode = CompatMode::kOff;
+  File f(server_->url("x.bin"), "r", options);
+  Buffer gpu(MemoryKind::kDevice, 1 << 20, 0);
+  try {
+    f.pread(gpu.data(), 1 << 20, 0).get();
+    FAIL() << "compat_mode=off read a remote object";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("remote"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry
