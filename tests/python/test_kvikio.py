@@ -650,3 +650,142 @@ def test_gpu_raw_async_is_stream_ordered(tmp_path, cupy):
             diff = out - src * 2  # queued after, before anything waits: sees the data
         assert fut.check_bytes_done() == out.nbytes  # waits, then synchronises the stream
         assert float(abs(diff).sum()) == 0.0
+
+
+# ---- RemoteFile, as KvikIO's own remote tests expect (test_http_io.py, test_s3_io.py) --------
+
+needs_remote = pytest.mark.skipif(not ferry.remote_support()[0],
+                                  reason="remote sources unavailable (no libcurl)")
+
+
+@pytest.fixture
+def http_dir(tmp_path):
+    """A threaded http.server on 127.0.0.1 serving tmp_path: (url, dir, ranges) where
+    ranges[0] = False makes it ignore Range headers (answer 200 with the whole file)."""
+    import http.server
+    import threading
+
+    ranges = [True]
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(tmp_path), **kw)
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            spec = self.headers.get("Range")
+            path = self.translate_path(self.path)
+            if not ranges[0] or not spec or not os.path.isfile(path):
+                return super().do_GET()
+            data = open(path, "rb").read()
+            first, last = spec.split("=")[1].split("-")
+            first, last = int(first), min(int(last), len(data) - 1)
+            self.send_response(206)
+            self.send_header("Content-Length", str(last - first + 1))
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+            self.end_headers()
+            self.wfile.write(data[first:last + 1])
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path, ranges
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@needs_remote
+def test_remote_file_str_names_the_url_without_credentials(http_dir):
+    url, d, _ = http_dir
+    (d / "a").write_bytes(bytes(range(100)))
+    with kvikio.RemoteFile.open_http(f"{url}/a") as f:
+        assert str(f) == f'<RemoteFile "{url}/a">' and repr(f) == str(f)
+    host = url.replace("http://", "http://user:secret@")
+    with kvikio.RemoteFile.open_http(f"{host}/a?X-Amz-Signature=abc") as f:
+        assert "secret" not in str(f) and "Signature" not in str(f) and f"{url}/a" in str(f)
+
+
+@needs_remote
+def test_remote_file_read_past_nbytes_is_a_value_error_before_any_request(http_dir):
+    url, d, _ = http_dir
+    (d / "a").write_bytes(bytes(range(10)))
+    with kvikio.RemoteFile.open_http(f"{url}/a") as f:
+        assert f.nbytes() == 10
+        b = np.empty(100, np.uint8)
+        with pytest.raises(ValueError, match=r"cannot read 0\+100 bytes into a 10 bytes file"):
+            f.read(b)
+        with pytest.raises(ValueError, match=r"cannot read 100\+5 bytes into a 10 bytes file"):
+            f.pread(b, size=5, file_offset=100)
+        assert f.read(b, size=4, file_offset=6) == 4 and list(b[:4]) == [6, 7, 8, 9]
+
+
+@needs_remote
+def test_remote_file_nbytes_given_is_the_size_kvikio_sees(http_dir):
+    url, d, _ = http_dir
+    (d / "a").write_bytes(bytes(range(100)))
+    with kvikio.RemoteFile.open(f"{url}/a", nbytes=1) as f:  # as KvikIO: the size given
+        assert f.nbytes() == 1 and f.remote_endpoint_type() == kvikio.RemoteEndpointType.HTTP
+        b = np.empty(2, np.uint8)
+        with pytest.raises(ValueError, match=r"cannot read 0\+2 bytes into a 1 bytes file"):
+            f.read(b)
+        assert f.read(b, size=1) == 1 and b[0] == 0
+    with pytest.raises(ValueError, match="nbytes=101"):  # beyond the object: refused at open
+        kvikio.RemoteFile.open_http(f"{url}/a", nbytes=101)
+
+
+@needs_remote
+def test_remote_file_server_without_ranges_is_an_overflow_error(http_dir):
+    url, d, ranges = http_dir
+    (d / "a").write_bytes(bytes(range(100)))
+    ranges[0] = False
+    with kvikio.RemoteFile.open_http(f"{url}/a") as f:
+        b = np.empty(100, np.uint8)
+        for offset in (0, 10):
+            with pytest.raises(OverflowError,
+                               match="maybe the server doesn't support file ranges?") as e:
+                f.read(b, size=10, file_offset=offset)
+            # Also what every ferry.kvikio error is: RuntimeError and the ferry class.
+            assert isinstance(e.value, RuntimeError) and isinstance(e.value, ferry.IoError)
+            assert e.value.errno == errno.EIO and "ignored the Range header" in str(e.value)
+            again = pickle.loads(pickle.dumps(e.value))
+            assert type(again) is type(e.value) and str(again) == str(e.value)
+        assert f.read(b) == 100 and bytes(b) == bytes(range(100))  # the whole object: fine
+
+
+def test_remote_file_open_kinds_and_errors_as_kvikio():
+    T = kvikio.RemoteEndpointType
+    infer = kvikio.remote_file.infer_remote_endpoint_type
+    presigned = ("https://b.s3.us-east-1.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+                 "&X-Amz-Credential=c&X-Amz-Signature=s")
+    assert infer("s3://bucket/key") == T.S3
+    assert infer("S3://bucket/key") == T.S3
+    assert infer("https://b.s3.us-east-1.amazonaws.com/k") == T.S3
+    assert infer("https://s3.amazonaws.com/b/k") == T.S3
+    assert infer(presigned) == T.S3_PRESIGNED_URL
+    assert infer("https://host:1234/webhdfs/v1/data.bin") == T.WEBHDFS
+    assert infer("https://example.com/path/file.bin") == T.HTTP
+    for url, words in [("example.com/path", "Bad scheme"), ("://b/k", "Bad scheme"),
+                       ("unsupported://example.com/path", "Unsupported endpoint URL"),
+                       ("s3://bucket", "Unsupported endpoint URL"),
+                       ("http://host/", "Unsupported endpoint URL")]:
+        with pytest.raises(RuntimeError, match=words):
+            infer(url)
+        with pytest.raises(RuntimeError, match=words):
+            kvikio.RemoteFile.open(url)
+    with pytest.raises(RuntimeError, match="Invalid URL for S3 endpoint"):
+        kvikio.RemoteFile.open("s3://bucket", T.S3)
+    with pytest.raises(RuntimeError, match="Invalid URL for S3 with presigned URL endpoint"):
+        kvikio.RemoteFile.open("https://example.com/x", T.S3_PRESIGNED_URL)
+    with pytest.raises(RuntimeError, match="S3 is not in the allowlist"):
+        kvikio.RemoteFile.open("s3://b/k", T.S3, [T.WEBHDFS])
+    # AUTO takes the first kind of allow_list the URL fits: nothing fits -> RuntimeError.
+    with pytest.raises(RuntimeError, match="Unsupported endpoint URL"):
+        kvikio.RemoteFile.open("https://example.com/x", T.AUTO, [T.S3, T.S3_PRESIGNED_URL])
+    with pytest.raises(NotImplementedError, match="WebHDFS"):
+        kvikio.RemoteFile.open("http://host:9870/webhdfs/v1/x")
+    with pytest.raises(ValueError, match="Unsupported protocol"):
+        kvikio.RemoteFile.open_s3_url("unknown://bucket/key")

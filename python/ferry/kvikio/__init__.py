@@ -36,13 +36,14 @@ from ._missing import NotInFerry, fail
 from .cufile import (CuFile, IOFuture, IOFutureStream, clear_page_cache, drop_file_page_cache,
                      drop_system_page_cache, get_page_cache_info)
 from .defaults import LimitWarning
-from .remote_file import RemoteEndpointType, RemoteFile, is_remote_file_available
+from .remote_file import (RemoteEndpointType, RemoteFile, infer_remote_endpoint_type,
+                          is_remote_file_available)
 
 __all__ = [
     "CompatMode", "CuFile", "IOFuture", "IOFutureStream", "LimitWarning", "NotInFerry",
     "RemoteEndpointType", "RemoteFile", "RemoteIOBackend", "buffer", "clear_page_cache", "cufile_driver", "defaults",
     "drop_file_page_cache", "drop_system_page_cache", "get_page_cache_info",
-    "is_remote_file_available", "mmap", "numpy", "nvcomp", "remote_file", "runtime_class",
+    "infer_remote_endpoint_type", "is_remote_file_available", "mmap", "numpy", "nvcomp", "remote_file", "runtime_class",
     "stream_deregister", "stream_register", "utils", "zarr",
 ]
 

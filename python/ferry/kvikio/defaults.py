@@ -17,8 +17,8 @@ says so, and ``get`` returns the value set), and ``gds_threshold=0`` runs as 1 (
 behaviour: no request is smaller than one byte). Values above ferry's limits (a ``task_size``
 over 64 GiB, over 256 threads, a bounce buffer over 1 GiB) are refused with
 ``ferry.SettingError`` (a ValueError). The ``http_*`` settings are kept, checked as KvikIO
-checks them, for KvikIO's ``RemoteFile``, which ferry does not have (it raises
-NotImplementedError). KvikIO's settings for what ferry does not do raise NotImplementedError
+checks them, but ferry's ``RemoteFile`` does not read them: FERRY_REMOTE_RETRIES and
+FERRY_REMOTE_TIMEOUT set its retries and stall timeout (docs/remote.md). KvikIO's settings for what ferry does not do raise NotImplementedError
 naming the setting.
 """
 
@@ -63,10 +63,10 @@ _NOT_IMPLEMENTED = {
     "thread_pool_per_block_device": "ferry has one pool of workers per runtime "
                                     "(ferry.Runtime in C++)",
     "num_bounce_buffers_per_cache": "ferry keeps two staging buffers per worker",
-    "remote_io_backend": "ferry reads local files only (no RemoteFile)",
-    "remote_io_num_reactors": "ferry reads local files only (no RemoteFile)",
-    "remote_io_reactor_dispatch": "ferry reads local files only (no RemoteFile)",
-    "remote_io_max_concurrent_requests": "ferry reads local files only (no RemoteFile)",
+    "remote_io_backend": "ferry's RemoteFile reads through its own workers (docs/remote.md)",
+    "remote_io_num_reactors": "ferry's RemoteFile reads through its own workers (docs/remote.md)",
+    "remote_io_reactor_dispatch": "ferry's RemoteFile reads through its own workers (docs/remote.md)",
+    "remote_io_max_concurrent_requests": "ferry's RemoteFile reads through its own workers (docs/remote.md)",
     "mmap_task_size": "ferry has no Mmap",
 }
 
