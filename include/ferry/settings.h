@@ -46,8 +46,9 @@ constexpr std::size_t kMaxBounceSize = std::size_t{1} << 30;
 constexpr std::size_t kMaxThreads = 256;
 
 // The workers a request into memory of `kind` runs on: nthreads for GPU memory, host_nthreads
-// for host memory (pageable or pinned).
-std::size_t workers_for(const Settings& settings, bool gpu_memory);
+// for host memory (pageable or pinned). A remote source's requests run on host_nthreads into
+// either: their limit is the connections open at once, not the copy engine (bench/NOTES.md §24).
+std::size_t workers_for(const Settings& settings, bool gpu_memory, bool remote = false);
 
 // A partial set of settings: the fields that are set replace the base ones.
 struct SettingsOverride {

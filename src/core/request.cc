@@ -383,7 +383,7 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   job->context.residency = plan.report.page_cache;
   RouteReport& report = plan.report;
   report.tasks = job->tasks.count();
-  job->threads = workers_for(plan.settings, is_gpu(plan.route_memory.kind));
+  job->threads = workers_for(plan.settings, is_gpu(plan.route_memory.kind), job->file->remote());
   const std::size_t jobs = std::min(
       {job->threads, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
   job->context.workers = jobs;

@@ -253,8 +253,8 @@ void mark_code(Global& g, const SettingsOverride& changes) {
 
 }  // namespace
 
-std::size_t workers_for(const Settings& settings, bool gpu_memory) {
-  return gpu_memory ? settings.nthreads : settings.host_nthreads;
+std::size_t workers_for(const Settings& settings, bool gpu_memory, bool remote) {
+  return gpu_memory && !remote ? settings.nthreads : settings.host_nthreads;
 }
 
 Settings SettingsOverride::apply_to(Settings base) const {

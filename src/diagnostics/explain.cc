@@ -248,7 +248,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
     e.source = fmt::format(
         "ranged GETs of up to {} (task_size), {} at once", format_size(e.settings.task_size),
         std::min<std::size_t>(
-            workers_for(e.settings, is_gpu(memory.kind)),
+            workers_for(e.settings, is_gpu(memory.kind), /*remote=*/true),
             std::max<std::uint64_t>(
                 1, core::TaskSplitter(e.offset, e.size, e.settings.task_size).count())));
     e.direct_error = "a remote object";

@@ -20,6 +20,7 @@
 #include "ferry/memory.h"
 #include "ferry/remote.h"
 #include "ferry/runtime.h"
+#include "ferry/settings.h"
 #include "http_server.h"
 
 namespace ferry {
@@ -91,6 +92,9 @@ TEST_F(GpuRemote, AnObjectLandsInDeviceMemoryExactly) {
   EXPECT_EQ(r.cufile_tasks, 0u);
   EXPECT_EQ(r.source.bytes, size);
   EXPECT_EQ(r.source.gets, r.tasks);
+  // As many connections as into host memory: host_nthreads, not the copy engine's nthreads.
+  EXPECT_EQ(r.workers, std::min<std::size_t>(r.tasks, settings().host_nthreads));
+  EXPECT_GT(r.workers, settings().nthreads);
 
   // An unaligned piece at an unaligned device offset.
   Buffer part(MemoryKind::kDevice, 1 << 20, 0);
