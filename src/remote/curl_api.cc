@@ -51,6 +51,8 @@ Loaded load() {
   resolve(a.slist_free_all, "curl_slist_free_all");
   resolve(a.version_info, "curl_version_info");
   resolve(a.global_init, "curl_global_init");
+  resolve(a.easy_send, "curl_easy_send");
+  resolve(a.easy_recv, "curl_easy_recv");
   if (!missing.empty()) {
     out.why_not = fmt::format("{} lacks symbols: {}", name, missing);
     return out;

@@ -28,6 +28,8 @@ struct CurlApi {
   void (*slist_free_all)(curl_slist*);
   curl_version_info_data* (*version_info)(CURLversion);
   CURLcode (*global_init)(long);
+  CURLcode (*easy_send)(CURL*, const void*, size_t, size_t*);
+  CURLcode (*easy_recv)(CURL*, void*, size_t, size_t*);
 };
 #else
 struct CurlApi {};

@@ -1,12 +1,15 @@
 #include "remote/http_get.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 namespace ferry::remote {
 
@@ -122,12 +125,11 @@ bool parse_content_range(std::string_view v, std::uint64_t* a, std::uint64_t* b,
          number(span.substr(dash + 1), b);
 }
 
-// The first body byte: is this the answer asked for? Sets answer->refused when not.
-void check_answer(Exchange& x) {
+// The first body byte: is this answer of `status` the one asked for? Sets answer->refused when
+// not.
+void check_status(Exchange& x, long status) {
   x.checked = true;
   HttpAnswer& a = *x.answer;
-  long status = 0;
-  x.api->easy_getinfo(x.handle, CURLINFO_RESPONSE_CODE, &status);
   a.status = status;
   if (status < 200 || status > 299) {
     x.error_answer = true;
@@ -164,6 +166,12 @@ void check_answer(Exchange& x) {
     a.refused = fmt::format("the object's ETag is now {}, not {}: it changed during the read",
                             a.etag, *x.etag);
   }
+}
+
+void check_answer(Exchange& x) {
+  long status = 0;
+  x.api->easy_getinfo(x.handle, CURLINFO_RESPONSE_CODE, &status);
+  check_status(x, status);
 }
 
 std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
@@ -268,6 +276,332 @@ struct Request {
   }
 };
 
+// ---- Unsigned ranged GETs straight into the destination ----
+// libcurl's write callback hands over bytes it has already received into its own buffer, so a
+// GET through it costs two copies: the kernel's into that buffer, then ours into the
+// destination. On the H200's loopback that second copy held ferry's host rate at 0.69x parallel
+// curl to nowhere (bench/NOTES.md §24). For requests libcurl need not sign, ferry lets libcurl
+// connect (TCP, TLS, certificates: CURLOPT_CONNECT_ONLY), writes the request itself, reads the
+// answer's head, and has curl_easy_recv put the body where it belongs: one copy. What this path
+// does not handle (a redirect, a chunked or unsized body, a head over 64 KiB, a URL with
+// user:password) goes through libcurl's own transfer instead; a proxy in the environment or
+// SigV4 does from the start.
+
+constexpr std::size_t kHeadMax = 64 << 10;
+constexpr long kDirectRecvMax = 10L << 20;  // CURL_MAX_READ_SIZE from libcurl 7.88
+
+bool proxy_in_environment() {
+  for (const char* name : {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
+
+// "http://host:port" (what libcurl connects to), the Host header and the request target
+// (path and query) of `url`; false for a URL this path leaves to libcurl.
+bool split_url(const std::string& url, std::string* origin, std::string* authority,
+               std::string* path) {
+  const std::size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return false;
+  const std::size_t host = scheme + 3;
+  const std::size_t end = url.find_first_of("/?#", host);
+  const std::string auth =
+      url.substr(host, end == std::string::npos ? std::string::npos : end - host);
+  if (auth.empty() || auth.find('@') != std::string::npos) return false;
+  *authority = auth;
+  *origin = url.substr(0, host + auth.size());
+  std::string rest = end == std::string::npos ? std::string() : url.substr(end);
+  rest = rest.substr(0, rest.find('#'));
+  if (rest.empty() || rest.front() == '?') rest = std::string(1, '/') + rest;
+  for (char c : rest) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return false;  // one request line
+  }
+  *path = std::move(rest);
+  return true;
+}
+
+// The calling thread's connection for this path, to one origin at a time.
+struct DirectConnection {
+  const CurlApi* api = nullptr;
+  CURL* handle = nullptr;
+  pid_t pid = 0;
+  std::string origin;
+  curl_socket_t socket = CURL_SOCKET_BAD;
+  char error[CURL_ERROR_SIZE] = {};
+
+  ~DirectConnection() {
+    if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
+  }
+  void drop() {
+    // A child made by fork() shares its parent's socket: it forgets the handle, never closes it.
+    if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
+    handle = nullptr;
+    origin.clear();
+    socket = CURL_SOCKET_BAD;
+  }
+  CURLcode connect(const CurlApi& a, const std::string& to, const Timeouts& timeouts) {
+    drop();
+    api = &a;
+    pid = ::getpid();
+    handle = a.easy_init();
+    if (handle == nullptr) return CURLE_OUT_OF_MEMORY;
+    error[0] = '\0';
+    const std::string url = to + "/";
+    a.easy_setopt(handle, CURLOPT_URL, url.c_str());
+    a.easy_setopt(handle, CURLOPT_CONNECT_ONLY, 1L);
+    // curl_easy_recv reads at most the buffer size per call (16 KiB by default): the most
+    // libcurl takes, so that a body comes in few system calls, each straight into its place.
+    if (a.easy_setopt(handle, CURLOPT_BUFFERSIZE, kDirectRecvMax) != CURLE_OK) {
+      a.easy_setopt(handle, CURLOPT_BUFFERSIZE, 512L << 10);
+    }
+    a.easy_setopt(handle, CURLOPT_ERRORBUFFER, error);
+    a.easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
+    a.easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
+    a.easy_setopt(handle, CURLOPT_TCP_NODELAY, 1L);
+    a.easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, timeouts.connect_ms);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    a.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+    for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
+      const char* ca = std::getenv(name);
+      if (ca != nullptr && *ca != '\0') {
+        a.easy_setopt(handle, CURLOPT_CAINFO, ca);
+        break;
+      }
+    }
+    const CURLcode rc = a.easy_perform(handle);
+    if (rc == CURLE_OK) a.easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &socket);
+    if (rc != CURLE_OK || socket == CURL_SOCKET_BAD) {
+      const CURLcode why = rc == CURLE_OK ? CURLE_COULDNT_CONNECT : rc;
+      return why;
+    }
+    origin = to;
+    return CURLE_OK;
+  }
+  // Waits until the socket is ready for `events`; false after `seconds` without.
+  bool wait(short events, long seconds) const {
+    pollfd p{socket, events, 0};
+    for (;;) {
+      const int n = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+      if (n > 0) return true;
+      if (n == 0) return false;
+      if (errno != EINTR) return true;  // the next call says what is wrong
+    }
+  }
+  CURLcode send_all(std::string_view bytes, long seconds) {
+    while (!bytes.empty()) {
+      std::size_t sent = 0;
+      const CURLcode rc = api->easy_send(handle, bytes.data(), bytes.size(), &sent);
+      if (rc == CURLE_AGAIN) {
+        if (!wait(POLLOUT, seconds)) return CURLE_OPERATION_TIMEDOUT;
+        continue;
+      }
+      if (rc != CURLE_OK) return rc;
+      bytes.remove_prefix(sent);
+    }
+    return CURLE_OK;
+  }
+  // Up to `size` bytes into `into`; *n == 0 with CURLE_OK: the server closed the connection.
+  CURLcode recv_some(char* into, std::size_t size, std::size_t* n, long seconds) {
+    for (;;) {
+      const CURLcode rc = api->easy_recv(handle, into, size, n);
+      if (rc != CURLE_AGAIN) return rc;
+      if (!wait(POLLIN, seconds)) return CURLE_OPERATION_TIMEDOUT;
+    }
+  }
+};
+
+struct Head {
+  long status = 0;
+  std::optional<std::uint64_t> content_length;
+  bool chunked_or_encoded = false;  // Transfer-Encoding: libcurl's transfer reads that
+  bool close = false;               // Connection: close
+};
+
+// Parses the head in `text` (through its blank line) into `head`, `x` and `a`; false where it
+// is not an HTTP/1.x head.
+bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
+  const std::size_t line_end = text.find("\r\n");
+  const std::string_view status_line = text.substr(0, line_end);
+  if (status_line.rfind("HTTP/1.", 0) != 0 || status_line.size() < 12) return false;
+  long status = 0;
+  for (char c : status_line.substr(9, 3)) {
+    if (c < '0' || c > '9') return false;
+    status = status * 10 + (c - '0');
+  }
+  head->status = status;
+  x.content_range.clear();
+  a.etag.clear();
+  a.retry_after.clear();
+  std::size_t at = line_end + 2;
+  while (at < text.size()) {
+    const std::size_t end = text.find("\r\n", at);
+    const std::string_view line = text.substr(at, end - at);
+    at = end == std::string_view::npos ? text.size() : end + 2;
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string name = lower(line.substr(0, colon));
+    const std::string value = trim(line.substr(colon + 1));
+    if (name == "content-range") x.content_range = value;
+    if (name == "etag") a.etag = value;
+    if (name == "retry-after") a.retry_after = value;
+    if (name == "transfer-encoding") head->chunked_or_encoded = true;
+    if (name == "connection" && lower(value).find("close") != std::string::npos) head->close = true;
+    if (name == "content-length") {
+      std::uint64_t n = 0;
+      if (value.empty() || value.size() > 19) return false;
+      for (char c : value) {
+        if (c < '0' || c > '9') return false;
+        n = n * 10 + static_cast<std::uint64_t>(c - '0');
+      }
+      head->content_length = n;
+    }
+  }
+  return true;
+}
+
+void transport_failure(HttpAnswer& a, const CurlApi& api, CURLcode rc, std::string words) {
+  a.transport_ok = false;
+  a.curl_code = static_cast<int>(rc);
+  a.transport_error = words.empty() ? std::string(api.easy_strerror(rc))
+                                    : fmt::format("{} ({})", api.easy_strerror(rc), words);
+}
+
+// The GET through this path, or nothing where libcurl's own transfer must take it.
+std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarget& target,
+                                           const Timeouts& timeouts, std::uint64_t object_size,
+                                           const std::string& etag, char* buffer,
+                                           std::uint64_t offset, std::size_t size) {
+  std::string origin, authority, path;
+  if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
+  thread_local DirectConnection c;
+  if (c.handle != nullptr && c.pid != ::getpid()) c.handle = nullptr;  // the parent's
+  const std::string request = fmt::format(
+      "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}-{}"
+      "\r\n{}\r\n",
+      path, authority, offset, offset + size - 1,
+      etag.empty() ? std::string() : "If-Match: " + etag + "\r\n");
+  const long stall = timeouts.stall_seconds;
+  HttpAnswer a;
+  Exchange x;
+  x.api = &api;
+  x.answer = &a;
+  x.buffer = buffer;
+  x.offset = offset;
+  x.size = size;
+  x.object_size = object_size;
+  x.etag = &etag;
+  // A kept-alive connection the server has closed meanwhile fails before any byte of an
+  // answer: then once more on a new one, as libcurl's own transfer does.
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = c.handle != nullptr && c.origin == origin;
+    if (!reused) {
+      const CURLcode rc = c.connect(api, origin, timeouts);
+      if (rc != CURLE_OK) {
+        transport_failure(a, api, rc, c.error);
+        c.drop();
+        return a;
+      }
+      ++a.new_connections;
+    }
+    CURLcode rc = c.send_all(request, stall);
+    std::string head;
+    std::size_t head_end = std::string::npos;
+    char chunk[16 << 10];
+    while (rc == CURLE_OK && head_end == std::string::npos) {
+      std::size_t n = 0;
+      rc = c.recv_some(chunk, sizeof chunk, &n, stall);
+      if (rc != CURLE_OK) break;
+      if (n == 0) {
+        rc = head.empty() ? CURLE_GOT_NOTHING : CURLE_RECV_ERROR;
+        break;
+      }
+      head.append(chunk, n);
+      head_end = head.find("\r\n\r\n");
+      // An interim answer (100 Continue) precedes the real one.
+      while (head_end != std::string::npos && head.rfind("HTTP/1.1 1", 0) == 0) {
+        head.erase(0, head_end + 4);
+        head_end = head.find("\r\n\r\n");
+      }
+      if (head_end == std::string::npos && head.size() > kHeadMax) {
+        c.drop();
+        return std::nullopt;
+      }
+    }
+    if (rc != CURLE_OK) {
+      c.drop();
+      if (reused && head.empty() && rc != CURLE_OPERATION_TIMEDOUT && attempt == 0) continue;
+      transport_failure(a, api, rc,
+                        rc == CURLE_OPERATION_TIMEDOUT ? fmt::format("no byte for {} s", stall)
+                        : rc == CURLE_GOT_NOTHING      ? "the server closed the connection"
+                                                       : "");
+      return a;
+    }
+    Head h;
+    if (!parse_head(std::string_view(head).substr(0, head_end + 2), &h, x, a) ||
+        (h.status >= 300 && h.status <= 399) || h.chunked_or_encoded || !h.content_length) {
+      c.drop();
+      return std::nullopt;  // a redirect, or a body libcurl's transfer reads
+    }
+    std::string_view early = std::string_view(head).substr(head_end + 4);
+    check_status(x, h.status);
+    a.transport_ok = true;
+    if (x.error_answer) {
+      // The server's words (S3's Code and Message) from a body small enough to read whole.
+      const std::uint64_t length = *h.content_length;
+      if (length > kHeadMax) {
+        c.drop();
+        return a;
+      }
+      std::string body(early.substr(0, length));
+      while (body.size() < length) {
+        std::size_t n = 0;
+        rc = c.recv_some(chunk, std::min<std::size_t>(sizeof chunk, length - body.size()), &n,
+                         stall);
+        if (rc != CURLE_OK || n == 0) break;
+        body.append(chunk, n);
+      }
+      a.body = body.substr(0, kErrorBodyMax);
+      if (body.size() < length || h.close) c.drop();
+      return a;
+    }
+    if (a.refused.empty() && *h.content_length != size) {
+      a.refused = *h.content_length > size
+                      ? fmt::format("the server sent more than the {} B of bytes {}-{}", size,
+                                    offset, offset + size - 1)
+                      : fmt::format("the answer held {} B of the {} B of bytes {}-{}",
+                                    *h.content_length, size, offset, offset + size - 1);
+    }
+    if (!a.refused.empty() || early.size() > size) {
+      if (a.refused.empty()) {
+        a.refused = fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
+                                offset + size - 1);
+      }
+      c.drop();  // the body is not read: the connection cannot serve another request
+      return a;
+    }
+    std::memcpy(buffer, early.data(), early.size());
+    a.landed = early.size();
+    while (a.landed < size) {
+      std::size_t n = 0;
+      rc = c.recv_some(buffer + a.landed, size - a.landed, &n, stall);
+      if (rc != CURLE_OK || n == 0) {
+        c.drop();
+        transport_failure(
+            a, api, rc == CURLE_OK ? CURLE_PARTIAL_FILE : rc,
+            rc == CURLE_OPERATION_TIMEDOUT
+                ? fmt::format("no byte for {} s", stall)
+                : fmt::format("the connection ended after {} of {} B", a.landed, size));
+        return a;
+      }
+      a.landed += n;
+    }
+    if (h.close) c.drop();
+    return a;
+  }
+}
+
 }  // namespace
 
 HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
@@ -305,6 +639,12 @@ HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeo
 HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
                           std::uint64_t object_size, const std::string& etag, char* buffer,
                           std::uint64_t offset, std::size_t size) {
+  if (size > 0 && !target.credentials && !proxy_in_environment()) {
+    if (std::optional<HttpAnswer> direct =
+            direct_get_range(api, target, timeouts, object_size, etag, buffer, offset, size)) {
+      return *direct;
+    }
+  }
   HttpAnswer a;
   Request r(api, target, timeouts);
   const std::string range = fmt::format("{}-{}", offset, offset + size - 1);

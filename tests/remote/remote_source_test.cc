@@ -413,3 +413,30 @@ TEST_F(RemoteSource, AnIndexCannotNameAShardElsewhere) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_F(RemoteSource, ConnectionsAreKeptAliveAcrossRequests) {
+  // Plain GETs land straight in the buffer over connections ferry's workers keep (http_get.cc):
+  // a second read of the object opens none. One worker, so that the same thread serves both.
+  const std::vector<char> data = put("k.bin", std::size_t{20} << 20);
+  FileOptions one_worker;
+  one_worker.settings.host_nthreads = 1;
+  File f(url("k.bin"), "r", one_worker);
+  std::vector<char> got(data.size());
+  IoFuture first = f.pread(got.data(), got.size(), 0);
+  ASSERT_EQ(first.get(), data.size());
+  EXPECT_GE(first.route().source.connections, 1u);
+  const std::size_t connections = server_->connections();
+  std::fill(got.begin(), got.end(), 0);
+  IoFuture second = f.pread(got.data(), got.size(), 0);
+  ASSERT_EQ(second.get(), data.size());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(second.route().source.connections, 0u);
+  EXPECT_EQ(server_->connections(), connections);
+  EXPECT_EQ(second.route().source.gets, second.route().tasks);
+}
+
+}  // namespace
+}  // namespace ferry
