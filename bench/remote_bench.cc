@@ -4,6 +4,9 @@
 //   ferry_gpu      the same into device memory on GPU 0
 //   curl_parallel  --threads libcurl handles (kept alive) taking --task-size ranges in turn,
 //                  the bytes thrown away: parallel `curl -r A-B -o /dev/null`, in one process
+//   curl_memory    the same, each range copied by the write callback into its place in one
+//                  host buffer (untouched before the first request): what a program that
+//                  lands the bytes in memory with libcurl gets
 //   kvikio_loop    KvikIO's remote design as issue 34 describes it: 4 MiB ranges one after
 //                  another, each GET into one pinned bounce buffer, then a copy to the GPU that
 //                  is waited for before the next GET
@@ -162,14 +165,18 @@ int main(int argc, char** argv) try {
   } else {
 #if FERRY_HAVE_CURL
     const bool loop = which == "kvikio_loop";
-    if (!loop && which != "curl_parallel") throw std::runtime_error("unknown --case " + which);
+    const bool into_memory = which == "curl_memory";
+    if (!loop && !into_memory && which != "curl_parallel") {
+      throw std::runtime_error("unknown --case " + which);
+    }
     const int n = loop ? 1 : std::max(1, threads);
     const std::size_t piece = loop ? std::size_t{4} << 20 : task;
-    c.setup = [&, n, piece, loop] {
+    c.setup = [&, n, piece, loop, into_memory] {
       // The object's size is given (the driver made the object): no HEAD is timed here.
       size = std::stoull(arg(argc, argv, "--size", "0"));
       if (size == 0) throw std::runtime_error("--size is needed for the curl cases");
       for (int i = 0; i < n; ++i) getters.push_back(std::make_unique<Getter>(url));
+      if (into_memory) host.reset(new char[size]);
       if (loop) {
         ferry::cuda::use_device(0);
         const auto& d = ferry::cuda::driver();
@@ -197,7 +204,8 @@ int main(int argc, char** argv) try {
           for (;;) {
             const std::uint64_t off = next.fetch_add(piece);
             if (off >= size) break;
-            getters[t]->get(off, std::min<std::uint64_t>(piece, size - off), nullptr);
+            getters[t]->get(off, std::min<std::uint64_t>(piece, size - off),
+                            host ? host.get() + off : nullptr);
           }
         });
       }

@@ -3,6 +3,8 @@
   ferry_host     ferry into pageable host memory (default settings)
   curl_parallel  libcurl range GETs to nowhere at ferry's own concurrency (its `workers`)
   ceiling        the same at 2x that concurrency: what the server and loopback give
+  curl_memory    libcurl at ferry's concurrency, each range copied into its place in one host
+                 buffer (what a program landing the bytes in memory with libcurl gets)
   ferry_gpu      ferry into GPU 0 (where a GPU is)
   kvikio_loop    4 MiB GETs one at a time through one pinned bounce buffer, each copy waited
                  for (KvikIO's remote design as issue 34 describes it; where a GPU is)
@@ -135,7 +137,7 @@ def main() -> int:
             workers = run("ferry_host", 0)["workers"]  # also round 0: a warm-up of the server
             rows.clear()
             cases = [("ferry_host", 0), ("curl_parallel", workers),
-                     ("ceiling", 2 * workers)]
+                     ("ceiling", 2 * workers), ("curl_memory", workers)]
             if gpu:
                 cases += [("ferry_gpu", 0), ("kvikio_loop", 0)]
             for rnd in range(1, a.rounds + 1):
@@ -165,6 +167,7 @@ def main() -> int:
 
     print("ratios (issue 34):")
     ratio("host / parallel curl", "ferry_host", "curl_parallel", 0.9)
+    ratio("host / curl into memory", "ferry_host", "curl_memory", 1.0)
     if gpu:
         ratio("gpu / ferry host", "ferry_gpu", "ferry_host", 0.85)
         ratio("gpu / kvikio-style loop", "ferry_gpu", "kvikio_loop", 1.5)
