@@ -256,3 +256,19 @@ def test_without_libcurl_a_url_is_a_clear_error(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "(False," in r.stdout and "nope.so" in r.stdout
     assert "ERR" in r.stdout and "x.bin" in r.stdout and "nope.so" in r.stdout
+
+
+def test_s3_sizes_from_zero_to_big(s3rver, served, monkeypatch):  # noqa: F811
+    # The same objects as from nginx, 1 GiB among them, from s3rver, signed (SigV4 through
+    # libcurl's own transfer) and anonymous (received straight into place).
+    for name in ("one.bin", "odd.bin", "big.bin"):
+        data = served[name][1]
+        for k, v in s3rver.env().items():
+            monkeypatch.setenv(k, v)
+        url = s3rver.put("ferry-sizes", name, data)
+        got, route = _read_all(url)
+        assert got == data and route.source.bytes == len(data), name
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        got, route = _read_all(url)
+        assert got == data and "anonymous" in route.source.auth, name
