@@ -87,4 +87,4 @@ def test_checkpoint_and_file_from_http_into_the_gpu(torch, tmp_path):
             route = f.last_route
         assert bytes(dst.cpu().numpy()) == blob
         assert route.source.remote and route.source.bytes == len(blob)
-        assert route.reasons[0].code == "remote_source" and route.memory == "device"
+        assert route.reasons[0].code == "remote_source" and route.memory == "gpu"

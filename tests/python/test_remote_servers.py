@@ -154,6 +154,10 @@ def test_nginx_ranges_etag_keepalive(nginx):
 
 
 def test_nginx_without_ranges_and_stops(tmp_path):
+    try:
+        rs.find_nginx()
+    except rs.ServerUnavailable as e:  # the GPU machine has no nginx
+        pytest.skip(str(e))
     (tmp_path / "f.bin").write_bytes(b"0123456789")
     before = set(rs._running)
     with rs.nginx_server(tmp_path, ranges=False) as url:
