@@ -233,15 +233,50 @@ http {{
         location / {{ }}
         location = /.ferry-nginx-ready {{ return 200 "{token}"; }}
     }}
+    {tls_server}
 }}
 """
 
 
+_NGINX_TLS_SERVER = """server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        root {root};
+        etag on;
+        location / {{ }}
+    }}"""
+
+
 @contextlib.contextmanager
-def nginx_server(root: str | os.PathLike, *, ranges: bool = True) -> Iterator[str]:
+def nginx_tls_server(root: str | os.PathLike) -> Iterator[tuple[str, Path]]:
+    """Serves root over HTTPS: yields ('https://127.0.0.1:PORT', the CA file that verifies
+    it), a self-signed certificate for IP 127.0.0.1 made here with the openssl command."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ServerUnavailable("openssl is not installed: apt-get install openssl")
+    tmp = Path(tempfile.mkdtemp(prefix="ferry-tls-"))
+    try:
+        cert, key = tmp / "cert.pem", tmp / "key.pem"
+        made = subprocess.run(
+            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+             "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True)
+        if made.returncode != 0:
+            raise ServerUnavailable(f"openssl could not make a certificate: {made.stderr[-300:]}")
+        with nginx_server(root, tls=(cert, key)) as (_, https_url):
+            yield https_url, cert
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
+                 tls: tuple[Path, Path] | None = None) -> Iterator[Any]:
     """Serves the files under root at the yielded base URL 'http://127.0.0.1:PORT' (a file
     root/a/b.bin at base_url + '/a/b.bin'). ranges=False: nginx ignores Range headers and
-    answers 200 with the whole file (max_ranges 0), as some servers do."""
+    answers 200 with the whole file (max_ranges 0), as some servers do. tls=(cert, key): also
+    over HTTPS on a second port, and yields (http_url, https_url) (nginx_tls_server)."""
     nginx = find_nginx()
     root = Path(root).resolve()
     if not root.is_dir():
@@ -250,10 +285,14 @@ def nginx_server(root: str | os.PathLike, *, ranges: bool = True) -> Iterator[st
     try:
         for attempt in range(10):  # another process may take the port before nginx does
             port = free_port()
+            tls_port = free_port() if tls else 0
             conf = tmp / "nginx.conf"
             token = os.urandom(8).hex()
+            tls_server = (_NGINX_TLS_SERVER.format(port=tls_port, cert=tls[0], key=tls[1],
+                                                   root=root) if tls else "")
             conf.write_text(_NGINX_CONF.format(tmp=tmp, port=port, root=root, token=token,
-                                               max_ranges="" if ranges else "max_ranges 0;"))
+                                               max_ranges="" if ranges else "max_ranges 0;",
+                                               tls_server=tls_server))
             log = tmp / "error.log"
             log.write_bytes(b"")
             # -e: the error log from the start (before the config is read), -p: prefix for any
@@ -270,7 +309,10 @@ def nginx_server(root: str | os.PathLike, *, ranges: bool = True) -> Iterator[st
                 raise
             break
         try:
-            yield f"http://127.0.0.1:{port}"
+            if tls:
+                yield f"http://127.0.0.1:{port}", f"https://127.0.0.1:{tls_port}"
+            else:
+                yield f"http://127.0.0.1:{port}"
         finally:
             _stop(proc)
     finally:

@@ -272,3 +272,27 @@ def test_s3_sizes_from_zero_to_big(s3rver, served, monkeypatch):  # noqa: F811
         monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
         got, route = _read_all(url)
         assert got == data and "anonymous" in route.source.auth, name
+
+
+def test_https_is_verified_and_read_exactly(tmp_path, monkeypatch):
+    # The TLS connection is libcurl's (certificate checked against the system store, or
+    # CURL_CA_BUNDLE); the ranged GETs on it are received straight into place.
+    data = _bytes((3 << 20) + 5, 21)
+    root = tmp_path / "tls"
+    root.mkdir()
+    (root / "x.bin").write_bytes(data)
+    try:
+        cm = rs.nginx_tls_server(root)
+        base, ca = cm.__enter__()
+    except rs.ServerUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with pytest.raises(ferry.IoError, match=r"x\.bin.*(certificate|SSL)"):
+            ferry.open(base + "/x.bin")
+        monkeypatch.setenv("CURL_CA_BUNDLE", str(ca))
+        got, route = _read_all(base + "/x.bin", task_size="1MiB")
+        assert got == data and route.source.gets == 4 and route.source.url == base + "/x.bin"
+    finally:
+        cm.__exit__(None, None, None)
