@@ -315,7 +315,9 @@ bool split_url(const std::string& url, std::string* origin, std::string* authori
   rest = rest.substr(0, rest.find('#'));
   if (rest.empty() || rest.front() == '?') rest = std::string(1, '/') + rest;
   for (char c : rest) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return false;  // one request line
+    // One request line of plain ASCII; a URL with other bytes is libcurl's to encode.
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) return false;
   }
   *path = std::move(rest);
   return true;
