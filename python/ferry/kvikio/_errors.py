@@ -13,55 +13,63 @@ from typing import Any, Optional
 from .. import _errors as ferry_errors
 
 _lock = threading.Lock()
-_mixed: dict[type, type] = {}  # ferry class -> ferry class + RuntimeError
-_bases: dict[type, type] = {}  # the reverse
+# (ferry class, the builtins added) -> the class that is all of them, and the reverse.
+_mixed: dict[tuple[type, tuple[type, ...]], type] = {}
+_bases: dict[type, tuple[type, tuple[type, ...]]] = {}
 
 
-def runtime_class(cls: type) -> type:
-    """`cls` (a ferry exception class) combined with ``RuntimeError``; `cls` itself when it
-    already is one (``ferry.CudaError``)."""
-    if issubclass(cls, RuntimeError):
+def runtime_class(cls: type, also: tuple[type, ...] = ()) -> type:
+    """`cls` (a ferry exception class) combined with ``RuntimeError`` and the builtins `also`
+    (``OverflowError`` where KvikIO raises that); `cls` itself when it already is all of them
+    (``ferry.CudaError``)."""
+    cls = _bases.get(cls, (cls, ()))[0]  # from the ferry class, never from a mixed one
+    extras = tuple(t for t in dict.fromkeys((RuntimeError, *also)) if not issubclass(cls, t))
+    if not extras:
         return cls
     with _lock:
-        mixed = _mixed.get(cls)
+        mixed = _mixed.get((cls, extras))
         if mixed is None:
-            mixed = type(cls.__name__, (cls, RuntimeError), {
+            names = " and ".join(t.__name__ for t in extras)
+            mixed = type(cls.__name__, (cls, *extras), {
                 "__module__": "ferry.kvikio",
-                "__doc__": f"{cls.__module__}.{cls.__qualname__} as KvikIO raises it: also a "
-                           "RuntimeError.",
+                "__doc__": f"{cls.__module__}.{cls.__qualname__} as KvikIO raises it: also "
+                           f"{names}.",
                 "__reduce__": _reduce,
             })
-            _mixed[cls] = mixed
-            _bases[mixed] = cls
+            _mixed[(cls, extras)] = mixed
+            _bases[mixed] = (cls, extras)
         return mixed
 
 
 def _reduce(self: Any) -> tuple[Any, ...]:
-    base = _bases[type(self)]
+    base, extras = _bases[type(self)]
     key: Any = base
     if issubclass(base, ferry_errors.IoError) and base in ferry_errors._io_classes.values():
         key = self.errno  # the per-errno classes are made at run time
-    return (_rebuild, (key, self.args, self._attrs()))
+    return (_rebuild, (key, self.args, self._attrs(), extras))
 
 
-def _rebuild(key: Any, args: tuple[Any, ...], attrs: dict[str, Any]) -> BaseException:
+def _rebuild(key: Any, args: tuple[Any, ...], attrs: dict[str, Any],
+             also: tuple[type, ...] = ()) -> BaseException:
     """Unpickles an exception made by ``_reduce``."""
     base = ferry_errors._io_class(key) if isinstance(key, int) else key
-    exc: BaseException = runtime_class(base)(*args)
+    exc: BaseException = runtime_class(base, also)(*args)
     for name, value in attrs.items():
         setattr(exc, name, value)
     return exc
 
 
-def kvikio_error(e: BaseException, message: Optional[str] = None) -> BaseException:
+def kvikio_error(e: BaseException, message: Optional[str] = None,
+                 also: tuple[type, ...] = ()) -> BaseException:
     """ferry's exception `e` as ``ferry.kvikio`` raises it: the same class plus
-    ``RuntimeError``, the same attributes (errno, filename, op, offset, bytes_done...), and
-    `message` in place of the text when given. Other exceptions are returned as they are."""
+    ``RuntimeError`` (and the builtins `also`), the same attributes (errno, filename, op,
+    offset, bytes_done...), and `message` in place of the text when given. Other exceptions are
+    returned as they are."""
     if not isinstance(e, ferry_errors.Error):
         return e
-    if isinstance(e, RuntimeError) and message is None:
+    cls = runtime_class(type(e), also)
+    if type(e) is cls and message is None:
         return e
-    cls = runtime_class(type(e))
     if message is None:
         args: tuple[Any, ...] = e.args
     elif isinstance(e, OSError):

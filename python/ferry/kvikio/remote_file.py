@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import operator
 import re
-import threading
 import urllib.parse
 from typing import Any, Optional, Sequence
 
@@ -53,40 +52,6 @@ def _known_size(file: File, nbytes: Optional[int], url: str) -> int:
     return n
 
 
-_ranges_lock = threading.Lock()
-_range_classes: dict[type, type] = {}  # ferry.kvikio's error class -> it + OverflowError
-
-
-def _reduce_range_error(self: BaseException) -> tuple[Any, ...]:
-    plain = type(self).__mro__[1](*self.args)  # the class kvikio_error made, without Overflow
-    for name, value in self._attrs().items():  # type: ignore[attr-defined]
-        setattr(plain, name, value)
-    return (_rebuild_range_error, (plain,))
-
-
-def _rebuild_range_error(plain: BaseException) -> BaseException:
-    return _as_range_error(plain, plain.args)
-
-
-def _as_range_error(e: BaseException, args: tuple[Any, ...]) -> BaseException:
-    """`e` (ferry.kvikio's error) as a class that is also ``OverflowError``, with `args`."""
-    cls = type(e)
-    with _ranges_lock:
-        sub = _range_classes.get(cls)
-        if sub is None:
-            sub = type(cls.__name__, (cls, OverflowError), {
-                "__module__": "ferry.kvikio",
-                "__doc__": f"{cls.__name__} for a server that ignores Range headers: also an "
-                           "OverflowError, as KvikIO raises it.",
-                "__reduce__": _reduce_range_error,
-            })
-            _range_classes[cls] = sub
-    new: BaseException = sub(*args)
-    for name, value in e._attrs().items():  # type: ignore[attr-defined]
-        setattr(new, name, value)
-    return new
-
-
 class _RemoteIOFuture(IOFuture):
     """``IOFuture`` of a remote read: a server that answered a ranged GET with the whole object
     is ``OverflowError`` ("maybe the server doesn't support file ranges?"), as KvikIO's; also
@@ -97,8 +62,8 @@ class _RemoteIOFuture(IOFuture):
         if (isinstance(e, OSError) and not isinstance(e, OverflowError)
                 and _NO_RANGES in str(e)):
             words = e.strerror if e.strerror is not None else str(e)
-            return _as_range_error(
-                e, (e.errno, f"maybe the server doesn't support file ranges? [{words}]"))
+            return kvikio_error(e, f"maybe the server doesn't support file ranges? [{words}]",
+                                also=(OverflowError,))
         return e
 
 
