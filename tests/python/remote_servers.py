@@ -351,15 +351,24 @@ def find_s3rver() -> list[str]:
 def _s3rver_process(directory: Path) -> Iterator[str]:
     argv = find_s3rver()
     directory.mkdir(parents=True, exist_ok=True)
-    log = Path(tempfile.mkstemp(prefix="ferry-s3rver-", suffix=".log")[1])
     # -p 0: the kernel picks the port and s3rver prints it; no race for a free port.
     # --silent: no line per request (FERRY_S3RVER_VERBOSE=1 keeps them, in the log).
     silent = [] if os.environ.get("FERRY_S3RVER_VERBOSE") else ["--silent"]
-    proc = _spawn(argv + ["-d", str(directory), "-a", "127.0.0.1", "-p", "0", *silent], log)
+    with _listening(argv + ["-d", str(directory), "-a", "127.0.0.1", "-p", "0", *silent],
+                    r"S3rver listening on 127\.0\.0\.1:(\d+)", "s3rver") as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def _listening(argv: list[str], pattern: str, what: str) -> Iterator[str]:
+    """Runs argv, a server that prints the port it listens on (`pattern`'s group 1) into its
+    log; yields its endpoint once it answers HTTP, stops it and removes the log after."""
+    log = Path(tempfile.mkstemp(prefix=f"ferry-{what}-", suffix=".log")[1])
+    proc = _spawn(argv, log)
     try:
-        match = _wait_line(log, r"S3rver listening on 127\.0\.0\.1:(\d+)", proc, "s3rver")
+        match = _wait_line(log, pattern, proc, what)
         endpoint = f"http://127.0.0.1:{match.group(1)}"
-        _wait_http(endpoint + "/", proc, log, "s3rver")
+        _wait_http(endpoint + "/", proc, log, what)
         yield endpoint
     finally:
         _stop(proc)
@@ -373,20 +382,11 @@ def s3_verifying_front(upstream: str, *, access_key: str = S3RVER_ACCESS_KEY,
                        public_prefix: str = PUBLIC_BUCKET_PREFIX) -> Iterator[str]:
     """Starts the SigV4-verifying front (this file as a program, in its own process) before
     upstream; yields its endpoint."""
-    log = Path(tempfile.mkstemp(prefix="ferry-s3front-", suffix=".log")[1])
     argv = [sys.executable, "-u", os.path.abspath(__file__), "s3-front", "--upstream", upstream,
             "--access-key", access_key, "--secret-key", secret_key, "--region", region,
             "--public-prefix", public_prefix]
-    proc = _spawn(argv, log)
-    try:
-        match = _wait_line(log, r"s3-front listening on 127\.0\.0\.1:(\d+)", proc, "s3-front")
-        endpoint = f"http://127.0.0.1:{match.group(1)}"
-        _wait_http(endpoint + "/", proc, log, "s3-front")
+    with _listening(argv, r"s3-front listening on 127\.0\.0\.1:(\d+)", "s3-front") as endpoint:
         yield endpoint
-    finally:
-        _stop(proc)
-        with contextlib.suppress(OSError):
-            log.unlink()
 
 
 @contextlib.contextmanager
