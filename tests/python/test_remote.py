@@ -296,3 +296,36 @@ def test_https_is_verified_and_read_exactly(tmp_path, monkeypatch):
         assert got == data and route.source.gets == 4 and route.source.url == base + "/x.bin"
     finally:
         cm.__exit__(None, None, None)
+
+
+ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo"
+
+
+def test_checkpoints_saved_by_transformers_load_over_http_as_from_disk():
+    # The zoo's tiny members (tests/data/zoo: ten families saved by transformers'
+    # save_pretrained, every dtype by safetensors' save_file, on the GPU machine), served by
+    # nginx: each loads by its folder's URL equal, tensor by tensor, to its load from disk
+    # (as NumPy arrays: torch 1.13 here has no uint64).
+    import ferry.safetensors.numpy as fnp
+
+    def same(got, want):
+        assert set(got) == set(want)
+        for name, w in want.items():
+            g = got[name]
+            assert (g.dtype, g.shape, g.tobytes()) == (w.dtype, w.shape, w.tobytes()), name
+
+    try:
+        cm = rs.nginx_server(ZOO)
+        base = cm.__enter__()
+    except rs.ServerUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        members = sorted(p.name for p in ZOO.iterdir() if p.is_dir())
+        assert len(members) >= 9
+        for member in members:
+            same(ferry.load_checkpoint(f"{base}/{member}", framework="numpy"),
+                 ferry.load_checkpoint(ZOO / member, framework="numpy"))
+        same(fnp.load_file(f"{base}/dtypes/model.safetensors"),
+             fnp.load_file(ZOO / "dtypes" / "model.safetensors"))
+    finally:
+        cm.__exit__(None, None, None)
