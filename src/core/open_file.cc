@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -18,7 +19,31 @@
 #include "ferry/runtime.h"
 
 namespace ferry::core {
+
+// One thread's share of a File's request state (open_file.h, lanes_): its small requests in
+// flight, and the last one's route.
+class OpenFile::Lane {
+ public:
+  alignas(64) std::atomic<std::uint64_t> requests{0};
+  std::mutex mu;  // for the route only
+  std::optional<SmallRoute> route;
+  std::uint64_t route_ns = 0;  // when that request ended (steady clock)
+};
+
 namespace {
+
+// Threads are dealt lanes in turn, once each.
+std::size_t this_threads_lane(std::size_t lanes) {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine % lanes;
+}
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 constexpr long kProcSuperMagic = 0x9fa0;  // PROC_SUPER_MAGIC in linux/magic.h
 constexpr long kSysfsMagic = 0x62656572;  // SYSFS_MAGIC in linux/magic.h
@@ -84,7 +109,8 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
       options_(std::move(options)),
       io_(seam_for(path_, runtime_of(options_), io)),
       runtime_(&runtime_of(options_)),
-      remote_(io == nullptr && io::is_remote_url(path_)) {
+      remote_(io == nullptr && io::is_remote_url(path_)),
+      lanes_(std::make_unique<Lane[]>(kLanes)) {
   int flags = open_flags(mode, path_, &readable_, &writable_);
   appends_ = mode == "a";
   // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
@@ -156,6 +182,10 @@ OpenFile::~OpenFile() {
 
 void OpenFile::forget_parent_requests() {
   requests_.store(requests_.load(std::memory_order_relaxed) & kClosing, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < kLanes; ++i) {
+    lanes_[i].requests.store(0, std::memory_order_relaxed);
+    new (&lanes_[i].mu) std::mutex;
+  }
   new (&idle_mu_) std::mutex;
   new (&idle_) std::condition_variable;
   new (&route_mu_) std::mutex;
@@ -200,13 +230,41 @@ void OpenFile::end_request() {
   }
 }
 
+OpenFile::Lane* OpenFile::begin_small() {
+  Lane& lane = lanes_[this_threads_lane(kLanes)];
+  // Sequentially consistent, as close(): either close() sees this count, or this sees kClosing.
+  lane.requests.fetch_add(1, std::memory_order_seq_cst);
+  if ((requests_.load(std::memory_order_seq_cst) & kClosing) != 0 && tl_held != this) {
+    end_small(&lane);
+    return nullptr;
+  }
+  return &lane;
+}
+
+void OpenFile::end_small(Lane* lane) {
+  lane->requests.fetch_sub(1, std::memory_order_seq_cst);
+  if ((requests_.load(std::memory_order_seq_cst) & kClosing) != 0) {
+    // Under a close(): it may be waiting for this one. Taking the lock orders this with its wait.
+    std::lock_guard lock(idle_mu_);
+    idle_.notify_all();
+  }
+}
+
+bool OpenFile::idle() const {
+  if (requests_.load(std::memory_order_seq_cst) != kClosing) return false;
+  for (std::size_t i = 0; i < kLanes; ++i) {
+    if (lanes_[i].requests.load(std::memory_order_seq_cst) != 0) return false;
+  }
+  return true;
+}
+
 void OpenFile::close() {
   // Two threads may close at once: the second waits for the first, then finds nothing to do.
   std::lock_guard closing(close_mu_);
   {
-    requests_.fetch_or(kClosing, std::memory_order_acq_rel);
+    requests_.fetch_or(kClosing, std::memory_order_seq_cst);
     std::unique_lock lock(idle_mu_);
-    idle_.wait(lock, [this] { return requests_.load(std::memory_order_acquire) == kClosing; });
+    idle_.wait(lock, [this] { return idle(); });
   }
   {
     std::lock_guard lock(attachment_mu_);
@@ -296,17 +354,16 @@ std::uint64_t OpenFile::size() const {
 }
 
 void OpenFile::set_last_route(const RouteReport& report) {
+  const std::uint64_t now = steady_ns();
   std::lock_guard lock(route_mu_);
   last_route_ = report;
-  last_small_.reset();
+  last_route_ns_ = now;
 }
 
-void OpenFile::set_last_route(const SmallRoute& route) {
-  // Small requests of many threads on one File would queue here. A thread that finds another
-  // one recording may skip its own record: that record is the later of the two anyway.
-  std::unique_lock lock(route_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  last_small_ = route;
+void OpenFile::set_last_route(Lane* lane, const SmallRoute& route, std::uint64_t ended_ns) {
+  std::lock_guard lock(lane->mu);  // this thread's (or a lane-mate's): not the File's
+  lane->route = route;
+  lane->route_ns = ended_ns;
 }
 
 std::shared_ptr<void> OpenFile::attachment(const std::function<std::shared_ptr<void>()>& make) {
@@ -317,11 +374,19 @@ std::shared_ptr<void> OpenFile::attachment(const std::function<std::shared_ptr<v
 }
 
 RouteReport OpenFile::last_route() const {
+  // The request that ended last: a full one, or the newest small one of any lane.
   std::optional<SmallRoute> small;
+  std::uint64_t newest = 0;
+  for (std::size_t i = 0; i < kLanes; ++i) {
+    std::lock_guard lock(lanes_[i].mu);
+    if (lanes_[i].route && lanes_[i].route_ns >= newest) {
+      newest = lanes_[i].route_ns;
+      small = lanes_[i].route;
+    }
+  }
   {
     std::lock_guard lock(route_mu_);
-    if (!last_small_) return last_route_;
-    small = last_small_;
+    if (!small || last_route_ns_ > newest) return last_route_;
   }
   return small_report(path_, *small, small->cold_refused ? cold_direct_refused() : "");
 }

@@ -60,6 +60,8 @@ class OpenFile {
   // The O_DIRECT descriptor, or -1 when direct I/O was not asked for or was refused.
   int direct_fd() const { return direct_fd_; }
   bool direct_requested() const { return options_.direct; }
+  // FileOptions::write_behind: buffered writes start their pages' writeback as they go.
+  bool write_behind() const { return options_.write_behind; }
   // An O_DIRECT descriptor for reading cold ranges, opened on first use and kept until close():
   // the File's own O_DIRECT descriptor where it has one; -1 when the file system refuses
   // O_DIRECT or the file is not readable.
@@ -74,6 +76,12 @@ class OpenFile {
   // that holds a RequestHold on this file (the request is part of the held one).
   void begin_request(const char* op);
   void end_request();
+  // The same for a request that begins and ends in the calling thread (the small path): it
+  // counts in the thread's lane, a cache line that other threads' requests do not write.
+  // Returns the lane that end_small() takes, or null (nothing counted) once the file is closing.
+  class Lane;
+  Lane* begin_small();
+  void end_small(Lane* lane);
   // In a child made by fork(): the parent's requests in flight will never end here; forget them
   // and the locks their threads may have held. Called by the fork handler only.
   void forget_parent_requests();
@@ -101,7 +109,9 @@ class OpenFile {
   bool closed() const { return (requests_.load(std::memory_order_acquire) & kClosing) != 0; }
 
   void set_last_route(const RouteReport& report);
-  void set_last_route(const SmallRoute& route);
+  // A small request's route, kept in the lane of the thread that ran it: last_route() reports
+  // the one that ended last, whichever lane holds it. `ended_ns`: steady clock, when it ended.
+  void set_last_route(Lane* lane, const SmallRoute& route, std::uint64_t ended_ns);
   RouteReport last_route() const;
 
   // State a backend attaches on first use (cuFile's O_DIRECT descriptor and registered handle):
@@ -139,7 +149,14 @@ class OpenFile {
   std::condition_variable idle_;
   alignas(64) mutable std::mutex route_mu_;
   RouteReport last_route_;
-  std::optional<SmallRoute> last_small_;  // set when the last request was a small one
+  std::uint64_t last_route_ns_ = 0;  // when it ended (steady clock)
+  // Small requests count and keep their route in their thread's lane (threads are dealt lanes
+  // in turn; two threads may share one). With all of them on requests_ and route_mu_, 4 KiB
+  // reads from 8 threads on one File ran at 0.66 to 0.78x pread's rate on an H200, where 8
+  // Files reached 0.94 to 1.24x (bench/NOTES.md §25).
+  static constexpr std::size_t kLanes = 16;
+  std::unique_ptr<Lane[]> lanes_;
+  bool idle() const;  // no request counted, in requests_ or any lane
   mutable std::mutex attachment_mu_;
   std::shared_ptr<void> attachment_;
 };

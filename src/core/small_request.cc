@@ -86,8 +86,8 @@ std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer
 
 // Runs a qualifying request; `route` gets its compact report. Throws the request's error after
 // recording it.
-std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
-                          std::uint64_t offset, const Settings& settings,
+std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buffer,
+                          std::size_t size, std::uint64_t offset, const Settings& settings,
                           const cuda::QuickMemory& memory, SmallRoute& route) {
   const Clock::time_point start = Clock::now();
   route.op = op;
@@ -144,7 +144,11 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
                                           : kDeviceNotRecorded;
   record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device);
   note_request_ended(size);
-  file.set_last_route(route);
+  const auto ended = start + std::chrono::nanoseconds(route.nanoseconds);
+  file.set_last_route(
+      lane, route,
+      static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(ended.time_since_epoch()).count()));
   return bytes;
 }
 
@@ -152,24 +156,22 @@ std::size_t run_small_now(OpenFile& file, Op op, void* buffer, std::size_t size,
 
 namespace {
 
-// The checks every small request makes before it runs; false (and nothing done) when it does
-// not qualify. On true, the caller owes file.end_request().
-bool start_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
-                 std::size_t max_size, Settings* settings, cuda::QuickMemory* memory,
-                 SmallRoute* route) {
+// The checks every small request makes before it runs; null (and nothing done) when it does
+// not qualify or the file is closing (submit() reports that). Otherwise the request is counted
+// in the returned lane, and the caller owes file.end_small(lane).
+OpenFile::Lane* start_small(OpenFile& file, Op op, void* buffer, std::size_t size,
+                            std::uint64_t offset, std::size_t max_size, Settings* settings,
+                            cuda::QuickMemory* memory, SmallRoute* route) {
   std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
-  if (!s) return false;
+  if (!s) return nullptr;
   *memory = cuda::classify_quick(buffer);
   std::optional<ReasonCode> layer1 = small_layer1(*s, *memory, size, file, &route->compat_why);
-  if (!layer1) return false;
+  if (!layer1) return nullptr;
   route->layer1 = *layer1;
-  try {
-    file.begin_request(op == Op::kRead ? "pread" : "pwrite");
-  } catch (const IoError&) {
-    return false;  // closed: submit() reports it
-  }
+  OpenFile::Lane* lane = file.begin_small();
+  if (lane == nullptr) return nullptr;
   *settings = *s;
-  return true;
+  return lane;
 }
 
 }  // namespace
@@ -179,14 +181,15 @@ bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint6
   Settings settings;
   cuda::QuickMemory memory;
   SmallRoute route;
-  if (!start_small(file, op, buffer, size, offset, max_size, &settings, &memory, &route)) {
-    return false;
-  }
+  OpenFile::Lane* lane =
+      start_small(file, op, buffer, size, offset, max_size, &settings, &memory, &route);
+  if (lane == nullptr) return false;
   struct End {
     OpenFile& f;
-    ~End() { f.end_request(); }
-  } end{file};
-  *bytes = run_small_now(file, op, buffer, size, offset, settings, memory, route);
+    OpenFile::Lane* lane;
+    ~End() { f.end_small(lane); }
+  } end{file, lane};
+  *bytes = run_small_now(file, lane, op, buffer, size, offset, settings, memory, route);
   return true;
 }
 
@@ -195,18 +198,19 @@ IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer
   Settings settings;
   cuda::QuickMemory memory;
   SmallRoute route;
-  if (!start_small(*file, op, buffer, size, offset, max_size, &settings, &memory, &route)) {
-    return IoFuture();
-  }
+  OpenFile::Lane* lane =
+      start_small(*file, op, buffer, size, offset, max_size, &settings, &memory, &route);
+  if (lane == nullptr) return IoFuture();
   auto state = std::make_shared<RequestState>();
   try {
-    std::size_t bytes = run_small_now(*file, op, buffer, size, offset, settings, memory, route);
-    file->end_request();
+    std::size_t bytes =
+        run_small_now(*file, lane, op, buffer, size, offset, settings, memory, route);
+    file->end_small(lane);
     // Asynchronous small requests are at most 64 KiB: never cold (cold_task_min is 1 MiB), so
     // their report needs no word from the File beyond its path.
     state->complete_unshared(bytes, file->path(), route);
   } catch (...) {
-    file->end_request();
+    file->end_small(lane);
     state->complete(
         0, std::current_exception(),
         small_report(file->path(), route, route.cold_refused ? file->cold_direct_refused() : ""));

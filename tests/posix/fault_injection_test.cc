@@ -185,6 +185,85 @@ TEST(FaultInjection, CloseWaitsForRequestsInFlightAndThenRefusesNewOnes) {
   EXPECT_THROW(f.read(buf.data(), 1, 0), IoError);
 }
 
+// Small requests run in their caller's thread and count in that thread's lane of the File, not
+// in its shared counter (open_file.h): close() must wait for them in every lane, threads beyond
+// the number of lanes sharing one included.
+TEST(FaultInjection, CloseWaitsForSmallRequestsInFlightInEveryThread) {
+  TempDir dir;
+  auto path = dir / "small.bin";
+  auto data = test::random_bytes(1 << 20, 37);
+  test::write_file(path, data);
+  FaultyIo io;
+  io.delay_us = 3000;
+  File f = open_with(io, path, "r");
+  constexpr int kThreads = 24;  // more threads than lanes
+  std::atomic<int> started{0};
+  std::atomic<int> completed{0};
+  std::atomic<int> unexpected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<unsigned char> buf(4096);
+      const std::uint64_t off = static_cast<std::uint64_t>(t) * 4096;
+      ++started;
+      try {
+        // The synchronous form and the futures form: both take the small path.
+        const std::size_t n = t % 2 == 0 ? f.read(buf.data(), buf.size(), off)
+                                         : f.pread(buf.data(), buf.size(), off).get();
+        ++completed;
+        if (n != buf.size() || std::memcmp(buf.data(), data.data() + off, n) != 0) ++unexpected;
+      } catch (const IoError& e) {
+        if (e.error_code() != EBADF) ++unexpected;  // refused: it began after the close
+      }
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));  // most of them inside their read
+  f.close();  // must wait for every read whose I/O began
+  const int calls_at_close = io.calls.load();
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_EQ(io.calls.load(), calls_at_close) << "I/O ran after close() returned";
+  EXPECT_GT(completed.load(), 0) << "no read was in flight at the close";
+  std::vector<unsigned char> buf(16);
+  EXPECT_THROW(f.read(buf.data(), buf.size(), 0), IoError);
+}
+
+// Each thread's small requests keep their route in that thread's lane: the File reports the
+// request that ended last, whichever thread ran it, and whether it was small or not.
+TEST(FaultInjection, LastRouteIsTheRequestThatEndedLastWhicheverThreadRanIt) {
+  TempDir dir;
+  auto path = dir / "routes.bin";
+  auto data = test::random_bytes(4 << 20, 38);
+  test::write_file(path, data);
+  FaultyIo io;
+  File f = open_with(io, path, "r");
+  std::vector<unsigned char> buf(1 << 20);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 20; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<unsigned char> mine(4096);
+      for (int i = 0; i < 50; ++i) f.read(mine.data(), mine.size(), 4096 * (t + 1));
+    });
+  }
+  for (auto& th : threads) th.join();
+  f.read(buf.data(), 100, 12345);  // small, in this thread, after every other thread's
+  RouteReport r = f.last_route();
+  EXPECT_EQ(r.offset, 12345u);
+  EXPECT_EQ(r.requested, 100u);
+  std::thread([&] { f.read(buf.data(), 200, 777); }).join();  // small, in another thread
+  r = f.last_route();
+  EXPECT_EQ(r.offset, 777u);
+  EXPECT_EQ(r.requested, 200u);
+  EXPECT_EQ(f.read(buf.data(), buf.size(), 0), buf.size());  // 16 tasks: not a small request
+  r = f.last_route();
+  EXPECT_EQ(r.offset, 0u);
+  EXPECT_EQ(r.requested, buf.size());
+  EXPECT_EQ(r.tasks, 16u);
+  f.read(buf.data(), 300, 999);  // small again: newer than the big one
+  EXPECT_EQ(f.last_route().offset, 999u);
+}
+
 class FailingClose final : public io::IoSeam {
  public:
   int open(const char* p, int flags, mode_t mode) override {
