@@ -87,6 +87,11 @@ struct FileOptions {
   // The workers and staging memory of this File's requests (ferry/runtime.h); null: the
   // process's default runtime. The runtime must outlive the File's close().
   Runtime* runtime = nullptr;
+  // Write-behind, for a file that will be fsynced when written: each buffered write's pages are
+  // sent on their way to the disk as soon as they are written (sync_file_range, without
+  // waiting), so the disk works while later bytes are still coming and the fsync waits for the
+  // last of them only. save_file/save_checkpoint (durable) and `ferry write` set it.
+  bool write_behind = false;
 };
 
 class File {

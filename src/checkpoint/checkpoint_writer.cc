@@ -35,6 +35,14 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The options of a save's files: a durable save's are fsynced once written, so their writes
+// start their writeback as they go (FileOptions::write_behind).
+FileOptions file_options(const SaveOptions& options) {
+  FileOptions f = options.file;
+  f.write_behind = f.write_behind || options.durable;
+  return f;
+}
+
 // One shard on its way: its tensors, layout and the requests writing them.
 struct ShardWrite {
   std::vector<TensorSource> tensors;
@@ -121,7 +129,7 @@ std::string index_json(const std::vector<ShardWrite>& shards,
 
 // Writes `text` to `dir`/`name` through an AtomicFile.
 void write_small(const fs::path& path, const std::string& text, const SaveOptions& options) {
-  checkpoint::AtomicFile out(path, options.file);
+  checkpoint::AtomicFile out(path, file_options(options));
   try {
     out.file().write(text.data(), text.size(), 0);
   } catch (const IoError&) {
@@ -165,7 +173,7 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   s.tensors.assign(tensors.begin(), tensors.end());
   s.layout = safetensors_layout(s.tensors, options.metadata, file.string());
   checkpoint::remove_stale_temps(file.parent_path().empty() ? fs::path(".") : file.parent_path());
-  s.out = std::make_unique<checkpoint::AtomicFile>(file, options.file);
+  s.out = std::make_unique<checkpoint::AtomicFile>(file, file_options(options));
   submit(s);
   complete(s, options.durable, report);
   s.out->commit(options.durable);
@@ -225,7 +233,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
   SaveReport report;
   for (ShardWrite& s : shards) {
     s.out = std::make_unique<checkpoint::AtomicFile>(directory / final_names[&s - shards.data()],
-                                                     options.file);
+                                                     file_options(options));
     submit(s);
   }
   std::exception_ptr failed;

@@ -395,6 +395,11 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
     const std::string ahead =
         env.host->prepare_write(*file, spec.offset, request_span(spec, plan.effective));
     if (!ahead.empty()) engine += "; " + ahead;
+    if (file->write_behind() && file->direct_fd() < 0) {
+      engine +=
+          "; write-behind: each write's pages sent on to the disk as written "
+          "(sync_file_range), so the fsync after waits for the last only";
+    }
   }
   report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
   if (cufile) {

@@ -59,6 +59,10 @@ int IoSeam::fallocate(int fd, int mode, off_t offset, off_t len) {
   return ::fallocate(fd, mode, offset, len);
 }
 
+int IoSeam::sync_file_range(int fd, off_t offset, off_t len, unsigned int flags) {
+  return ::sync_file_range(fd, offset, len, flags);
+}
+
 IoSeam& system_io() {
   // Leaked on purpose, like the thread pool: requests still in flight at exit use it after
   // static destructors have run (tests/reliability/process_test.cc, ExitInFlight).

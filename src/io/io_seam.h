@@ -34,6 +34,8 @@ class IoSeam {
   virtual int close(int fd) = 0;
   // fallocate(2); the seams of tests need not override it.
   virtual int fallocate(int fd, int mode, off_t offset, off_t len);
+  // sync_file_range(2); the seams of tests need not override it.
+  virtual int sync_file_range(int fd, off_t offset, off_t len, unsigned int flags);
   // A seam of remote objects (src/remote/) counts the GETs of a descriptor it opened; others
   // have no source layer (null).
   virtual std::unique_ptr<SourceWindow> observe_source(int /*fd*/) { return nullptr; }

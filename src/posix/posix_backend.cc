@@ -52,7 +52,8 @@ class PosixWorker final : public core::Worker {
         io_(c.file.io()),
         gpu_(is_gpu(c.memory.kind)),
         fd_(c.file.fd()),
-        dfd_(c.file.direct_fd()) {
+        dfd_(c.file.direct_fd()),
+        write_behind_(c.op == Op::kWrite && c.file.write_behind()) {
     if (gpu_) {
       cuda::use_device(c.memory.device);
       stager_ = c.file.runtime().staging().acquire(c.memory.device, bounce_size(c.settings));
@@ -155,6 +156,12 @@ class PosixWorker final : public core::Worker {
       done += static_cast<std::size_t>(n);
     }
     moved_ += len;
+    // Write-behind: these pages start on their way to the disk now, without waiting; a failure
+    // to start (a file system without it) leaves them to the fsync, which reports any error.
+    if (write_behind_ && fd == fd_) {
+      io_.sync_file_range(fd, static_cast<off_t>(off), static_cast<off_t>(len),
+                          SYNC_FILE_RANGE_WRITE);
+    }
   }
 
   // The next staging slot, once the copy that last used it has completed.
@@ -397,6 +404,7 @@ class PosixWorker final : public core::Worker {
   const bool gpu_;
   const int fd_;
   const int dfd_;
+  const bool write_behind_;
   io::StagingPool::Handle stager_{nullptr, io::StagingPool::Release{nullptr}};
   cuda::abi::Stream stream_ = nullptr;  // the stager's copy stream for this request (GPU only)
   // Small tasks (read_small_task): the slot they share and how much of it is used, and the run

@@ -4,17 +4,22 @@
 // tmpfs, a read-only one: both need root to mount, and skip without it).
 #include "ferry/checkpoint_writer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "checkpoint/safetensors_writer.h"
+#include "core/paths.h"
 #include "ferry/checkpoint.h"
+#include "ferry/runtime.h"
+#include "io/io_seam.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -159,6 +164,96 @@ TEST(SaveFile, WritesTheLayoutThenTheBytesAndLoadsBack) {
     if (t.nbytes) {
       EXPECT_EQ(std::memcmp(t.data, it->data, t.nbytes), 0) << t.name;
     }
+  }
+}
+
+// The system calls of a runtime's Files: the flags of every open, by path.
+class OpenFlagsIo final : public io::IoSeam {
+ public:
+  int open(const char* p, int flags, mode_t mode) override {
+    {
+      std::lock_guard lock(mu);
+      opens.emplace_back(p, flags);
+    }
+    return io::system_io().open(p, flags, mode);
+  }
+  ssize_t pread(int fd, void* b, size_t n, off_t o) override {
+    return io::system_io().pread(fd, b, n, o);
+  }
+  ssize_t pwrite(int fd, const void* b, size_t n, off_t o) override {
+    return io::system_io().pwrite(fd, b, n, o);
+  }
+  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
+  int fsync(int fd) override { return io::system_io().fsync(fd); }
+  int close(int fd) override { return io::system_io().close(fd); }
+  int sync_file_range(int fd, off_t offset, off_t len, unsigned int flags) override {
+    {
+      std::lock_guard lock(mu);
+      started += static_cast<std::uint64_t>(len);
+      ++calls;
+      all_async = all_async && flags == SYNC_FILE_RANGE_WRITE;
+    }
+    return io::IoSeam::sync_file_range(fd, offset, len, flags);
+  }
+  std::mutex mu;
+  std::vector<std::pair<std::string, int>> opens;
+  std::uint64_t started = 0;  // bytes whose writeback sync_file_range started
+  int calls = 0;
+  bool all_async = true;
+};
+
+// The temporary file is made empty, then opened without O_TRUNC: after a truncation ext4 writes
+// the whole file back at close(2) whenever a block of it still awaits delayed allocation (the
+// header's), and a save of 64 tensors (a header over 4 KiB) ran at the disk's speed without an
+// fsync (1.4 against 4.1 GB/s on an H200, bench/NOTES.md §26).
+TEST(SaveFile, OpensItsTemporaryFileWithoutTruncatingIt) {
+  TempDir dir;
+  OpenFlagsIo io;
+  core::Environment env = core::default_environment();
+  env.io = &io;
+  Runtime runtime(env);
+  Dict d = small_dict();
+  SaveOptions o;
+  o.durable = false;
+  o.file.runtime = &runtime;
+  save_file(d.tensors, dir / "m.safetensors", o);
+  save_checkpoint(d.tensors, dir / "ckpt", o);
+  std::lock_guard lock(io.mu);
+  ASSERT_GE(io.opens.size(), 3u) << "the shard, the checkpoint's shard and its index";
+  for (const auto& [path, flags] : io.opens) {
+    EXPECT_EQ(flags & O_TRUNC, 0) << path;
+    EXPECT_NE(flags & (O_WRONLY | O_RDWR), 0) << path;
+  }
+  EXPECT_EQ(read_all(dir / "m.safetensors"), safetensors_layout(d.tensors, std::nullopt).header +
+                                                 d.store[3] + d.store[0] + d.store[1]);
+}
+
+// A durable save starts each write's writeback as it goes (write-behind), so that its fsync waits
+// for the last bytes only; a save that is not durable leaves its pages to the page cache.
+TEST(SaveFile, ADurableSaveStartsTheWritebackOfEveryByteAsItWritesThem) {
+  TempDir dir;
+  Dict d = small_dict();
+  for (bool durable : {true, false}) {
+    OpenFlagsIo io;
+    core::Environment env = core::default_environment();
+    env.io = &io;
+    Runtime runtime(env);
+    SaveOptions o;
+    o.durable = durable;
+    o.file.runtime = &runtime;
+    SaveReport r = save_file(d.tensors, dir / "m.safetensors", o);
+    std::lock_guard lock(io.mu);
+    if (durable) {
+      EXPECT_EQ(io.started, r.bytes) << "the header and every tensor's bytes";
+      EXPECT_TRUE(io.all_async) << "SYNC_FILE_RANGE_WRITE alone: it does not wait";
+    } else {
+      EXPECT_EQ(io.calls, 0);
+    }
+    bool said = false;
+    for (const RouteReport& route : r.routes) {
+      said = said || route.to_text().find("write-behind") != std::string::npos;
+    }
+    EXPECT_EQ(said, durable) << r.routes.front().to_text();
   }
 }
 

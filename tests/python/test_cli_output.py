@@ -101,3 +101,21 @@ def test_stats_all_prints_sizes_in_binary_units_not_exponents(tmp_path, data):
     finally:
         reader.kill()
         reader.wait()
+
+
+def test_write_reports_its_fsync_apart_from_the_write_request(tmp_path):
+    # The write request's rate is the page cache's; a durable file waits for the disk on top,
+    # and the report says how long (a user read 4-5 GB/s "durably" off the request's rate).
+    dest = tmp_path / "w.bin"
+    done = ferry("write", dest, "--size", "1MiB", "--host", "--json")
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout)
+    assert r["synced"] is True and r["sync_seconds"] > 0, r
+    assert 0 < r["durable_gbps"] < r["gbps"], r
+    text = ferry("write", dest, "--size", "1MiB", "--host").stdout
+    assert re.search(r"synced \(file and folder\) in [0-9.]+ s more: [0-9.]+ GB/s durable", text)
+    assert "write-behind" in text, text  # its writeback started as it wrote, for the fsync
+    r = json.loads(ferry("write", dest, "--size", "1MiB", "--host", "--no-sync", "--json").stdout)
+    assert r["synced"] is False and r["sync_seconds"] == 0 and r["durable_gbps"] is None, r
+    text = ferry("write", dest, "--size", "1MiB", "--host", "--no-sync").stdout
+    assert "durable" not in text and "write-behind" not in text, text

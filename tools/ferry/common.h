@@ -5,6 +5,7 @@
 #include <ferry/ferry.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -77,6 +78,11 @@ void clear_progress();
 // `j` as JSON text for --json output: a string that is not UTF-8 (a path's bytes) has its bad
 // bytes replaced by U+FFFD instead of failing the command after its work is done.
 std::string json_text(const nlohmann::json& j, int indent = -1);
+
+// Seconds of wall time since `t0`.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // CPU seconds (user + system) used by this process so far.
 double cpu_seconds();
