@@ -8,8 +8,10 @@ For each size (4 and 16 GiB; --tiny: 64 MiB on the CPU), 64 bf16 tensors in GPU 
 same run and each case after an untimed sync(2), so that none pays for another's dirty pages:
   safetensors.torch.save_file (no fsync, as it does), ferry's durable save_file, the same with
   durable=False, ferry's save_checkpoint (durable, shards of 5 GB), `ferry write --gpu 0 --size S`
-  (its JSON "seconds": the write request alone, without the fsync that follows it; and the
-  subprocess's wall time, with start-up, the fill and the fsyncs), and ferry's
+  (its JSON "seconds": the write request alone; with its "sync_seconds", the request and the
+  fsyncs after it; and the subprocess's wall time, with start-up and the fill), the disk's
+  ceilings for a durable write of the size (dd with O_DIRECT; dd through the page cache with
+  an fsync at the end), and ferry's
   save_file(asynchronous=True): the time until
   it returns, the time until its future completes, and its file compared byte for byte with the
   synchronous one.
@@ -117,6 +119,22 @@ def speed(out: str, work: str, size: int, device: str, cli: str) -> None:
         lambda: ferry.save_checkpoint(tensors, ckdir, max_shard_size="5GB"))
     remove(ckdir)
 
+    # Where a save's time goes, without fsyncs: one buffer of the same size written through
+    # ferry.open in this process (what `ferry write` does, but from torch's memory), and
+    # save_file of that one tensor (a scattered write of one range).
+    whole = torch.cat([t.view(-1) for t in tensors.values()])
+    sync_device(device)
+
+    def one_buffer() -> None:
+        with ferry.open(path + ".one", "w") as f:
+            f.write(whole)
+
+    times["ferry_file_write_nosync"] = timed(one_buffer)
+    remove(path + ".one")
+    times["ferry_save_one_tensor_nosync"] = timed(
+        lambda: ftorch.save_file({"whole": whole}, path + ".one", durable=False))
+    remove(path + ".one")
+    del whole
     if cli:
         gpu = ["--gpu", "0"] if device.startswith("cuda") else ["--host"]
         os.sync()
@@ -124,20 +142,43 @@ def speed(out: str, work: str, size: int, device: str, cli: str) -> None:
         r = subprocess.run([cli, "write", path + ".write", "--size", str(size), *gpu, "--json"],
                            capture_output=True, text=True, check=True)
         times["ferry_write_wall"] = time.perf_counter() - t0  # + start-up, fill, fsyncs
-        times["ferry_write"] = json.loads(r.stdout)["seconds"]  # the write request alone
+        report = json.loads(r.stdout)
+        times["ferry_write"] = report["seconds"]  # the write request alone
         remove(path + ".write")
+        os.sync()
+        r = subprocess.run([cli, "write", path + ".write", "--size", str(size), *gpu, "--json",
+                            "--no-sync"], capture_output=True, text=True, check=True)
+        times["ferry_write_nosync"] = json.loads(r.stdout)["seconds"]
+        if "sync_seconds" in report:  # the request, then the fsyncs of the file and its folder
+            times["ferry_write_durable"] = report["seconds"] + report["sync_seconds"]
+        remove(path + ".write")
+
+    # The disk's own ceilings for a durable write of `size` bytes, in the same run: dd from
+    # /dev/zero with O_DIRECT (the disk alone), and through the page cache then fsync (what any
+    # buffered writer that syncs at the end can reach).
+    blocks = max(1, size // (64 * MIB))
+    for case, flags in (("dd_direct", ["oflag=direct"]), ("dd_fsync", ["conv=fsync"])):
+        os.sync()
+        t0 = time.perf_counter()
+        done = subprocess.run(["dd", "if=/dev/zero", f"of={path}.dd", "bs=64M", f"count={blocks}",
+                               *flags], capture_output=True, text=True)
+        if done.returncode == 0:
+            times[case] = (time.perf_counter() - t0) * size / (blocks * 64 * MIB)
+        remove(path + ".dd")
 
     os.sync()
     t0 = time.perf_counter()
     fut = ftorch.save_file(tensors, path, asynchronous=True)
     returned = time.perf_counter() - t0
-    fut.result()
+    save_report = fut.result()
     done = time.perf_counter() - t0
     identical = files_equal(path, keep)
     remove(path)
     remove(keep)
     times["ferry_async_return"] = returned
     times["ferry_async_done"] = done
+    for route in save_report.routes:  # the tensors' scattered write(s): what each one took
+        emit(out, kind="route", size=label, text=route.to_text())
 
     for case, seconds in times.items():
         emit(out, kind="speed", size=label, bytes=size, case=case, seconds=round(seconds, 5),
@@ -153,6 +194,12 @@ def speed(out: str, work: str, size: int, device: str, cli: str) -> None:
         ratios["ferry_save_file/ferry_write"] = times["ferry_write"] / times["ferry_save_file"]
         ratios["ferry_save_file_nosync/ferry_write"] = (times["ferry_write"] /
                                                         times["ferry_save_file_nosync"])
+    if "ferry_write_durable" in times:
+        ratios["ferry_save_file/ferry_write_durable"] = (times["ferry_write_durable"] /
+                                                         times["ferry_save_file"])
+    for ceiling in ("dd_direct", "dd_fsync"):
+        if ceiling in times:
+            ratios[f"ferry_save_file/{ceiling}"] = times[ceiling] / times["ferry_save_file"]
     ratios["async_return/sync"] = returned / times["ferry_save_file"]
     emit(out, kind="ratios", **{k: (round(v, 3) if isinstance(v, float) else v)
                                 for k, v in ratios.items()})
