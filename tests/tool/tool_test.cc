@@ -371,14 +371,14 @@ TEST(CliWrite, AHardLinkedFileIsRefusedAndAclsAndSetuidAreHandled) {
     std::uint16_t tag, perm;
     std::uint32_t id;
   };
-  std::vector<unsigned char> acl(4);
+  const Entry entries[] = {Entry{0x01, 6, ~0u}, Entry{0x02, 6, 4242}, Entry{0x04, 4, ~0u},
+                           Entry{0x10, 6, ~0u}, Entry{0x20, 4, ~0u}};
+  // Sized first and filled by memcpy: g++ 13 warned (-Wstringop-overflow, a false positive) on
+  // growing the vector by inserts.
+  std::vector<unsigned char> acl(4 + sizeof entries);
   const std::uint32_t version = 2;
   std::memcpy(acl.data(), &version, 4);
-  for (Entry e : {Entry{0x01, 6, ~0u}, Entry{0x02, 6, 4242}, Entry{0x04, 4, ~0u},
-                  Entry{0x10, 6, ~0u}, Entry{0x20, 4, ~0u}}) {
-    const auto* b = reinterpret_cast<const unsigned char*>(&e);
-    acl.insert(acl.end(), b, b + sizeof e);
-  }
+  std::memcpy(acl.data() + 4, entries, sizeof entries);
   if (setxattr(path.c_str(), "system.posix_acl_access", acl.data(), acl.size(), 0) == 0) {
     ASSERT_EQ(run("write " + path.string() + " --host --size 4KiB").status, 0);
     std::vector<unsigned char> got(acl.size());
