@@ -20,6 +20,7 @@
 #include "ferry/checkpoint.h"
 #include "ferry/runtime.h"
 #include "io/io_seam.h"
+#include "pass_through_io.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -168,7 +169,7 @@ TEST(SaveFile, WritesTheLayoutThenTheBytesAndLoadsBack) {
 }
 
 // The system calls of a runtime's Files: the flags of every open, by path.
-class OpenFlagsIo final : public io::IoSeam {
+class OpenFlagsIo final : public test::PassThroughIo {
  public:
   int open(const char* p, int flags, mode_t mode) override {
     {
@@ -177,15 +178,6 @@ class OpenFlagsIo final : public io::IoSeam {
     }
     return io::system_io().open(p, flags, mode);
   }
-  ssize_t pread(int fd, void* b, size_t n, off_t o) override {
-    return io::system_io().pread(fd, b, n, o);
-  }
-  ssize_t pwrite(int fd, const void* b, size_t n, off_t o) override {
-    return io::system_io().pwrite(fd, b, n, o);
-  }
-  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return io::system_io().fsync(fd); }
-  int close(int fd) override { return io::system_io().close(fd); }
   int sync_file_range(int fd, off_t offset, off_t len, unsigned int flags) override {
     {
       std::lock_guard lock(mu);

@@ -23,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
+#include "pass_through_io.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -33,10 +34,9 @@ using namespace std::chrono_literals;
 
 // The real system calls, recording which threads called pread and how many preads ran at once
 // at most, and optionally slowing each one.
-class WatchedIo final : public io::IoSeam {
+class WatchedIo final : public test::PassThroughIo {
  public:
   explicit WatchedIo(std::chrono::microseconds delay = 0us) : delay_(delay) {}
-  int open(const char* p, int f, mode_t m) override { return io::system_io().open(p, f, m); }
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
     {
       std::lock_guard lock(mu_);
@@ -51,12 +51,6 @@ class WatchedIo final : public io::IoSeam {
     }
     return io::system_io().pread(fd, buf, size, offset);
   }
-  ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
-    return io::system_io().pwrite(fd, buf, size, offset);
-  }
-  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return io::system_io().fsync(fd); }
-  int close(int fd) override { return io::system_io().close(fd); }
   std::set<std::thread::id> threads() {
     std::lock_guard lock(mu_);
     return threads_;

@@ -14,6 +14,7 @@
 #include "cuda/cuda_driver.h"
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
+#include "pass_through_io.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -286,21 +287,14 @@ TEST_F(Gpu, WritesFromGpuMemoryInOverlappingChunksLandInOrder) {
 }
 
 // The system calls, with a hook run before each pwrite.
-class PwriteHook final : public io::IoSeam {
+class PwriteHook final : public test::PassThroughIo {
  public:
   explicit PwriteHook(std::function<void(std::uint64_t offset, std::size_t size)> hook)
       : hook_(std::move(hook)) {}
-  int open(const char* p, int f, mode_t m) override { return io::system_io().open(p, f, m); }
-  ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
-    return io::system_io().pread(fd, buf, size, offset);
-  }
   ssize_t pwrite(int fd, const void* buf, size_t size, off_t offset) override {
     hook_(static_cast<std::uint64_t>(offset), size);
     return io::system_io().pwrite(fd, buf, size, offset);
   }
-  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return io::system_io().fsync(fd); }
-  int close(int fd) override { return io::system_io().close(fd); }
 
  private:
   std::function<void(std::uint64_t, std::size_t)> hook_;

@@ -11,6 +11,7 @@
 #include "core/open_file.h"
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
+#include "pass_through_io.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -19,7 +20,7 @@ namespace {
 using test::TempDir;
 
 // Passes calls to the real system, except the faults it was told to inject.
-class FaultyIo final : public io::IoSeam {
+class FaultyIo final : public test::PassThroughIo {
  public:
   std::atomic<int> eintr_left{0};            // the next N preads/pwrites fail with EINTR
   std::atomic<bool> short_transfers{false};  // every transfer moves at most 1000 bytes
@@ -28,9 +29,6 @@ class FaultyIo final : public io::IoSeam {
   std::atomic<int> delay_us{0};  // every call that does not fail waits this long first
   std::atomic<int> calls{0};
 
-  int open(const char* path, int flags, mode_t mode) override {
-    return io::system_io().open(path, flags, mode);
-  }
   ssize_t pread(int fd, void* buf, size_t size, off_t offset) override {
     if (ssize_t r = fault(size, offset); r != 0) return r;
     return io::system_io().pread(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
@@ -41,9 +39,6 @@ class FaultyIo final : public io::IoSeam {
     return io::system_io().pwrite(fd, buf, short_transfers ? std::min<size_t>(size, 1000) : size,
                                   offset);
   }
-  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return io::system_io().fsync(fd); }
-  int close(int fd) override { return io::system_io().close(fd); }
 
  private:
   ssize_t fault(size_t size, off_t offset) {
@@ -264,19 +259,8 @@ TEST(FaultInjection, LastRouteIsTheRequestThatEndedLastWhicheverThreadRanIt) {
   EXPECT_EQ(f.last_route().offset, 999u);
 }
 
-class FailingClose final : public io::IoSeam {
+class FailingClose final : public test::PassThroughIo {
  public:
-  int open(const char* p, int flags, mode_t mode) override {
-    return io::system_io().open(p, flags, mode);
-  }
-  ssize_t pread(int fd, void* b, size_t n, off_t o) override {
-    return io::system_io().pread(fd, b, n, o);
-  }
-  ssize_t pwrite(int fd, const void* b, size_t n, off_t o) override {
-    return io::system_io().pwrite(fd, b, n, o);
-  }
-  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return io::system_io().fsync(fd); }
   int close(int fd) override {
     io::system_io().close(fd);
     errno = EIO;  // as NFS reports a write that failed to reach the server

@@ -9,6 +9,7 @@
 #include "core/open_file.h"
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
+#include "pass_through_io.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -144,7 +145,7 @@ void expect_direct_refused(File& file, const std::vector<unsigned char>& data) {
 }
 
 // A file system that refuses O_DIRECT, as tmpfs did before Linux 6.6, through the I/O seam.
-class NoDirectIo final : public io::IoSeam {
+class NoDirectIo final : public test::PassThroughIo {
  public:
   int open(const char* path, int flags, mode_t mode) override {
     if (flags & O_DIRECT) {
@@ -153,15 +154,6 @@ class NoDirectIo final : public io::IoSeam {
     }
     return io::system_io().open(path, flags, mode);
   }
-  ssize_t pread(int fd, void* buf, size_t n, off_t off) override {
-    return io::system_io().pread(fd, buf, n, off);
-  }
-  ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) override {
-    return io::system_io().pwrite(fd, buf, n, off);
-  }
-  int fstat(int fd, struct stat* st) override { return io::system_io().fstat(fd, st); }
-  int fsync(int fd) override { return io::system_io().fsync(fd); }
-  int close(int fd) override { return io::system_io().close(fd); }
 };
 
 TEST(FileRead, DirectIoRefusedByTheFileSystemFallsBackToBufferedWithAReason) {
