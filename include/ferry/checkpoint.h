@@ -92,6 +92,9 @@ struct LoadReport {
   std::uint64_t bytes = 0;
   std::size_t tensors = 0;
   double seconds = 0;  // from the call until every byte had landed
+  // Of `seconds`, the time Checkpoint::load spent allocating the tensors' memory (0 for
+  // read_into, whose caller allocates); reads already submitted run meanwhile.
+  double allocate_seconds = 0;
   std::vector<RouteReport> routes;
   // One line: tensors, bytes, seconds, GB/s and the shards' routes.
   std::string summary() const;

@@ -66,6 +66,9 @@ class _Framework:
     """How one framework allocates a tensor's bytes and views them as the tensor."""
 
     name = ""
+    # Whether raw() gives pageable host memory: then a load allocates every tensor before any
+    # read, as the C++ loader does (an allocation's mmap waits on the faults of the reads).
+    host = True
 
     def raw(self, nbytes: int) -> Any:
         raise NotImplementedError
@@ -101,6 +104,7 @@ class _Numpy(_Framework):
 
 class _Cupy(_Numpy):
     name = "cupy"
+    host = False
 
     def __init__(self, device: int) -> None:
         import cupy
@@ -128,6 +132,7 @@ class _Torch(_Framework):
         import torch
         self.torch = torch
         self.device = torch.device(device)
+        self.host = self.device.type == "cpu"
         if self.device.type == "cuda" and not torch.cuda.is_available():
             # Before any allocation or I/O: torch's own failure would be an AssertionError
             # ("Torch not compiled with CUDA enabled") from inside the first allocation.
@@ -381,10 +386,11 @@ class Checkpoint:
 
     def _allocate_and_read(self, fw: _Framework,
                            chosen: List[_Entry]) -> Tuple[List[Any], Any]:
-        """One destination per tensor, allocated a part at a time; each part's read starts once
-        its destinations exist (on a thread of a small pool, the GIL released in the read), so
-        allocating the next part overlaps it. Every read that started has finished when this
-        returns or raises, so no destination is freed under a read."""
+        """One destination per tensor; each part's read starts once its destinations exist (on
+        a thread of a small pool, the GIL released in the read). GPU memory is allocated a part
+        at a time, so that allocating the next part overlaps the reads; pageable host memory all
+        before the first read (bench/NOTES.md §27). Every read that started has finished when
+        this returns or raises, so no destination is freed under a read."""
         parts: List[List[int]] = []
         shard, part_bytes = None, 0
         for k, e in enumerate(chosen):
@@ -395,6 +401,8 @@ class Checkpoint:
             part_bytes += e.nbytes
         raws: List[Any] = [None] * len(chosen)
         start = time.perf_counter()
+        if fw.host:
+            raws = [fw.raw(e.nbytes) for e in chosen]
         futures = []
         with ThreadPoolExecutor(max_workers=max(1, min(_PARTS_AT_ONCE, len(parts))),
                                 thread_name_prefix="ferry-load") as pool:
@@ -402,7 +410,8 @@ class Checkpoint:
             for part in parts:
                 targets = []
                 for k in part:
-                    raws[k] = fw.raw(chosen[k].nbytes)
+                    if raws[k] is None:
+                        raws[k] = fw.raw(chosen[k].nbytes)
                     if chosen[k].nbytes:
                         targets.append((chosen[k].index, raws[k]))
                 if targets:

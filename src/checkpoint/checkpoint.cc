@@ -1,6 +1,7 @@
-// The loader: opens every shard, validates its header, and reads tensors with one gathered
-// request per shard (File::pread_gather), the shards' requests in flight together (at most
-// kShardsReadAtOnce of them when there are more, so that descriptors stay bounded).
+// The loader: opens every shard, validates its header, and reads tensors with gathered requests
+// (File::pread_gather): read_into one per shard, the shards' requests in flight together (at
+// most kShardsReadAtOnce of them, so that descriptors stay bounded); load() one per part (a
+// shard's tensors cut at kPartBytes), at most kPartsAtOnce in flight.
 #include "ferry/checkpoint.h"
 
 #include <fmt/format.h>
@@ -24,8 +25,12 @@ namespace {
 // model can have thousands) closes each shard once its header is read and opens it again for a
 // load, checking that its size has not changed, so that `ulimit -n 1024` is no limit.
 constexpr std::size_t kShardsKeptOpen = 128;
-// Shards a load reads at once (each one gathered request), so descriptors stay bounded.
+// Shards read_into reads at once (each one gathered request), so descriptors stay bounded.
 constexpr std::size_t kShardsReadAtOnce = 64;
+// Parts load() keeps in flight, as Python's loader does (_PARTS_AT_ONCE): on the GPU machine a
+// 14.5 GB load of 291 tensors ran at 49.4 GB/s with 4 against 48.3 with 64 and 46.7 with 1
+// (bench/NOTES.md §27).
+constexpr std::size_t kPartsAtOnce = 4;
 
 }  // namespace
 
@@ -255,12 +260,29 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     offsets.push_back(packed);
     packed += (s.tensors[i].nbytes + kAlignment - 1) / kAlignment * kAlignment;
   }
-  if (options.one_allocation) result.memory.emplace_back(options.memory, packed, options.device);
-  // Each part's read is submitted as soon as its tensors' memory exists, so that allocating the
-  // next part (cuMemAlloc maps memory: milliseconds for a large tensor) overlaps the reads in
-  // flight; past kShardsReadAtOnce parts, the oldest is waited for first (a shard past
-  // kShardsKeptOpen is opened for its part: descriptors stay bounded). Declared after `result`:
-  // on a failure these, destroyed first, wait for their reads before any buffer is freed.
+  using Clock = std::chrono::steady_clock;
+  Clock::duration allocating{};
+  auto allocate = [&](std::uint64_t bytes) {
+    const auto t0 = Clock::now();
+    void* data = result.memory.emplace_back(options.memory, bytes, options.device).data();
+    allocating += Clock::now() - t0;
+    return data;
+  };
+  if (options.one_allocation) allocate(packed);
+  // Pageable host memory is allocated before any read: an allocation is an mmap, microseconds
+  // alone, but it takes the process's mmap lock, which the workers' faults into fresh pages
+  // contend for; interleaved with the reads, a 4 GiB load's 290 allocations took 45 ms instead
+  // of 1, and the load ran 4% slower (bench/NOTES.md §27).
+  const bool allocate_first =
+      !options.one_allocation && options.memory == MemoryKind::kHostPageable;
+  if (allocate_first) {
+    for (std::size_t i : chosen) allocate(s.tensors[i].nbytes);
+  }
+  // Otherwise each part's read is submitted as soon as its tensors' memory exists, so that
+  // allocating the next part (cuMemAlloc: about 40 us a tensor) overlaps the reads in flight;
+  // past kPartsAtOnce parts, the oldest is waited for first (a shard past kShardsKeptOpen is
+  // opened for its part: descriptors stay bounded). Declared after `result`: on a failure these,
+  // destroyed first, wait for their reads before any buffer is freed.
   struct InFlight {
     std::vector<ReadRange> ranges;  // kept until the part's read is done
     std::shared_ptr<File> file;
@@ -279,7 +301,7 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   std::uint64_t part_bytes = 0;
   auto submit = [&] {
     if (part.empty()) return;
-    if (in_flight.size() == kShardsReadAtOnce) finish_oldest();
+    if (in_flight.size() == kPartsAtOnce) finish_oldest();
     InFlight& f = in_flight.emplace_back();
     f.ranges = std::move(part);
     part.clear();
@@ -297,7 +319,7 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     if (options.one_allocation) {
       data = static_cast<char*>(result.memory.front().data()) + offsets[k];
     } else {
-      data = result.memory.emplace_back(options.memory, t.nbytes, options.device).data();
+      data = allocate_first ? result.memory[k].data() : allocate(t.nbytes);
     }
     result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
     if (t.nbytes > 0) {
@@ -308,7 +330,8 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   submit();
   while (!in_flight.empty()) finish_oldest();
   // The allocations are part of what a user waits for.
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  report.allocate_seconds = std::chrono::duration<double>(allocating).count();
   return result;
 }
 
@@ -324,6 +347,7 @@ std::string LoadReport::to_json() const {
   nlohmann::json out = {{"tensors", tensors},
                         {"bytes", bytes},
                         {"seconds", seconds},
+                        {"allocate_seconds", allocate_seconds},
                         {"gbps", seconds > 0 ? bytes / seconds / 1e9 : 0.0},
                         {"routes", routes_json}};
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

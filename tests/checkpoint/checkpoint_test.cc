@@ -71,9 +71,13 @@ TEST(Checkpoint, OneFileLoadsEveryTensorByteForByte) {
   ASSERT_EQ(r.report.routes.size(), 1u);  // one gathered request for the whole shard
   EXPECT_EQ(r.report.routes[0].bytes, ckpt.total_bytes());
   EXPECT_NE(r.report.summary().find("7 tensors"), std::string::npos) << r.report.summary();
+  // The allocations are timed inside the load's own clock.
+  EXPECT_GT(r.report.allocate_seconds, 0.0);
+  EXPECT_LE(r.report.allocate_seconds, r.report.seconds);
   auto json = nlohmann::json::parse(r.report.to_json());
   EXPECT_EQ(json["bytes"], ckpt.total_bytes());
   EXPECT_EQ(json["routes"].size(), 1u);
+  EXPECT_EQ(json["allocate_seconds"], r.report.allocate_seconds);
 }
 
 TEST(Checkpoint, OneAllocationHoldsAlignedTensors) {

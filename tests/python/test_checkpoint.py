@@ -197,11 +197,16 @@ def test_a_load_reads_in_parts_that_each_start_once_allocated(tmp_path, monkeypa
     assert report.seconds > 0
 
 
-def test_a_failed_allocation_waits_for_the_reads_it_started_and_raises(tmp_path, monkeypatch):
+@pytest.mark.parametrize("host", [False, True])
+def test_a_failed_allocation_waits_for_the_reads_it_started_and_raises(tmp_path, monkeypatch,
+                                                                      host):
+    # GPU memory is allocated a part at a time, the first part's read running meanwhile;
+    # pageable host memory all before any read.
     shards = shards_of(2)
     write_sharded(tmp_path, shards)
     ckpt = ferry.checkpoint.Checkpoint(tmp_path)
     fw = ferry.checkpoint._framework("numpy", "cpu")
+    fw.host = host
     made, done = [], []
     real_raw, real_read = fw.raw, ckpt._c.read_into
 
@@ -222,7 +227,9 @@ def test_a_failed_allocation_waits_for_the_reads_it_started_and_raises(tmp_path,
     ckpt._c = type("C", (), {"read_into": staticmethod(Reader().read_into)})()
     with pytest.raises(MemoryError, match="tensor 8"):
         ckpt._allocate_and_read(fw, list(ckpt.entries.values()))
-    assert done == [5]  # the first shard's read, started before the failure, had finished
+    # The first shard's read, started before the failure, had finished; none started on the host.
+    assert done == ([] if host else [5])
+    assert len(made) == 7
 
 
 def test_an_index_that_disagrees_with_its_shards_is_refused(tmp_path):

@@ -84,6 +84,7 @@ int run(const LoadArgs& a) {
                           {"tensors", report.tensors},
                           {"bytes", report.bytes},
                           {"seconds", report.seconds},
+                          {"allocate_seconds", report.allocate_seconds},
                           {"open_seconds", open_seconds},
                           {"cuda_start_seconds", cuda_start_seconds},
                           {"gbps", gbps(report.bytes, report.seconds)},
@@ -115,10 +116,11 @@ int run(const LoadArgs& a) {
     }
   }
   fmt::print(
-      "loaded {} tensors, {} B from {} shard(s) into {} in {:.4f} s: {:.2f} GB/s, {} (headers "
-      "read in {:.4f} s{})\n",
+      "loaded {} tensors, {} B from {} shard(s) into {} in {:.4f} s: {:.2f} GB/s, {} (allocating "
+      "took {:.4f} s of it; headers read in {:.4f} s{})\n",
       report.tensors, report.bytes, ckpt.shards().size(), where, report.seconds,
-      gbps(report.bytes, report.seconds), cpu_words(cpu, report.bytes), open_seconds,
+      gbps(report.bytes, report.seconds), cpu_words(cpu, report.bytes), report.allocate_seconds,
+      open_seconds,
       is_gpu(target.kind) ? fmt::format(", CUDA started in {:.4f} s before", cuda_start_seconds)
                           : "");
   // One route block per request (a part of a shard); with several, each under its shard's name.
