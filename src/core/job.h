@@ -96,7 +96,7 @@ struct Job : std::enable_shared_from_this<Job> {
   std::size_t result_bytes = 0;
   std::exception_ptr result_error;
   ThreadPool* thread_pool = nullptr;  // the runtime's pool(), or ordered_pool() (stream-ordered)
-  std::size_t threads = 1;            // the most threads its pool may grow to for it (workers_for)
+  std::size_t threads = 1;  // the most threads its pool may grow to for it (request.cc says why)
 
   Job(std::shared_ptr<OpenFile> f, std::shared_ptr<RequestState> s, Backend* b, Op op, char* buffer,
       MemoryInfo memory, Settings settings, RequestTasks t)

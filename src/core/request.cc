@@ -383,9 +383,16 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   job->context.residency = plan.report.page_cache;
   RouteReport& report = plan.report;
   report.tasks = job->tasks.count();
-  job->threads = workers_for(plan.settings, is_gpu(plan.route_memory.kind), job->file->remote());
+  // A request runs up to workers_for() jobs (nthreads for GPU memory). The pool a GPU request's
+  // jobs queue on may grow to the larger thread setting, so that GPU requests in flight together
+  // (a load's parts) have the same threads in every process: it used to reach 16 only after a
+  // host request or warm_up(), and Python's GPU loads, without either, shared 8 threads at 34
+  // GB/s where the CLI's ran at 46 (bench/NOTES.md §27). Host requests keep host_nthreads.
+  const bool gpu = is_gpu(plan.route_memory.kind);
+  const std::size_t per_request = workers_for(plan.settings, gpu, job->file->remote());
+  job->threads = gpu ? std::max(per_request, plan.settings.host_nthreads) : per_request;
   const std::size_t jobs = std::min(
-      {job->threads, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
+      {per_request, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
   job->context.workers = jobs;
   job->claim = claim_for(job->tasks.count(), job->expected, jobs);
   report.workers = report.tasks == 0 ? 0 : jobs;

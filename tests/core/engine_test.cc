@@ -561,6 +561,40 @@ TEST(Runtimes, AFilesSystemCallsGoThroughItsRuntimesEnvironment) {
       << "the small read ran in this thread, through the runtime's seam";
 }
 
+// GPU requests in flight together (a load's parts) may grow the pool to the larger thread
+// setting in every runtime, not only in one that a host request or warm_up() grew first: without
+// either, Python's GPU loads shared nthreads' 8 threads (bench/NOTES.md §27). Each request still
+// runs nthreads jobs.
+TEST(Runtimes, GpuRequestsInFlightTogetherMayUseTheLargerThreadSetting) {
+  TempDir dir;
+  const auto data = test::random_bytes(4 << 20, 33);
+  test::write_file(dir / "g.bin", data);
+  WatchedIo io(20ms);  // each task still reading when the next request's jobs are queued
+  core::Environment env = core::default_environment();
+  env.io = &io;
+  env.layer1_memory = [](const MemoryInfo&) {
+    return MemoryInfo{MemoryKind::kDevice, 0, "treated as GPU memory by this test"};
+  };
+  Runtime runtime(env);  // a pool of its own, which no earlier request has grown
+  SettingsOverride s;
+  s.task_size = 1 << 20;
+  s.nthreads = 2;
+  s.host_nthreads = 4;
+  File file(dir / "g.bin", "r", {false, s, &runtime});
+  std::vector<std::vector<unsigned char>> bufs(4, std::vector<unsigned char>(2 << 20));
+  std::vector<IoFuture> reads;
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    reads.push_back(file.pread(bufs[i].data(), bufs[i].size(), (i % 3) << 20));
+  }
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    ASSERT_EQ(reads[i].get(), bufs[i].size());
+    EXPECT_EQ(0, std::memcmp(bufs[i].data(), data.data() + ((i % 3) << 20), bufs[i].size()));
+    EXPECT_EQ(reads[i].route().workers, 2u) << "nthreads jobs a request";
+  }
+  EXPECT_EQ(runtime.threads(), 4u) << "the pool of 4 requests of 2 jobs each";
+  EXPECT_EQ(io.most_at_once(), 4);
+}
+
 // Staging no request uses can be given back (KvikIO's bounce_buffer_free): O_DIRECT reads into
 // host memory stage through aligned buffers, kept for reuse until freed.
 TEST(Runtimes, IdleStagingIsFreedOnRequestAndMadeAgainWhenNeeded) {

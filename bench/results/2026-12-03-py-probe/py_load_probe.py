@@ -73,6 +73,8 @@ rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 5
 cases = [("gpu", "load_checkpoint"), ("gpu", "warm_up first"), ("gpu", "ferry load --gpu 0"),
          ("gpu", "FERRY_BOUNCE_BUFFER_SIZE=2MiB"), ("gpu", "FERRY_NTHREADS=16"),
          ("host", "first"), ("host", "during the reads")]
+if os.environ.get("PROBE_CASES"):  # a subset: variant names, comma-separated
+    cases = [c for c in cases if c[1] in os.environ["PROBE_CASES"].split(",")]
 rows = []
 page_in(gpu_ckpt)
 page_in(host_ckpt)
