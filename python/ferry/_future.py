@@ -12,15 +12,17 @@ that ferry runs in the caller's thread."""
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Generator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generator, Optional
 
 from . import _ferry
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Future(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -114,6 +116,8 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         return self._request.last_route
 
     def __await__(self) -> Generator[Any, None, int]:
+        import asyncio  # here, not at the top: it costs 10 ms of every `import ferry`
+
         return asyncio.wrap_future(self).__await__()
 
     def __repr__(self) -> str:
@@ -250,6 +254,8 @@ async def off_loop(submit: Callable[[], "Future"]) -> int:
     request's end wakes the loop. Cancelling the awaiting task cancels the request and waits,
     off the loop, for its tasks in flight, so the buffer is not written after the
     ``CancelledError``."""
+    import asyncio  # only code that already runs an event loop gets here
+
     loop = asyncio.get_running_loop()
     settings = _ferry.get_settings()
     pool = _off_loop.executor()
