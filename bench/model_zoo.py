@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -468,36 +469,38 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- bench
 
-# Each case runs in a fresh process: CUDA initialised before the clock starts, then one load of
-# the whole checkpoint into GPU 0, timed until every byte has landed.
+# Each case runs in a fresh process: CUDA initialised before any clock starts; then the loader's
+# imports, timed apart ("import_seconds": what a process pays once); then one load of the whole
+# checkpoint into GPU 0, timed until every byte has landed ("seconds", the GB/s reported).
 LOADERS = {
-    "safetensors.torch.load_file": """
-from safetensors.torch import load_file
+    "safetensors.torch.load_file": ("from safetensors.torch import load_file", """
 t = {}
 for p in files:
     t.update(load_file(p, device="cuda:0"))
-""",
-    "ferry.load_checkpoint": """
-import ferry
+"""),
+    "ferry.load_checkpoint": ("import ferry", """
 t = ferry.load_checkpoint(member, device="cuda:0")
-""",
-    "ferry.safetensors.torch.load_file": """
-from ferry.safetensors.torch import load_file
+"""),
+    "ferry.safetensors.torch.load_file": ("from ferry.safetensors.torch import load_file", """
 t = load_file(member, device="cuda:0")
-""",
+"""),
 }
 PRELUDE = """
 import json, os, sys, time, torch
 member = sys.argv[1]
 files = sorted(os.path.join(member, f) for f in os.listdir(member) if f.endswith('.safetensors'))
 torch.zeros(1, device='cuda:0'); torch.cuda.synchronize()
+t_import = time.perf_counter()
+"""
+START = """
 t0 = time.perf_counter()
 """
 CODA = """
 torch.cuda.synchronize()
 seconds = time.perf_counter() - t0
 nbytes = sum(v.numel() * v.element_size() for v in t.values())
-print(json.dumps({"bytes": nbytes, "seconds": seconds, "tensors": len(t)}))
+print(json.dumps({"bytes": nbytes, "seconds": seconds, "import_seconds": t0 - t_import,
+                  "tensors": len(t)}))
 """
 
 
@@ -516,7 +519,8 @@ def one_load(case: str, member: str, cli: str) -> Dict[str, Any]:
         r = json.loads(out.stdout)
         return {"bytes": r["bytes"], "seconds": r["seconds"], "tensors": r["tensors"],
                 "process_seconds": time.perf_counter() - t0}
-    code = PRELUDE + LOADERS[case] + CODA
+    imports, load = LOADERS[case]
+    code = PRELUDE + imports + START + load + CODA
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code, member], capture_output=True, text=True)
     if out.returncode != 0:
@@ -551,20 +555,25 @@ def cmd_bench(args: argparse.Namespace) -> None:
         with open(args.json, "a") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
-    print("\n| member | case | GB/s (min..max of rounds) | vs safetensors |")
-    print("| --- | --- | --- | --- |")
+    print("\n| member | case | GB/s, median (min..max of rounds) | with the imports, median "
+          "| vs safetensors, medians |")
+    print("| --- | --- | --- | --- | --- |")
     for member in sorted({r["member"] for r in rows}):
-        def rates(case: str) -> List[float]:
-            return [r["gbps"] for r in rows if r["member"] == member and r["case"] == case
-                    and "gbps" in r]
-        base = rates("safetensors.torch.load_file")
+        def done(case: str) -> List[Dict[str, Any]]:
+            return [r for r in rows if r["member"] == member and r["case"] == case and "gbps" in r]
+        base = [r["gbps"] for r in done("safetensors.torch.load_file")]
         for case in cases:
-            v = rates(case)
+            v = [r["gbps"] for r in done(case)]
             if not v:
-                print(f"| {member} | {case} | failed | |")
+                print(f"| {member} | {case} | failed | | |")
                 continue
-            ratio = (f"{min(v) / max(base):.1f}x .. {max(v) / min(base):.1f}x" if base else "")
-            print(f"| {member} | {case} | {min(v):.1f} .. {max(v):.1f} | {ratio} |")
+            with_imports = [r["bytes"] / (r["seconds"] + r["import_seconds"]) / 1e9
+                            for r in done(case) if "import_seconds" in r]
+            imported = (f"{statistics.median(with_imports):.1f}" if with_imports
+                        else "(a process of its own)")
+            ratio = f"{statistics.median(v) / statistics.median(base):.1f}x" if base else ""
+            print(f"| {member} | {case} | {statistics.median(v):.1f} ({min(v):.1f} .. {max(v):.1f})"
+                  f" | {imported} | {ratio} |")
 
 
 def main() -> int:
