@@ -26,6 +26,14 @@ struct MemoryInfo {
 };
 MemoryInfo classify_memory(const void* ptr);
 
+// Asks the kernel for transparent huge pages (madvise MADV_HUGEPAGE) over the whole 2 MiB pages
+// inside [data, data + size), as NumPy does for its large arrays. Host memory written whole
+// right after it is allocated (a checkpoint's tensors) then takes one page fault per 2 MiB
+// instead of 512: the faults are about a third of a page-cached read into fresh memory
+// (bench/NOTES.md §28). Best effort: returns the bytes advised, 0 where the range holds no whole
+// huge page or the kernel has no THP or refuses. Buffer does it for host allocations >= 2 MiB.
+std::size_t advise_huge_pages(void* data, std::size_t size);
+
 class Buffer {
  public:
   // `device` is the GPU ordinal for kDevice and kManaged (and the context for kHostPinned).

@@ -33,6 +33,8 @@ _ALIGN = 256
 _PART_BYTES = 1 << 30
 # Parts read at once (each a gathered request spread over ferry's workers).
 _PARTS_AT_ONCE = 4
+# Host tensors this large are given transparent huge pages (ferry::advise_huge_pages).
+_HUGE_PAGE = 2 << 20
 # The packed (sub-byte) kinds, from ferry's one dtype table (C++, safetensors_header.cc).
 _PACKED = tuple(name for name, bits in _ferry.safetensors_dtype_bits().items() if bits < 8)
 
@@ -141,7 +143,12 @@ class _Torch(_Framework):
                             "device='cpu' instead")
 
     def raw(self, nbytes: int) -> Any:
-        return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
+        t = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
+        if self.host and nbytes >= _HUGE_PAGE:
+            # NumPy asks for huge pages for its large arrays; torch's allocator does not. The
+            # read that follows writes every byte, and takes a third less time in faults.
+            _ferry.advise_huge_pages(t.data_ptr(), nbytes)
+        return t
 
     def dtype(self, entry: _Entry) -> Any:
         dtype = getattr(self.torch, _TORCH_NAMES[entry.dtype], None)

@@ -11,6 +11,7 @@
 #include "buffer_view.h"
 #include "ferry/checkpoint.h"
 #include "ferry/checkpoint_writer.h"
+#include "ferry/memory.h"
 #include "ferry/printable.h"
 
 namespace ferry::python {
@@ -135,6 +136,16 @@ void bind_checkpoint(py::module_& m) {
       arg("parts"), arg("seconds"),
       "One LoadReport for a load read in parts: bytes, tensors and routes of every part, and "
       "`seconds` for the whole.");
+
+  m.def(
+      "advise_huge_pages",
+      [](std::uintptr_t address, std::size_t nbytes) {
+        return advise_huge_pages(reinterpret_cast<void*>(address), nbytes);
+      },
+      arg("address"), arg("nbytes"),
+      "Asks for transparent huge pages over the whole 2 MiB pages of host memory at `address` "
+      "(madvise MADV_HUGEPAGE, as NumPy does for large arrays): a load's fresh tensors then "
+      "fault once per 2 MiB. Returns the bytes advised (0: none).");
 
   py::class_<SaveReport>(m, "SaveReport", "How a checkpoint save went: files, bytes, routes.")
       .def_readonly("files", &SaveReport::files)

@@ -1,7 +1,9 @@
 // Pointer classification, Buffer and the CUDA status report: the public face of the libcuda
 // loader.
 #include <fmt/format.h>
+#include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -77,6 +79,20 @@ MemoryInfo with_note(const QuickMemory& q) {
 
 MemoryInfo classify_memory(const void* ptr) { return cuda::with_note(cuda::classify_quick(ptr)); }
 
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}  // namespace
+
+std::size_t advise_huge_pages(void* data, std::size_t size) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  if (begin > UINTPTR_MAX - size) return 0;
+  const std::uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  const std::uintptr_t last = (begin + size) / kHugePage * kHugePage;
+  if (first >= last) return 0;
+  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) != 0) return 0;
+  return last - first;
+}
+
 Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), size_(size) {
   if (size == 0) return;
   switch (kind) {
@@ -89,7 +105,15 @@ Buffer::Buffer(MemoryKind kind, std::size_t size, int device) : kind_(kind), siz
                         "space",
                         size));
       }
-      data_ = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+      if (size >= kHugePage) {
+        // Aligned to a huge page, so that every whole 2 MiB of the buffer can be one; the tail
+        // past the last whole one keeps 4 KiB pages (rounding the size up instead would cost up
+        // to 2 MiB of memory a buffer). The alignment costs address space, not memory.
+        data_ = std::aligned_alloc(kHugePage, (size + kHugePage - 1) / kHugePage * kHugePage);
+        if (data_ != nullptr) advise_huge_pages(data_, size);
+      } else {
+        data_ = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+      }
       if (data_ == nullptr) {
         throw Error(
             fmt::format("cannot allocate {} ({} B) of host memory", format_size(size), size));

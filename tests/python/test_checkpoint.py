@@ -468,3 +468,37 @@ def test_torch_safe_open_slices_rows(cpu_torch, tmp_path):
         assert f.get_slice("w")[:, 3:5].is_contiguous()
         w.add_(1)  # independent: another tensor is untouched
         assert torch.equal(f.get_tensor("w"), torch.from_numpy(data))
+
+
+def _vm_flags(address: int) -> str:
+    """The VmFlags line of the mapping of this process that holds `address` ("" if none)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line.strip()
+    return ""
+
+
+def test_large_host_tensors_of_a_torch_load_ask_for_huge_pages(cpu_torch, tmp_path):
+    # torch's allocator, unlike NumPy's, gives no huge-page advice: the load asks for it over the
+    # whole 2 MiB pages of each large tensor, which its read then writes (bench/NOTES.md §28).
+    import mmap
+    try:
+        probe = mmap.mmap(-1, 4 << 20)
+        probe.madvise(mmap.MADV_HUGEPAGE)
+        probe.close()
+    except (AttributeError, OSError) as e:
+        pytest.skip(f"no MADV_HUGEPAGE here: {e}")
+    big, small = rng_bytes(6 << 20, 1), rng_bytes(64 << 10, 2)
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(encode([("big", "U8", (len(big),), big), ("small", "U8", (len(small),),
+                                                                   small)]))
+    t = ferry.load_checkpoint(path)
+    assert t["big"].numpy().tobytes() == big and t["small"].numpy().tobytes() == small
+    inner = (t["big"].data_ptr() + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+    assert " hg" in _vm_flags(inner), _vm_flags(inner)
