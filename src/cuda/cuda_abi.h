@@ -16,6 +16,7 @@ namespace ferry::cuda::abi {
 enum Result : unsigned int {
   kSuccess = 0,
   kErrorOutOfMemory = 2,
+  kErrorNotInitialized = 3,
   kErrorInvalidDevice = 101,
 };
 

@@ -83,6 +83,7 @@ static_assert(sizeof(::CUuuid::bytes) == sizeof(Uuid::bytes));
   static_assert(static_cast<long long>(ours) == static_cast<long long>(theirs), #theirs)
 FERRY_SAME_VALUE(kSuccess, CUDA_SUCCESS);
 FERRY_SAME_VALUE(kErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY);
+FERRY_SAME_VALUE(kErrorNotInitialized, CUDA_ERROR_NOT_INITIALIZED);
 FERRY_SAME_VALUE(kErrorInvalidDevice, CUDA_ERROR_INVALID_DEVICE);
 FERRY_SAME_VALUE(kPointerAttributeMemoryType, CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
 FERRY_SAME_VALUE(kPointerAttributeIsManaged, CU_POINTER_ATTRIBUTE_IS_MANAGED);

@@ -48,16 +48,14 @@ Loaded load() {
     out.why_not = fmt::format("CUDA driver {} lacks symbols: {}", name, missing);
     return out;
   }
-  abi::Result init = d.Init(0);
-  if (init != abi::kSuccess) {
-    const char* text = nullptr;
-    d.GetErrorName(init, &text);
-    out.why_not = fmt::format("CUDA driver present but cuInit failed: {} ({})",
-                              text ? text : "unknown", static_cast<int>(init));
-    return out;
-  }
   out.ok = true;
   return out;  // The handle stays open for the life of the process, on purpose.
+}
+
+// The library and its symbols, without cuInit: enough to ask about a pointer (below).
+const Loaded& mapped() {
+  static const Loaded instance = load();
+  return instance;
 }
 
 // Set in a child made by fork() after this process initialised CUDA: CUDA does not survive
@@ -68,10 +66,21 @@ constexpr const char* kForked =
     "forked child (host memory still works); start GPU workers with the 'spawn' or "
     "'forkserver' method, or initialise CUDA after fork";
 
+// The library initialised: cuInit, which takes 0.1 to 0.2 s on the GPU machine, once.
 const Loaded& loaded() {
   static const Loaded instance = [] {
-    Loaded l = load();
-    if (l.ok) pthread_atfork(nullptr, nullptr, [] { forked_after_init.store(true); });
+    Loaded l = mapped();
+    if (!l.ok) return l;
+    abi::Result init = l.table.Init(0);
+    if (init != abi::kSuccess) {
+      const char* text = nullptr;
+      l.table.GetErrorName(init, &text);
+      l.ok = false;
+      l.why_not = fmt::format("CUDA driver present but cuInit failed: {} ({})",
+                              text ? text : "unknown", static_cast<int>(init));
+      return l;
+    }
+    pthread_atfork(nullptr, nullptr, [] { forked_after_init.store(true); });
     return l;
   }();
   return instance;
@@ -81,6 +90,16 @@ const Loaded& loaded() {
 
 const Driver* driver_or_null(std::string* why_not) {
   const Loaded& l = loaded();
+  if (forked_after_init.load(std::memory_order_relaxed)) {
+    if (why_not != nullptr) *why_not = kForked;
+    return nullptr;
+  }
+  if (!l.ok && why_not != nullptr) *why_not = l.why_not;
+  return l.ok ? &l.table : nullptr;
+}
+
+const Driver* driver_for_queries(std::string* why_not) {
+  const Loaded& l = mapped();
   if (forked_after_init.load(std::memory_order_relaxed)) {
     if (why_not != nullptr) *why_not = kForked;
     return nullptr;

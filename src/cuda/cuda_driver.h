@@ -22,6 +22,12 @@ struct Driver {
 // says why ("no CUDA driver: libcuda.so.1 not found"). Loading happens once, on first call.
 const Driver* driver_or_null(std::string* why_not = nullptr);
 
+// The driver's table without initialising it, for questions about pointers: until someone in
+// the process (ferry, torch, CuPy) has called cuInit, each answers CUDA_ERROR_NOT_INITIALIZED,
+// and then no CUDA memory exists. A process that reads into host memory only so never pays
+// cuInit (0.1 to 0.2 s on the GPU machine). nullptr, with `why_not`, as driver_or_null().
+const Driver* driver_for_queries(std::string* why_not = nullptr);
+
 // The loaded driver; throws ferry::CudaError with the reason when there is none.
 const Driver& driver();
 

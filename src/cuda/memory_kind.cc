@@ -35,7 +35,7 @@ namespace cuda {
 
 QuickMemory classify_quick(const void* ptr) {
   QuickMemory q;
-  const cuda::Driver* d = cuda::driver_or_null();
+  const cuda::Driver* d = cuda::driver_for_queries();
   if (d == nullptr) {
     q.no_driver = true;
     return q;
@@ -50,6 +50,8 @@ QuickMemory classify_quick(const void* ptr) {
   // cuPointerGetAttributes succeeds for unknown (pageable) pointers and leaves memory_type 0.
   const abi::Result r =
       d->PointerGetAttributes(3, attrs, values, reinterpret_cast<abi::DevicePtr>(ptr));
+  // Nobody in this process has initialised CUDA: no pointer in it can be CUDA memory.
+  if (r == abi::kErrorNotInitialized) return q;
   q.query = static_cast<int>(r);
   if (r != abi::kSuccess) return q;
   if (managed != 0) {
@@ -68,7 +70,7 @@ QuickMemory classify_quick(const void* ptr) {
 MemoryInfo with_note(const QuickMemory& q) {
   MemoryInfo info{q.kind, q.device, {}};
   if (q.no_driver) {
-    cuda::driver_or_null(&info.note);
+    cuda::driver_for_queries(&info.note);
   } else if (q.query != 0) {
     info.note = cuda::describe(static_cast<abi::Result>(q.query), "cuPointerGetAttributes");
   }
