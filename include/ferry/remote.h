@@ -3,7 +3,9 @@
 // says whether that is possible in this process. Thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -15,5 +17,27 @@ struct RemoteSupport {
 
 // Loads libcurl on first call (FERRY_CURL_LIBRARY names another file).
 RemoteSupport remote_support();
+
+// How a remote object's GETs are retried, read when the object is opened. A field left empty
+// takes its variable, then KvikIO's, then ferry's default:
+//   retries         FERRY_REMOTE_RETRIES, KVIKIO_HTTP_MAX_ATTEMPTS - 1, 8 (0..100)
+//   stall_seconds   FERRY_REMOTE_TIMEOUT, KVIKIO_HTTP_TIMEOUT, 30: seconds without a byte before
+//                   a GET is abandoned and retried (1..3600; KvikIO's timeout bounds the whole GET)
+//   retry_statuses  KVIKIO_HTTP_STATUS_CODES ("429,500"), 429 500 502 503 504 (100..599)
+// Resets and stalls are retried whatever the statuses. ferry.kvikio's http_* settings set it.
+struct RemotePolicy {
+  std::optional<int> retries;
+  std::optional<long> stall_seconds;
+  std::optional<std::vector<int>> retry_statuses;
+};
+
+// Sets the process's policy for objects opened from now on (SettingError, naming the field, for
+// a value out of range; nothing changes then). Thread-safe.
+void set_remote_policy(const RemotePolicy& policy);
+// The policy as set (fields left empty stay empty).
+RemotePolicy remote_policy();
+// What an object opened now gets: every field filled, from the policy, the variables or the
+// defaults (SettingError for a variable out of range).
+RemotePolicy effective_remote_policy();
 
 }  // namespace ferry

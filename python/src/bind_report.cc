@@ -177,6 +177,34 @@ void bind_report(py::module_& m) {
       "(available, description): whether http://, https:// and s3:// sources can be read "
       "here (libcurl loaded), and its version or why not.");
 
+  auto policy_dict = [](const RemotePolicy& p) {
+    py::dict d;
+    d["retries"] = p.retries ? py::cast(*p.retries) : py::none();
+    d["stall_seconds"] = p.stall_seconds ? py::cast(*p.stall_seconds) : py::none();
+    d["retry_statuses"] = p.retry_statuses ? py::cast(*p.retry_statuses) : py::none();
+    return d;
+  };
+  m.def(
+      "set_remote_policy",
+      [](std::optional<int> retries, std::optional<long> stall_seconds,
+         std::optional<std::vector<int>> retry_statuses) {
+        RemotePolicy p;
+        p.retries = retries;
+        p.stall_seconds = stall_seconds;
+        p.retry_statuses = std::move(retry_statuses);
+        set_remote_policy(p);
+      },
+      py::arg("retries") = py::none(), py::arg("stall_seconds") = py::none(),
+      py::arg("retry_statuses") = py::none(),
+      "How remote objects opened from now on retry their GETs, process-wide; None leaves a "
+      "field to its variable or default (ferry::set_remote_policy).");
+  m.def(
+      "remote_policy", [policy_dict] { return policy_dict(remote_policy()); },
+      "The remote policy as set: {retries, stall_seconds, retry_statuses}, None where unset.");
+  m.def(
+      "effective_remote_policy", [policy_dict] { return policy_dict(effective_remote_policy()); },
+      "What a remote object opened now gets: {retries, stall_seconds, retry_statuses}.");
+
   Record<PageCacheResidency>(m, "PageCacheResidency",
                              "How much of a read's range was in the page cache before it.")
       .field("known", &PageCacheResidency::known)

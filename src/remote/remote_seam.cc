@@ -17,8 +17,10 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "ferry/error.h"
+#include "ferry/remote.h"
 #include "remote/curl_api.h"
 #include "remote/http_get.h"
 #include "remote/remote_url.h"
@@ -38,6 +40,7 @@ struct Object {
   std::string etag;
   Timeouts timeouts;
   int retries = kDefaultRetries;
+  std::vector<int> retry_statuses;  // answers retried (besides resets and stalls)
   std::atomic<std::uint64_t> gets{0};
   std::atomic<std::uint64_t> retried{0};
   std::atomic<std::uint64_t> connections{0};
@@ -62,7 +65,7 @@ std::string status_words(const HttpAnswer& a) {
   return words;
 }
 
-Verdict judge(const HttpAnswer& a) {
+Verdict judge(const HttpAnswer& a, const std::vector<int>& retry_statuses) {
   if (!a.transport_ok) {
     switch (a.curl_code) {
       case 7:   // CURLE_COULDNT_CONNECT
@@ -80,13 +83,10 @@ Verdict judge(const HttpAnswer& a) {
   }
   if (!a.refused.empty()) return {Verdict::kFail, EIO, a.refused};
   if (a.status >= 200 && a.status <= 299) return {};
+  for (int retried : retry_statuses) {
+    if (a.status == retried) return {Verdict::kRetry, EIO, status_words(a)};
+  }
   switch (a.status) {
-    case 429:
-    case 500:
-    case 502:
-    case 503:
-    case 504:
-      return {Verdict::kRetry, EIO, status_words(a)};
     case 412:
       return {Verdict::kFail, ESTALE,
               status_words(a) + " (If-Match): the object changed since it was opened"};
@@ -131,6 +131,69 @@ long parse_variable(const char* (*getenv)(const char*), const char* name, long f
         name, v, fmt::format("{}={}: expected a whole number from {} to {}", name, v, low, high));
   }
   return x;
+}
+
+constexpr int kDefaultRetryStatuses[] = {429, 500, 502, 503, 504};
+
+// "429,500, 503" (KVIKIO_HTTP_STATUS_CODES), each 100..599.
+std::vector<int> parse_statuses(const char* name, const std::string& text) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    std::size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(at, end - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    int code = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), code);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || code < 100 ||
+        code > 599) {
+      throw SettingError(name, text,
+                         fmt::format("{}={}: expected HTTP statuses (100 to 599) separated by "
+                                     "commas, as 429,500,503",
+                                     name, text));
+    }
+    out.push_back(code);
+    at = end + 1;
+  }
+  return out;
+}
+
+// The policy an object opened now gets: each field of `policy`, else ferry's variable, else
+// KvikIO's (which count attempts, and time the whole GET), else the default. A variable is
+// parsed only when it is used.
+RemotePolicy resolve_policy(RemotePolicy policy, const char* (*getenv)(const char*)) {
+  auto set = [&](const char* name) {
+    const char* v = getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  if (!policy.retries) {
+    policy.retries = static_cast<int>(
+        set("FERRY_REMOTE_RETRIES") ? parse_variable(getenv, "FERRY_REMOTE_RETRIES", 0, 0, 100)
+        : set("KVIKIO_HTTP_MAX_ATTEMPTS")
+            ? parse_variable(getenv, "KVIKIO_HTTP_MAX_ATTEMPTS", 1, 1, 101) - 1
+            : kDefaultRetries);
+  }
+  if (!policy.stall_seconds) {
+    policy.stall_seconds =
+        set("FERRY_REMOTE_TIMEOUT")
+            ? parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", 0, 1, 3600)
+            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+  }
+  if (!policy.retry_statuses) {
+    policy.retry_statuses =
+        set("KVIKIO_HTTP_STATUS_CODES")
+            ? parse_statuses("KVIKIO_HTTP_STATUS_CODES", getenv("KVIKIO_HTTP_STATUS_CODES"))
+            : std::vector<int>(std::begin(kDefaultRetryStatuses), std::end(kDefaultRetryStatuses));
+  }
+  return policy;
+}
+
+std::mutex policy_mu;
+RemotePolicy& process_policy() {
+  static RemotePolicy policy;  // under policy_mu
+  return policy;
 }
 
 class Window final : public io::SourceWindow {
@@ -201,10 +264,10 @@ class RemoteObjects final : public io::IoSeam {
     auto o = std::make_shared<Object>();
     try {
       o->target = resolve_remote(path, [this](const char* n) { return getenv_(n); });
-      o->retries = static_cast<int>(
-          parse_variable(getenv_, "FERRY_REMOTE_RETRIES", kDefaultRetries, 0, 100));
-      o->timeouts.stall_seconds =
-          parse_variable(getenv_, "FERRY_REMOTE_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+      const RemotePolicy policy = resolve_policy(remote_policy(), getenv_);
+      o->retries = *policy.retries;
+      o->timeouts.stall_seconds = *policy.stall_seconds;
+      o->retry_statuses = *policy.retry_statuses;
       o->timeouts.connect_ms = std::min<long>(10'000, o->timeouts.stall_seconds * 1000);
     } catch (const IoError&) {
       throw;
@@ -308,7 +371,7 @@ class RemoteObjects final : public io::IoSeam {
       HttpAnswer a = once();
       o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
                               std::memory_order_relaxed);
-      Verdict v = judge(a);
+      Verdict v = judge(a, o.retry_statuses);
       if (v.kind == Verdict::kOk) return a;
       if (v.kind == Verdict::kRetry && n < o.retries) {
         o.retried.fetch_add(1, std::memory_order_relaxed);
@@ -323,7 +386,9 @@ class RemoteObjects final : public io::IoSeam {
       std::string words = v.words;
       if (n > 0) words += fmt::format(" (after {} attempts)", n + 1);
       if (v.kind == Verdict::kRetry) {
-        words += "; FERRY_REMOTE_RETRIES sets how many times a GET is retried";
+        words +=
+            "; FERRY_REMOTE_RETRIES (or ferry::set_remote_policy, or KvikIO's "
+            "http_max_attempts) sets how many times a GET is retried";
       }
       throw IoError(v.err, op, o.target.shown, offset, size, 0, words);
     }
@@ -348,3 +413,38 @@ std::unique_ptr<io::IoSeam> make_remote_objects(const char* (*getenv)(const char
 }
 
 }  // namespace ferry::remote
+
+namespace ferry {
+
+void set_remote_policy(const RemotePolicy& policy) {
+  if (policy.retries && (*policy.retries < 0 || *policy.retries > 100)) {
+    throw SettingError("retries", std::to_string(*policy.retries),
+                       fmt::format("remote retries {}: expected 0 to 100", *policy.retries));
+  }
+  if (policy.stall_seconds && (*policy.stall_seconds < 1 || *policy.stall_seconds > 3600)) {
+    throw SettingError(
+        "stall_seconds", std::to_string(*policy.stall_seconds),
+        fmt::format("remote stall timeout {} s: expected 1 to 3600", *policy.stall_seconds));
+  }
+  if (policy.retry_statuses) {
+    for (int code : *policy.retry_statuses) {
+      if (code < 100 || code > 599) {
+        throw SettingError("retry_statuses", std::to_string(code),
+                           fmt::format("remote retry status {}: expected 100 to 599", code));
+      }
+    }
+  }
+  std::lock_guard lock(remote::policy_mu);
+  remote::process_policy() = policy;
+}
+
+RemotePolicy remote_policy() {
+  std::lock_guard lock(remote::policy_mu);
+  return remote::process_policy();
+}
+
+RemotePolicy effective_remote_policy() {
+  return remote::resolve_policy(remote_policy(), &remote::system_getenv);
+}
+
+}  // namespace ferry

@@ -366,14 +366,33 @@ def test_compat_mode():
         kvikio.defaults.set("compat_mode", "sometimes")
 
 
-def test_http_settings_are_kept_for_remote_files():
+def test_http_settings_are_ferrys_remote_policy():
+    from ferry import _ferry
+    effective = _ferry.effective_remote_policy()
+    assert kvikio.defaults.get("http_max_attempts") == effective["retries"] + 1
+    assert kvikio.defaults.get("http_timeout") == effective["stall_seconds"]
     before = kvikio.defaults.get("http_status_codes")
+    assert before == effective["retry_statuses"]
     with kvikio.defaults.set({"http_status_codes": [500], "http_max_attempts": 5,
                               "http_timeout": 1}):
         assert kvikio.defaults.get("http_status_codes") == [500]
         assert kvikio.defaults.get("http_max_attempts") == 5
         assert kvikio.defaults.get("http_timeout") == 1
-    assert kvikio.defaults.get("http_status_codes") == before == [429, 500, 502, 503, 504]
+        assert _ferry.remote_policy() == {"retries": 4, "stall_seconds": 1,
+                                          "retry_statuses": [500]}
+        with kvikio.defaults.set("http_max_attempts", 2):
+            assert _ferry.remote_policy()["retries"] == 1
+            assert _ferry.remote_policy()["retry_statuses"] == [500]
+        assert _ferry.remote_policy()["retries"] == 4
+    assert kvikio.defaults.get("http_status_codes") == before
+    assert _ferry.remote_policy() == {"retries": None, "stall_seconds": None,
+                                      "retry_statuses": None}, "ferry's own values again"
+    for name, value, words in (("http_max_attempts", 102, "101 attempts"),
+                               ("http_timeout", 3601, "3600 s"),
+                               ("http_status_codes", [500, 42], "100 to 599")):
+        with pytest.raises(ferry.SettingError, match=words):
+            kvikio.defaults.set({"http_max_attempts": 3, name: value})
+    assert _ferry.remote_policy()["retries"] is None, "a refused value changes nothing"
 
 
 def test_deprecated_functions_warn_and_still_work():
@@ -721,6 +740,76 @@ def test_remote_file_read_past_nbytes_is_a_value_error_before_any_request(http_d
         with pytest.raises(ValueError, match=r"cannot read 100\+5 bytes into a 10 bytes file"):
             f.pread(b, size=5, file_offset=100)
         assert f.read(b, size=4, file_offset=6) == 4 and list(b[:4]) == [6, 7, 8, 9]
+
+
+@pytest.fixture
+def flaky_http(tmp_path):
+    """A threaded http.server on 127.0.0.1 serving tmp_path whose next `fail[0]` GETs answer
+    `fail[1]`: (url, dir, fail, gets), gets[0] counting the GETs."""
+    import http.server
+    import threading
+
+    fail, gets = [0, 503], [0]
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(tmp_path), **kw)
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            gets[0] += 1
+            if fail[0] > 0:
+                fail[0] -= 1
+                self.send_response(fail[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            path = self.translate_path(self.path)
+            data = open(path, "rb").read()
+            first, last = self.headers["Range"].split("=")[1].split("-")
+            first, last = int(first), min(int(last), len(data) - 1)
+            self.send_response(206)
+            self.send_header("Content-Length", str(last - first + 1))
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+            self.end_headers()
+            self.wfile.write(data[first:last + 1])
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path, fail, gets
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@needs_remote
+def test_http_settings_drive_the_retries_of_a_remote_file(flaky_http):
+    url, d, fail, gets = flaky_http
+    (d / "a").write_bytes(bytes(range(100)))
+    b = np.empty(100, np.uint8)
+
+    def read(**config):
+        with kvikio.defaults.set(config), kvikio.RemoteFile.open_http(f"{url}/a") as f:
+            gets[0] = 0
+            return f.read(b)
+
+    fail[:] = [2, 503]
+    assert read(http_max_attempts=3) == 100 and bytes(b) == bytes(range(100))
+    assert gets[0] == 3
+    fail[:] = [2, 503]
+    with pytest.raises(OSError, match="HTTP 503"):
+        read(http_max_attempts=2)
+    assert gets[0] == 2
+    fail[:] = [1, 503]
+    with pytest.raises(OSError, match="HTTP 503"):
+        read(http_max_attempts=5, http_status_codes=[500])
+    assert gets[0] == 1, "503 is not among the statuses retried"
+    fail[:] = [1, 418]
+    assert read(http_max_attempts=5, http_status_codes=[418]) == 100 and gets[0] == 2
 
 
 @needs_remote

@@ -181,6 +181,79 @@ TEST_F(RemoteSource, GivesUpAfterTheRetriesWithTheServersWords) {
   EXPECT_EQ(gets(), 4u);  // FERRY_REMOTE_RETRIES=3
 }
 
+// The process's policy (what ferry.kvikio's http_* settings set) over the variables; KvikIO's
+// variables where ferry's are unset. Each case opens a fresh File: the policy is read at open.
+class PolicyReset {
+ public:
+  ~PolicyReset() { set_remote_policy(RemotePolicy{}); }
+};
+
+RemotePolicy policy(std::optional<int> retries, std::optional<long> stall_seconds,
+                    std::optional<std::vector<int>> statuses) {
+  RemotePolicy p;
+  p.retries = retries;
+  p.stall_seconds = stall_seconds;
+  p.retry_statuses = std::move(statuses);
+  return p;
+}
+
+TEST_F(RemoteSource, ThePolicySetInTheProcessOverridesTheVariables) {
+  PolicyReset reset;
+  put("r.bin", 5000);
+  auto count_gets = [&](int status) {
+    File f(url("r.bin"), "r");
+    const std::size_t before = gets();
+    server_->fail_next(100, status, "<Error><Code>X</Code><Message>y</Message></Error>");
+    std::vector<char> got(5000);
+    EXPECT_THROW(f.read(got.data(), got.size(), 0), IoError);
+    server_->fail_next(0, 200, "");
+    return gets() - before;
+  };
+  EXPECT_EQ(count_gets(500), 4u);  // FERRY_REMOTE_RETRIES=3 (the fixture's)
+  set_remote_policy(policy(1, {}, {}));
+  EXPECT_EQ(count_gets(500), 2u);
+  EXPECT_EQ(remote_policy().retries, 1);
+  set_remote_policy(policy(2, {}, std::vector<int>{500}));
+  EXPECT_EQ(count_gets(500), 3u);
+  EXPECT_EQ(count_gets(503), 1u) << "503 is not among the statuses retried";
+  set_remote_policy(RemotePolicy{});
+  EXPECT_EQ(count_gets(503), 4u);
+  EXPECT_THROW(set_remote_policy(policy(101, {}, {})), SettingError);
+  EXPECT_THROW(set_remote_policy(policy({}, 0, {})), SettingError);
+  EXPECT_THROW(set_remote_policy(policy({}, {}, std::vector<int>{42})), SettingError);
+  EXPECT_FALSE(remote_policy().retries.has_value()) << "a refused policy changes nothing";
+}
+
+TEST_F(RemoteSource, KvikiosVariablesCountWhereFerrysAreUnset) {
+  put("r.bin", 5000);
+  ScopedEnv no_ferry("FERRY_REMOTE_RETRIES", nullptr);
+  ScopedEnv attempts("KVIKIO_HTTP_MAX_ATTEMPTS", "2");
+  ScopedEnv codes("KVIKIO_HTTP_STATUS_CODES", "429, 500");
+  auto count_gets = [&](int status) {
+    File f(url("r.bin"), "r");
+    const std::size_t before = gets();
+    server_->fail_next(100, status, "<Error><Code>X</Code><Message>y</Message></Error>");
+    std::vector<char> got(5000);
+    EXPECT_THROW(f.read(got.data(), got.size(), 0), IoError);
+    server_->fail_next(0, 200, "");
+    return gets() - before;
+  };
+  EXPECT_EQ(count_gets(500), 2u) << "KVIKIO_HTTP_MAX_ATTEMPTS counts the first GET";
+  EXPECT_EQ(count_gets(503), 1u) << "KVIKIO_HTTP_STATUS_CODES names those retried";
+  {
+    ScopedEnv ferry_wins("FERRY_REMOTE_RETRIES", "0");
+    EXPECT_EQ(count_gets(500), 1u);
+  }
+  ScopedEnv bad("KVIKIO_HTTP_STATUS_CODES", "500,abc");
+  try {
+    File f(url("r.bin"), "r");
+    FAIL() << "a bad KVIKIO_HTTP_STATUS_CODES was accepted";
+  } catch (const SettingError& e) {
+    EXPECT_NE(std::string(e.what()).find("KVIKIO_HTTP_STATUS_CODES=500,abc"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(RemoteSource, NeverRetriesNotFoundOrForbidden) {
   try {
     File f(url("missing.bin"), "r");

@@ -16,10 +16,14 @@ moved: a ``task_size`` or ``bounce_buffer_size`` below 4 KiB runs with 4 KiB (a 
 says so, and ``get`` returns the value set), and ``gds_threshold=0`` runs as 1 (the same
 behaviour: no request is smaller than one byte). Values above ferry's limits (a ``task_size``
 over 64 GiB, over 256 threads, a bounce buffer over 1 GiB) are refused with
-``ferry.SettingError`` (a ValueError). The ``http_*`` settings are kept, checked as KvikIO
-checks them, but ferry's ``RemoteFile`` does not read them: FERRY_REMOTE_RETRIES and
-FERRY_REMOTE_TIMEOUT set its retries and stall timeout (docs/remote.md). KvikIO's settings for what ferry does not do raise NotImplementedError
-naming the setting.
+``ferry.SettingError`` (a ValueError). The ``http_*`` settings are ferry's remote policy
+(``ferry::set_remote_policy``), read when a remote object is opened, by ``RemoteFile`` and every
+other way in alike: ``http_max_attempts`` counts the first GET (1 to 101), ``http_status_codes``
+are the answers retried (resets and stalls are retried too), and ``http_timeout`` is how long a
+GET may go without a byte (1 to 3600 s; KvikIO bounds the whole GET). Until one is set, ``get``
+says what ferry does: FERRY_REMOTE_RETRIES, FERRY_REMOTE_TIMEOUT, KvikIO's KVIKIO_HTTP_*
+variables, or ferry's defaults (9 attempts, 30 s, 429 500 502 503 504; docs/remote.md). KvikIO's
+settings for what ferry does not do raise NotImplementedError naming the setting.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import warnings
 from typing import Any, Callable, Optional, overload
 
 from .. import _ferry
+from .._errors import SettingError
 from ._enums import CompatMode
 from .utils import kvikio_deprecation_notice
 
@@ -48,9 +53,6 @@ _lock = threading.RLock()
 # name -> (value set through ferry.kvikio, the value ferry runs with), where they differ; `get`
 # returns the first while ferry's setting still holds the second.
 _asked: dict[str, tuple[int, int]] = {}
-# Settings that only KvikIO's RemoteFile uses, checked and kept here.
-_remote: dict[str, Any] = {"http_max_attempts": 3, "http_status_codes": [429, 500, 502, 503, 504],
-                           "http_timeout": 60}
 
 _NOT_IMPLEMENTED = {
     "auto_direct_io_read": "ferry reads cold ranges with O_DIRECT by itself in compat_mode auto "
@@ -77,6 +79,7 @@ class _Change:
     def __init__(self) -> None:
         self.ferry: dict[str, str] = {}
         self.asked: dict[str, Optional[tuple[int, int]]] = {}
+        # Fields of ferry's remote policy (ferry._ferry.set_remote_policy's keywords).
         self.remote: dict[str, Any] = {}
         self.warnings: list[str] = []
 
@@ -157,11 +160,19 @@ def _set_bounce_buffer_size(c: _Change, value: Any) -> None:
     _floored(c, "bounce_buffer_size", n, _MIN_BOUNCE, "each worker pins two")
 
 
+def _beyond(name: str, value: Any, words: str) -> SettingError:
+    e = SettingError(f"kvikio.defaults: {name}={value!r}: {words}")
+    e.setting, e.value = name, str(value)
+    return e
+
+
 def _set_http_max_attempts(c: _Change, value: Any) -> None:
     n = _unsigned(value, "http_max_attempts")
     if n == 0:
         raise ValueError("attempts must be a positive integer")
-    c.remote["http_max_attempts"] = n
+    if n > 101:
+        raise _beyond("http_max_attempts", n, "ferry makes at most 101 attempts (100 retries)")
+    c.remote["retries"] = n - 1
 
 
 def _set_http_status_codes(c: _Change, value: Any) -> None:
@@ -173,8 +184,10 @@ def _set_http_status_codes(c: _Change, value: Any) -> None:
         if isinstance(code, bool) or not isinstance(code, int):
             raise TypeError(f"kvikio.defaults: http_status_codes must be a list of int, not "
                             f"one holding {type(code).__name__} {code!r}")
+        if not 100 <= code <= 599:
+            raise _beyond("http_status_codes", code, "an HTTP status is 100 to 599")
         codes.append(code)
-    c.remote["http_status_codes"] = codes
+    c.remote["retry_statuses"] = codes
 
 
 def _set_http_timeout(c: _Change, value: Any) -> None:
@@ -185,7 +198,9 @@ def _set_http_timeout(c: _Change, value: Any) -> None:
                         f"{type(value).__name__}") from None
     if n <= 0:
         raise ValueError("timeout_seconds must be a positive integer")
-    c.remote["http_timeout"] = n
+    if n > 3600:
+        raise _beyond("http_timeout", n, "ferry waits at most 3600 s for a GET's next byte")
+    c.remote["stall_seconds"] = n
 
 
 def _ferry_value(name: str) -> int:
@@ -214,9 +229,9 @@ _GETTERS: dict[str, Callable[[], Any]] = {
     "task_size": lambda: _ferry_value("task_size"),
     "gds_threshold": lambda: _ferry_value("gds_threshold"),
     "bounce_buffer_size": lambda: _ferry_value("bounce_buffer_size"),
-    "http_max_attempts": lambda: _remote["http_max_attempts"],
-    "http_status_codes": lambda: list(_remote["http_status_codes"]),
-    "http_timeout": lambda: _remote["http_timeout"],
+    "http_max_attempts": lambda: int(_ferry.effective_remote_policy()["retries"]) + 1,
+    "http_status_codes": lambda: list(_ferry.effective_remote_policy()["retry_statuses"]),
+    "http_timeout": lambda: int(_ferry.effective_remote_policy()["stall_seconds"]),
 }
 
 _ALIASES = {"thread_pool_nthreads": "num_threads"}  # KvikIO's C++ name
@@ -252,8 +267,8 @@ def _snapshot(change: _Change) -> _Change:
     with _lock:
         for key in change.asked:
             old.asked[key] = _asked.get(key)
-        for key in change.remote:
-            old.remote[key] = _remote[key]
+        if change.remote:
+            old.remote = dict(_ferry.remote_policy())  # all fields: None where unset
     return old
 
 
@@ -266,7 +281,8 @@ def _apply(change: _Change, warn: bool) -> None:
                 _asked.pop(key, None)
             else:
                 _asked[key] = asked
-        _remote.update(change.remote)
+        if change.remote:
+            _ferry.set_remote_policy(**{**_ferry.remote_policy(), **change.remote})
     if warn:
         for text in change.warnings:
             warnings.warn(text, LimitWarning, stacklevel=4)
