@@ -117,6 +117,9 @@ def main() -> int:
         extra = "".join(f", {k} {statistics.median(x[k] for x in rs):.4f}"
                         for k in ("reads_seconds", "import_seconds", "allocate_seconds")
                         if k in rs[0])
+        if "reads_seconds" in rs[0]:  # the Checkpoint's opening and the views
+            extra += ", outside the reads %.4f" % statistics.median(
+                x["seconds"] - x["reads_seconds"] for x in rs)
         print(f"{case:20} median {statistics.median(g):6.2f} GB/s ({min(g):.2f}..{max(g):.2f}, "
               f"n={len(g)}), seconds {statistics.median(x['seconds'] for x in rs):.4f}{extra}")
     return 0
