@@ -86,27 +86,22 @@ const Loaded& loaded() {
   return instance;
 }
 
+// `l`'s table, or nullptr with the reason (a fork() child of a process that initialised CUDA
+// has none).
+const Driver* table_or_null(const Loaded& l, std::string* why_not) {
+  if (forked_after_init.load(std::memory_order_relaxed)) {
+    if (why_not != nullptr) *why_not = kForked;
+    return nullptr;
+  }
+  if (!l.ok && why_not != nullptr) *why_not = l.why_not;
+  return l.ok ? &l.table : nullptr;
+}
+
 }  // namespace
 
-const Driver* driver_or_null(std::string* why_not) {
-  const Loaded& l = loaded();
-  if (forked_after_init.load(std::memory_order_relaxed)) {
-    if (why_not != nullptr) *why_not = kForked;
-    return nullptr;
-  }
-  if (!l.ok && why_not != nullptr) *why_not = l.why_not;
-  return l.ok ? &l.table : nullptr;
-}
+const Driver* driver_or_null(std::string* why_not) { return table_or_null(loaded(), why_not); }
 
-const Driver* driver_for_queries(std::string* why_not) {
-  const Loaded& l = mapped();
-  if (forked_after_init.load(std::memory_order_relaxed)) {
-    if (why_not != nullptr) *why_not = kForked;
-    return nullptr;
-  }
-  if (!l.ok && why_not != nullptr) *why_not = l.why_not;
-  return l.ok ? &l.table : nullptr;
-}
+const Driver* driver_for_queries(std::string* why_not) { return table_or_null(mapped(), why_not); }
 
 const Driver& driver() {
   const Loaded& l = loaded();
