@@ -4,6 +4,7 @@ files are run against the module as docs/kvikio.md describes."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pickle
@@ -677,23 +678,31 @@ needs_remote = pytest.mark.skipif(not ferry.remote_support()[0],
                                   reason="remote sources unavailable (no libcurl)")
 
 
-@pytest.fixture
-def http_dir(tmp_path):
-    """A threaded http.server on 127.0.0.1 serving tmp_path: (url, dir, ranges) where
-    ranges[0] = False makes it ignore Range headers (answer 200 with the whole file)."""
+@contextlib.contextmanager
+def _range_server(root):
+    """A threaded http.server on 127.0.0.1 serving `root` with ranged GETs: yields (url, ranges,
+    fail, gets). ranges[0] = False makes it ignore Range headers (200 with the whole file); the
+    next fail[0] GETs answer fail[1] with no body; gets[0] counts the GETs."""
     import http.server
     import threading
 
-    ranges = [True]
+    ranges, fail, gets = [True], [0, 503], [0]
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *a, **kw):
-            super().__init__(*a, directory=str(tmp_path), **kw)
+            super().__init__(*a, directory=str(root), **kw)
 
         def log_message(self, *args):
             pass
 
         def do_GET(self):
+            gets[0] += 1
+            if fail[0] > 0:
+                fail[0] -= 1
+                self.send_response(fail[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             spec = self.headers.get("Range")
             path = self.translate_path(self.path)
             if not ranges[0] or not spec or not os.path.isfile(path):
@@ -711,10 +720,17 @@ def http_dir(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path, ranges
+        yield f"http://127.0.0.1:{server.server_address[1]}", ranges, fail, gets
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def http_dir(tmp_path):
+    """(url, dir, ranges) of _range_server on tmp_path."""
+    with _range_server(tmp_path) as (url, ranges, _, _):
+        yield url, tmp_path, ranges
 
 
 @needs_remote
@@ -744,46 +760,9 @@ def test_remote_file_read_past_nbytes_is_a_value_error_before_any_request(http_d
 
 @pytest.fixture
 def flaky_http(tmp_path):
-    """A threaded http.server on 127.0.0.1 serving tmp_path whose next `fail[0]` GETs answer
-    `fail[1]`: (url, dir, fail, gets), gets[0] counting the GETs."""
-    import http.server
-    import threading
-
-    fail, gets = [0, 503], [0]
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, directory=str(tmp_path), **kw)
-
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            gets[0] += 1
-            if fail[0] > 0:
-                fail[0] -= 1
-                self.send_response(fail[1])
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            path = self.translate_path(self.path)
-            data = open(path, "rb").read()
-            first, last = self.headers["Range"].split("=")[1].split("-")
-            first, last = int(first), min(int(last), len(data) - 1)
-            self.send_response(206)
-            self.send_header("Content-Length", str(last - first + 1))
-            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
-            self.end_headers()
-            self.wfile.write(data[first:last + 1])
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path, fail, gets
-    finally:
-        server.shutdown()
-        server.server_close()
+    """(url, dir, fail, gets) of _range_server on tmp_path."""
+    with _range_server(tmp_path) as (url, _, fail, gets):
+        yield url, tmp_path, fail, gets
 
 
 @needs_remote

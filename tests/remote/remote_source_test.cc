@@ -90,6 +90,18 @@ class RemoteSource : public ::testing::Test {
     return n;
   }
 
+  // GETs a read of r.bin (opened now: the retry policy is read at open) makes while every
+  // answer is `status`, until it fails.
+  std::size_t gets_until_it_fails(int status) {
+    File f(url("r.bin"), "r");
+    const std::size_t before = gets();
+    server_->fail_next(100, status, "<Error><Code>X</Code><Message>y</Message></Error>");
+    std::vector<char> got(5000);
+    EXPECT_THROW(f.read(got.data(), got.size(), 0), IoError);
+    server_->fail_next(0, 200, "");
+    return gets() - before;
+  }
+
   fs::path root_;
   std::unique_ptr<HttpServer> server_;
   ScopedEnv fast_retries_{"FERRY_REMOTE_RETRIES", "3"};
@@ -200,24 +212,15 @@ RemotePolicy policy(std::optional<int> retries, std::optional<long> stall_second
 TEST_F(RemoteSource, ThePolicySetInTheProcessOverridesTheVariables) {
   PolicyReset reset;
   put("r.bin", 5000);
-  auto count_gets = [&](int status) {
-    File f(url("r.bin"), "r");
-    const std::size_t before = gets();
-    server_->fail_next(100, status, "<Error><Code>X</Code><Message>y</Message></Error>");
-    std::vector<char> got(5000);
-    EXPECT_THROW(f.read(got.data(), got.size(), 0), IoError);
-    server_->fail_next(0, 200, "");
-    return gets() - before;
-  };
-  EXPECT_EQ(count_gets(500), 4u);  // FERRY_REMOTE_RETRIES=3 (the fixture's)
+  EXPECT_EQ(gets_until_it_fails(500), 4u);  // FERRY_REMOTE_RETRIES=3 (the fixture's)
   set_remote_policy(policy(1, {}, {}));
-  EXPECT_EQ(count_gets(500), 2u);
+  EXPECT_EQ(gets_until_it_fails(500), 2u);
   EXPECT_EQ(remote_policy().retries, 1);
   set_remote_policy(policy(2, {}, std::vector<int>{500}));
-  EXPECT_EQ(count_gets(500), 3u);
-  EXPECT_EQ(count_gets(503), 1u) << "503 is not among the statuses retried";
+  EXPECT_EQ(gets_until_it_fails(500), 3u);
+  EXPECT_EQ(gets_until_it_fails(503), 1u) << "503 is not among the statuses retried";
   set_remote_policy(RemotePolicy{});
-  EXPECT_EQ(count_gets(503), 4u);
+  EXPECT_EQ(gets_until_it_fails(503), 4u);
   EXPECT_THROW(set_remote_policy(policy(101, {}, {})), SettingError);
   EXPECT_THROW(set_remote_policy(policy({}, 0, {})), SettingError);
   EXPECT_THROW(set_remote_policy(policy({}, {}, std::vector<int>{42})), SettingError);
@@ -229,20 +232,11 @@ TEST_F(RemoteSource, KvikiosVariablesCountWhereFerrysAreUnset) {
   ScopedEnv no_ferry("FERRY_REMOTE_RETRIES", nullptr);
   ScopedEnv attempts("KVIKIO_HTTP_MAX_ATTEMPTS", "2");
   ScopedEnv codes("KVIKIO_HTTP_STATUS_CODES", "429, 500");
-  auto count_gets = [&](int status) {
-    File f(url("r.bin"), "r");
-    const std::size_t before = gets();
-    server_->fail_next(100, status, "<Error><Code>X</Code><Message>y</Message></Error>");
-    std::vector<char> got(5000);
-    EXPECT_THROW(f.read(got.data(), got.size(), 0), IoError);
-    server_->fail_next(0, 200, "");
-    return gets() - before;
-  };
-  EXPECT_EQ(count_gets(500), 2u) << "KVIKIO_HTTP_MAX_ATTEMPTS counts the first GET";
-  EXPECT_EQ(count_gets(503), 1u) << "KVIKIO_HTTP_STATUS_CODES names those retried";
+  EXPECT_EQ(gets_until_it_fails(500), 2u) << "KVIKIO_HTTP_MAX_ATTEMPTS counts the first GET";
+  EXPECT_EQ(gets_until_it_fails(503), 1u) << "KVIKIO_HTTP_STATUS_CODES names those retried";
   {
     ScopedEnv ferry_wins("FERRY_REMOTE_RETRIES", "0");
-    EXPECT_EQ(count_gets(500), 1u);
+    EXPECT_EQ(gets_until_it_fails(500), 1u);
   }
   ScopedEnv bad("KVIKIO_HTTP_STATUS_CODES", "500,abc");
   try {
