@@ -1,6 +1,7 @@
 // The whole public API of ferry in one include.
 #pragma once
 
+#include "ferry/atomic_file.h"
 #include "ferry/checkpoint.h"
 #include "ferry/checkpoint_writer.h"
 #include "ferry/cufile.h"

@@ -57,7 +57,32 @@ def check_metadata(metadata: Any) -> Optional[Dict[str, str]]:
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError(f"ferry: metadata must map str to str; {k!r}: {v!r} is "
                             f"{type(k).__name__} -> {type(v).__name__}")
+        _check_text(k, "metadata key")
+        _check_text(v, f"metadata value of {k!r}")
     return dict(metadata)
+
+
+def _check_text(text: str, what: str) -> None:
+    """A name the file format stores as UTF-8: a lone surrogate (from a bytes name decoded with
+    surrogateescape, say) has no UTF-8 form, so it is refused here, naming it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"ferry: {what} {text!r} is not valid text: {text[e.start]!r} at index "
+                         f"{e.start} is a lone surrogate, which has no UTF-8 form (safetensors "
+                         f"stores names as UTF-8)") from None
+
+
+def _path_arg(path: PathLike) -> Any:
+    """A path for the C++ writer: str as it is, else the bytes the OS would get (a name holding
+    undecodable bytes arrives as surrogate escapes, which UTF-8 cannot carry)."""
+    text = os.fspath(path)
+    try:
+        if isinstance(text, str):
+            text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return os.fsencode(text)
 
 
 def _is_torch(value: Any) -> bool:
@@ -183,6 +208,7 @@ def rows_of(tensors: Any, framework: str, keep: List[Any]) -> List[Row]:
     for k in tensors:
         if not isinstance(k, str):
             raise TypeError(f"ferry: tensor names must be str, not {type(k).__name__} ({k!r})")
+        _check_text(k, "tensor name")
     if framework == "any":
         framework = "pt" if tensors and all(_is_torch(v) for v in tensors.values()) else "numpy"
     if framework == "pt":
@@ -256,7 +282,7 @@ def parse_size(size: Union[int, str, None]) -> int:
 def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *,
               durable: bool, asynchronous: bool, snapshot_first: bool) -> Any:
     metadata = check_metadata(metadata)
-    path = os.fspath(filename)
+    path = _path_arg(filename)
     if snapshot_first:
         rows_of(tensors, framework, [])  # refuse what safetensors refuses before copying
         tensors = snapshot(tensors)
@@ -277,7 +303,7 @@ def save_checkpoint(tensors: Any, directory: PathLike, *, max_shard_size: Any = 
                     snapshot_first: bool = False) -> Any:
     metadata = check_metadata(metadata)
     limit = parse_size(max_shard_size)
-    path = os.fspath(directory)
+    path = _path_arg(directory)
     if snapshot_first:
         rows_of(tensors, "any", [])
         tensors = snapshot(tensors)

@@ -1,79 +1,97 @@
-#include "checkpoint/atomic_file.h"
+#include "ferry/atomic_file.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "checkpoint/temp_file.h"
 #include "ferry/error.h"
 
-namespace ferry::checkpoint {
+namespace ferry {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kMarker = ".ferry-";
-
 fs::path folder_of(const fs::path& p) {
   return p.parent_path().empty() ? fs::path(".") : p.parent_path();
 }
 
-// Makes the temporary file with O_EXCL and the mode the destination has (or would get).
-fs::path make_temp(const fs::path& dest) {
-  struct stat old {};
-  const bool exists = ::stat(dest.c_str(), &old) == 0;
-  if (!exists && errno != ENOENT) throw IoError(errno, "stat", dest.string(), 0, 0);
-  if (exists && !S_ISREG(old.st_mode)) {
-    throw IoError(S_ISDIR(old.st_mode) ? EISDIR : EINVAL, "save", dest.string(), 0, 0, 0,
-                  "not a regular file; a checkpoint replaces regular files only");
-  }
-  std::string temp = (folder_of(dest) / ("." + dest.filename().string())).string() +
-                     fmt::format("{}{}-XXXXXX", kMarker, getpid());
-  const int fd = mkostemp(temp.data(), O_CLOEXEC);
+// A save replaces only a file that the caller could have opened for writing: a rename needs only
+// the folder's permission, so without this a save would replace a read-only file, or another
+// user's. A file being executed (ETXTBSY) may be replaced: that is what a rename is for.
+void check_writable(const fs::path& dest, const struct stat& old) {
+  const int fd = ::open(dest.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
+    if (err == ETXTBSY) return;
     throw IoError(err, "open", dest.string(), 0, 0, 0,
-                  fmt::format("{} (creating its temporary file in {})", std::strerror(err),
-                              folder_of(dest).string()));
+                  fmt::format("{} (mode {:04o}, owner uid {}); a save replaces only a file its "
+                              "writer could open for writing, and {} is unchanged",
+                              std::strerror(err), old.st_mode & 07777, old.st_uid, dest.string()));
   }
-  mode_t mode = 0;
-  if (exists) {
-    mode = old.st_mode & 07777;
-  } else {
-    const mode_t mask = umask(0);
-    umask(mask);
-    mode = 0666 & ~mask;
+  struct stat st {};
+  const bool same = ::fstat(fd, &st) == 0 && st.st_dev == old.st_dev && st.st_ino == old.st_ino;
+  ::close(fd);
+  if (!same) {
+    throw IoError(EAGAIN, "open", dest.string(), 0, 0, 0,
+                  "the file changed while ferry looked at it; save again");
   }
-  const int rc = fchmod(fd, mode);
-  const int err = errno;
-  close(fd);
-  if (rc != 0) {
-    unlink(temp.c_str());
-    throw IoError(err, "fchmod", dest.string(), 0, 0);
+}
+
+// The replaced file's access ACL (the xattr system.posix_acl_access, absent on most files).
+void copy_access_acl(const fs::path& from, int to_fd, const fs::path& temp) {
+  static const char kName[] = "system.posix_acl_access";
+  const ssize_t want = ::getxattr(from.c_str(), kName, nullptr, 0);
+  if (want < 0) {
+    if (errno == ENODATA || errno == ENOTSUP || errno == ENOENT) return;
+    throw IoError(
+        errno, "getxattr", from.string(), 0, 0, 0,
+        fmt::format("{} (reading its ACL, to give it to the new file)", std::strerror(errno)));
   }
-  return temp;
+  std::string acl(static_cast<std::size_t>(want), '\0');
+  const ssize_t got = ::getxattr(from.c_str(), kName, acl.data(), acl.size());
+  if (got < 0 || ::fsetxattr(to_fd, kName, acl.data(), static_cast<std::size_t>(got), 0) != 0) {
+    const int err = errno;
+    throw IoError(err, "fsetxattr", temp.string(), 0, 0, 0,
+                  fmt::format("{}: cannot give the new file the ACL of {}; it is unchanged",
+                              std::strerror(err), from.string()));
+  }
 }
 
 }  // namespace
 
-AtomicFile::AtomicFile(fs::path dest, const FileOptions& options)
-    : dest_(std::move(dest)), temp_(make_temp(dest_)) {
+AtomicFile::AtomicFile(fs::path dest, const FileOptions& options) : dest_(std::move(dest)) {
+  if (dest_.filename().empty()) {
+    throw IoError(EINVAL, "save", dest_.empty() ? "\"\"" : dest_.string(), 0, 0, 0,
+                  dest_.empty() ? "empty path: name the file to write"
+                                : "no file name (the path ends in a folder): name the file to "
+                                  "write");
+  }
+  replaces_ = ::stat(dest_.c_str(), &old_) == 0;
+  if (!replaces_ && errno != ENOENT) throw IoError(errno, "stat", dest_.string(), 0, 0);
+  if (replaces_ && !S_ISREG(old_.st_mode)) {
+    throw IoError(S_ISDIR(old_.st_mode) ? EISDIR : EINVAL, "save", dest_.string(), 0, 0, 0,
+                  "not a regular file; a save replaces regular files only");
+  }
+  if (replaces_) check_writable(dest_, old_);
+  temp_ = std::make_unique<checkpoint::TempFile>(dest_);
+  temp_path_ = temp_->path();
   try {
     // "r+", not "w": the file was just made empty, and O_TRUNC on an existing file tells ext4 to
     // write the file back at close(2) (auto_da_alloc) whenever a block of it is still waiting for
     // delayed allocation (the header's, which the data's allocation ahead does not cover). A
     // save of 64 tensors, whose header passes 4 KiB, then ran at the disk's speed without an
     // fsync: 1.4 against 4.1 GB/s on an H200 (bench/NOTES.md §26).
-    file_ = File(temp_, "r+", options);
+    file_ = File(temp_path_, "r+", options);
   } catch (const IoError&) {
-    unlink(temp_.c_str());
-    rethrow_naming(dest_, temp_);
+    ::unlink(temp_path_.c_str());
+    checkpoint::rethrow_naming(dest_, temp_path_);
   }
 }
 
@@ -84,65 +102,88 @@ AtomicFile::~AtomicFile() {
   } catch (...) {
     // The file is being discarded; its close error no longer matters.
   }
-  unlink(temp_.c_str());
+  ::unlink(temp_path_.c_str());
 }
+
+void AtomicFile::release() { committed_ = true; }
 
 void AtomicFile::finish(bool durable) {
   if (finished_) return;
+  const int fd = temp_->fd();
   try {
+    // After the bytes: a write by a process without CAP_FSETID clears setuid, and so does chown.
+    if (replaces_) {
+      if (::fchown(fd, old_.st_uid, old_.st_gid) != 0) {
+        // Not ours to give away (EPERM): the new file belongs to whoever wrote it.
+      }
+      struct stat now {};
+      if (::fstat(fd, &now) != 0) throw IoError(errno, "fstat", temp_path_.string(), 0, 0);
+      mode_t mode = old_.st_mode & 07777;
+      std::string dropped;
+      if ((mode & S_ISUID) && now.st_uid != old_.st_uid) {
+        mode &= ~S_ISUID;
+        dropped = fmt::format("setuid (uid {})", old_.st_uid);
+      }
+      if ((mode & S_ISGID) && now.st_gid != old_.st_gid) {
+        mode &= ~S_ISGID;
+        dropped += fmt::format("{}setgid (gid {})", dropped.empty() ? "" : " and ", old_.st_gid);
+      }
+      if (::fchmod(fd, mode) != 0) throw IoError(errno, "fchmod", temp_path_.string(), 0, 0);
+      copy_access_acl(dest_, fd, temp_path_);
+      if (!dropped.empty()) {
+        note_ = fmt::format(
+            "{} was {}; the new file belongs to uid {} gid {}, so it is not: ferry never gives a "
+            "setuid or setgid bit to another owner",
+            dest_.string(), dropped, now.st_uid, now.st_gid);
+      }
+    }
     if (durable) file_.sync();
     file_.close();  // a write lost at close(2) fails here, before the rename
   } catch (const IoError&) {
-    rethrow_naming(dest_, temp_);
+    checkpoint::rethrow_naming(dest_, temp_path_);
   }
   finished_ = true;
 }
 
 void AtomicFile::commit(bool durable) {
   finish(durable);
-  if (::rename(temp_.c_str(), dest_.c_str()) != 0) {
+  struct stat made {
+  }, named{};
+  if (::fstat(temp_->fd(), &made) != 0 || ::stat(temp_path_.c_str(), &named) != 0 ||
+      made.st_ino != named.st_ino || made.st_dev != named.st_dev) {
+    throw IoError(EEXIST, "save", dest_.string(), 0, 0, 0,
+                  fmt::format("its temporary file {} was replaced or removed while ferry wrote "
+                              "it; {} is unchanged",
+                              temp_path_.string(), dest_.string()));
+  }
+  if (::rename(temp_path_.c_str(), dest_.c_str()) != 0) {
     const int err = errno;
     throw IoError(err, "rename", dest_.string(), 0, 0, 0,
                   fmt::format("{}; the new file is removed and {} is unchanged", std::strerror(err),
                               dest_.string()));
   }
   committed_ = true;
+  temp_->close();
   if (durable) sync_folder(folder_of(dest_));
 }
 
 void sync_folder(const fs::path& folder) {
-  const int fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     throw IoError(err, "open", folder.string(), 0, 0, 0,
                   fmt::format("{} (to fsync the renames in it)", std::strerror(err)));
   }
-  const int rc = fsync(fd);
+  const int rc = ::fsync(fd);
   const int err = errno;
-  close(fd);
+  ::close(fd);
   if (rc != 0) {
     throw IoError(err, "fsync", folder.string(), 0, 0, 0,
                   fmt::format("{}; its renames may not survive a crash", std::strerror(err)));
   }
 }
 
-void remove_stale_temps(const fs::path& folder, const std::set<std::string>& keep) {
-  DIR* d = opendir(folder.c_str());
-  if (d == nullptr) return;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    const std::size_t at = name.rfind(kMarker);
-    if (name.empty() || name[0] != '.' || at == std::string::npos || keep.count(name)) continue;
-    // .NAME.ferry-PID-XXXXXX
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + at + kMarker.size(), &end, 10);
-    if (end == nullptr || *end != '-' || std::strlen(end) != 7) continue;
-    if (pid > 0 && pid != getpid() && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      unlinkat(dirfd(d), name.c_str(), 0);
-    }
-  }
-  closedir(d);
-}
+namespace checkpoint {
 
 void rethrow_naming(const fs::path& dest, const fs::path& temp) {
   try {
@@ -154,4 +195,6 @@ void rethrow_naming(const fs::path& dest, const fs::path& temp) {
   }
 }
 
-}  // namespace ferry::checkpoint
+}  // namespace checkpoint
+
+}  // namespace ferry

@@ -6,6 +6,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,7 +21,8 @@
 #include <set>
 #include <sstream>
 
-#include "checkpoint/atomic_file.h"
+#include "checkpoint/temp_file.h"
+#include "ferry/atomic_file.h"
 #include "ferry/memory.h"
 
 namespace ferry {
@@ -47,7 +50,7 @@ FileOptions file_options(const SaveOptions& options) {
 struct ShardWrite {
   std::vector<TensorSource> tensors;
   SafetensorsLayout layout;
-  std::unique_ptr<checkpoint::AtomicFile> out;
+  std::unique_ptr<AtomicFile> out;
   std::vector<IoFuture> requests;
 };
 
@@ -99,20 +102,7 @@ void complete(ShardWrite& s, bool durable, SaveReport& report) {
   report.tensors += s.tensors.size();
 }
 
-std::set<std::string> index_shard_names(const fs::path& index) {
-  std::set<std::string> names;
-  std::ifstream in(index);
-  if (!in) return names;
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) return names;
-  for (const auto& [tensor, file] : j["weight_map"].items()) {
-    if (file.is_string()) names.insert(file.get<std::string>());
-  }
-  return names;
-}
-
+// The index transformers writes: {"metadata": {"total_size": N}, "weight_map": {...}}.
 std::string index_json(const std::vector<ShardWrite>& shards,
                        const std::vector<std::string>& file_names) {
   nlohmann::json map = nlohmann::json::object();
@@ -127,36 +117,153 @@ std::string index_json(const std::vector<ShardWrite>& shards,
   return index.dump(2) + "\n";
 }
 
-// Writes `text` to `dir`/`name` through an AtomicFile.
-void write_small(const fs::path& path, const std::string& text, const SaveOptions& options) {
-  checkpoint::AtomicFile out(path, file_options(options));
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What the folder loads as now: the files its index names, or without an index every
+// .safetensors file in it (what a loader of the folder reads).
+struct Live {
+  bool indexed = false;
+  std::set<std::string> names;
+};
+
+Live live_checkpoint(const fs::path& dir) {
+  Live live;
+  std::error_code ec;
+  const fs::path index = dir / kIndexName;
+  live.indexed = fs::exists(fs::symlink_status(index, ec));
+  if (live.indexed) {
+    std::ifstream in(index);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+    if (j.is_object() && j.contains("weight_map") && j["weight_map"].is_object()) {
+      for (const auto& [tensor, file] : j["weight_map"].items()) {
+        if (file.is_string()) live.names.insert(file.get<std::string>());
+      }
+    }
+    return live;
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (ends_with(name, ".safetensors")) live.names.insert(name);
+  }
+  return live;
+}
+
+// mkdir -p, and (when durable) an fsync of the parent of every folder it made: a new folder's
+// name is an entry in its parent, lost in a crash unless the parent is synced.
+void make_folders(const fs::path& dir, bool durable) {
+  std::vector<fs::path> made;
+  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    if (fs::exists(p, ec)) break;
+    made.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = made.rbegin(); it != made.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
+      const int err = errno;
+      throw IoError(
+          err, "mkdir", it->string(), 0, 0, 0,
+          fmt::format("{} (making the checkpoint's folder {})", std::strerror(err), dir.string()));
+    }
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw IoError(ENOTDIR, "save", dir.string(), 0, 0, 0,
+                  "not a folder; a checkpoint is saved into a folder");
+  }
+  if (!durable) return;
+  for (const fs::path& p : made) {
+    const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    sync_folder(parent);
+  }
+}
+
+// The folder's save lock, held for a whole save_checkpoint: a second save into the same folder,
+// from this process or another, waits for it. flock on the folder itself leaves no file behind;
+// NFS emulates flock with POSIX locks, which a folder opened read-only cannot take, so there a
+// lock file inside the folder (.ferry-save.lock, kept) takes its place.
+class FolderLock {
+ public:
+  explicit FolderLock(const fs::path& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) fail(errno, dir);
+    if (lock()) return;
+    const int err = errno;
+    ::close(fd_);
+    if (err != EBADF && err != ENOLCK && err != EOPNOTSUPP && err != EINVAL) fail(err, dir);
+    fd_ = ::open((dir / ".ferry-save.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ < 0 || !lock()) fail(errno, dir);
+  }
+  ~FolderLock() { ::close(fd_); }
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  bool lock() {
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) return false;
+    }
+    return true;
+  }
+  [[noreturn]] static void fail(int err, const fs::path& dir) {
+    throw IoError(
+        err, "flock", dir.string(), 0, 0, 0,
+        fmt::format("{} (locking the folder against a second save into it)", std::strerror(err)));
+  }
+  int fd_ = -1;
+};
+
+// The index written through an AtomicFile. Whether it replaced the old one is told apart from
+// a failure before that (the old index stands) by `renamed`.
+void write_index(const fs::path& path, const std::string& text, const SaveOptions& options,
+                 bool& renamed) {
+  renamed = false;
+  AtomicFile out(path, file_options(options));
   try {
     out.file().write(text.data(), text.size(), 0);
   } catch (const IoError&) {
     checkpoint::rethrow_naming(path, out.temp());
   }
-  out.commit(options.durable);
+  out.finish(options.durable);
+  out.commit(false);
+  renamed = true;
+  if (options.durable) sync_folder(path.parent_path());
 }
 
-// Replaces `dest` with a second name of `temp`, keeping `temp` (a file an index may name).
-void link_over(const fs::path& temp, const fs::path& dest, std::size_t n) {
-  const fs::path aux =
-      dest.parent_path() /
-      fmt::format(".{}.ferry-{}-L{:05d}", dest.filename().string(), getpid(), n % 100000);
-  ::unlink(aux.c_str());
-  if (::link(temp.c_str(), aux.c_str()) != 0) {
+// A second name for `temp` (a file an index names) at `dest`: a link under a temporary name,
+// renamed over `dest`, so that `dest` is replaced in one step and `temp` stays valid.
+void link_over(const fs::path& temp, const fs::path& dest) {
+  checkpoint::TempFile aux(dest);  // a fresh name; its empty file is replaced by the link
+  if (::unlink(aux.path().c_str()) != 0 || ::link(temp.c_str(), aux.path().c_str()) != 0) {
     const int err = errno;
-    throw IoError(
-        err, "link", dest.string(), 0, 0, 0,
-        fmt::format("{} (naming {} as {})", std::strerror(err), temp.string(), aux.string()));
+    throw IoError(err, "link", dest.string(), 0, 0, 0,
+                  fmt::format("{} (naming {} as {})", std::strerror(err), temp.string(),
+                              aux.path().string()));
   }
-  if (::rename(aux.c_str(), dest.c_str()) != 0) {
+  if (::rename(aux.path().c_str(), dest.c_str()) != 0) {
     const int err = errno;
-    ::unlink(aux.c_str());
+    ::unlink(aux.path().c_str());
     throw IoError(err, "rename", dest.string(), 0, 0, 0, std::strerror(err));
   }
 }
 
+// An error after the commit point, restated: the folder holds the new checkpoint, whatever
+// failed afterwards (so no caller may read "unchanged" into it).
+[[noreturn]] void rethrow_after_commit(const fs::path& dir, const std::string& how) {
+  try {
+    throw;
+  } catch (const IoError& e) {
+    throw IoError(e.error_code(), e.op(), e.path(), e.offset(), e.length(), e.bytes_done(),
+                  fmt::format("{}; the new checkpoint is already committed in {} ({}), so a "
+                              "load gives the new tensors; nothing of it was removed",
+                              std::strerror(e.error_code()), dir.string(), how));
+  }
+}
 }  // namespace
 
 std::string SaveReport::summary() const {
@@ -172,8 +279,8 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   ShardWrite s;
   s.tensors.assign(tensors.begin(), tensors.end());
   s.layout = safetensors_layout(s.tensors, options.metadata, file.string());
-  checkpoint::remove_stale_temps(file.parent_path().empty() ? fs::path(".") : file.parent_path());
-  s.out = std::make_unique<checkpoint::AtomicFile>(file, file_options(options));
+  remove_stale_temps(file.parent_path().empty() ? fs::path(".") : file.parent_path());
+  s.out = std::make_unique<AtomicFile>(file, file_options(options));
   submit(s);
   complete(s, options.durable, report);
   s.out->commit(options.durable);
@@ -209,19 +316,24 @@ std::vector<std::size_t> assign_shards(std::span<const TensorSource> tensors,
 SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path& directory,
                            const SaveOptions& options) {
   const auto t0 = Clock::now();
-  std::error_code ec;
-  fs::create_directories(directory, ec);
-  if (ec) {
-    throw IoError(ec.value(), "mkdir", directory.string(), 0, 0, 0,
-                  fmt::format("{} (the checkpoint's folder)", ec.message()));
+  if (directory.empty()) {
+    throw IoError(EINVAL, "save", "\"\"", 0, 0, 0, "empty path: name the checkpoint's folder");
   }
+  if (tensors.empty()) {
+    throw IoError(EINVAL, "save", directory.string(), 0, 0, 0,
+                  "no tensors to save: a checkpoint of no tensors would not load (an index names "
+                  "at least one tensor); nothing was written");
+  }
+  make_folders(directory, options.durable);
+  const FolderLock lock(directory);
+  remove_stale_temps(directory);  // keeps what an index names: a save stopped after its commit
+  const Live live = live_checkpoint(directory);
   const fs::path index_path = directory / kIndexName;
-  const std::set<std::string> old_names = index_shard_names(index_path);
-  checkpoint::remove_stale_temps(directory, old_names);
 
-  // The shards, every one written under its temporary name at once.
+  // 1. Every shard under its temporary name, written and (when durable) fsynced. A failure
+  // removes them all, and nothing else changed.
   const std::vector<std::size_t> where = assign_shards(tensors, options.max_shard_size);
-  const std::size_t count = tensors.empty() ? 1 : where.back() + 1;
+  const std::size_t count = where.back() + 1;
   std::vector<ShardWrite> shards(count);
   std::vector<std::string> final_names(count);
   for (std::size_t i = 0; i < tensors.size(); ++i) shards[where[i]].tensors.push_back(tensors[i]);
@@ -231,10 +343,9 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
                                           (directory / final_names[s]).string());
   }
   SaveReport report;
-  for (ShardWrite& s : shards) {
-    s.out = std::make_unique<checkpoint::AtomicFile>(directory / final_names[&s - shards.data()],
-                                                     file_options(options));
-    submit(s);
+  for (std::size_t s = 0; s < count; ++s) {
+    shards[s].out = std::make_unique<AtomicFile>(directory / final_names[s], file_options(options));
+    submit(shards[s]);
   }
   std::exception_ptr failed;
   for (ShardWrite& s : shards) {
@@ -244,48 +355,86 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
       if (!failed) failed = std::current_exception();
     }
   }
-  if (failed) std::rethrow_exception(failed);  // every temporary file is removed
+  if (failed) std::rethrow_exception(failed);
 
-  // A shard name the old index uses may only be replaced once no index names it: first an index
-  // naming the new shards under their temporary names, then the final names, then the index.
-  bool interim = false;
-  for (const std::string& name : final_names) interim = interim || old_names.count(name) > 0;
-  if (interim) {
-    std::vector<std::string> temp_names;
-    for (const ShardWrite& s : shards) temp_names.push_back(s.out->temp().filename().string());
-    write_small(index_path, index_json(shards, temp_names), options);
-    for (ShardWrite& s : shards) s.out->release();  // an index names them now
-    for (std::size_t s = 0; s < count; ++s) {
-      link_over(shards[s].out->temp(), shards[s].out->dest(), s);
+  // 2. The commit: the index rename. When no final name is in use by the folder's checkpoint
+  // (and a bare folder of shards will not see new ones appear beside its own), the shards take
+  // their final names first; else the index first names them by their temporary names, and the
+  // final names follow under a second index (docs/checkpoints.md, "Sharded saves").
+  bool direct = live.indexed || live.names.empty();
+  for (const std::string& name : final_names) direct = direct && live.names.count(name) == 0;
+  bool renamed = false;
+  if (direct) {
+    std::size_t placed = 0;
+    try {
+      for (; placed < count; ++placed) shards[placed].out->commit(false);
+      if (options.durable) sync_folder(directory);
+      write_index(index_path, index_json(shards, final_names), options, renamed);
+    } catch (...) {
+      if (renamed) rethrow_after_commit(directory, "its index's folder fsync failed");
+      // The old checkpoint stands: the names placed were in use by none of it.
+      for (std::size_t s = 0; s < placed; ++s) ::unlink((directory / final_names[s]).c_str());
+      throw;
     }
   } else {
-    for (ShardWrite& s : shards) s.out->commit(false);
+    std::vector<std::string> temp_names;
+    for (const ShardWrite& s : shards) temp_names.push_back(s.out->temp().filename().string());
+    try {
+      write_index(index_path, index_json(shards, temp_names), options, renamed);
+    } catch (...) {
+      if (!renamed) throw;  // the old index stands; the shards' temporary files are removed
+      for (ShardWrite& s : shards) s.out->release();
+      rethrow_after_commit(directory, "under temporary names: its index's folder fsync failed");
+    }
+    for (ShardWrite& s : shards) s.out->release();  // the index names them now
+    try {
+      for (std::size_t s = 0; s < count; ++s)
+        link_over(shards[s].out->temp(), directory / final_names[s]);
+      if (options.durable) sync_folder(directory);
+      write_index(index_path, index_json(shards, final_names), options, renamed);
+    } catch (...) {
+      if (!renamed) {
+        rethrow_after_commit(directory,
+                             "under temporary names, which its index names; the next save tidies "
+                             "them");
+      }
+      rethrow_after_commit(directory, "its second index's folder fsync failed");
+    }
+    for (const std::string& name : temp_names) ::unlink((directory / name).c_str());
   }
-  if (options.durable) checkpoint::sync_folder(directory);
-  const std::string index_text = index_json(shards, final_names);
-  write_small(index_path, index_text, options);
 
-  // The new checkpoint is in place: drop what the old one used and the new one does not.
+  // 3. Files of the old checkpoint that the new one does not use, once the new index is durable:
+  // the names the old index gave, and shard names of transformers' pattern. Other files
+  // (config.json, tokenizer...) stay.
   std::set<std::string> keep(final_names.begin(), final_names.end());
-  std::set<std::string> stale = old_names;
+  std::set<std::string> stale = live.names;
   static const std::regex kShardName(R"(model(-\d{5}-of-\d{5})?\.safetensors)");
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(directory, ec)) {
     const std::string name = e.path().filename().string();
     if (std::regex_match(name, kShardName)) stale.insert(name);
   }
-  if (interim) {
-    for (const ShardWrite& s : shards) stale.insert(s.out->temp().filename().string());
-  }
+  std::string kept_single;
   for (const std::string& name : stale) {
-    if (keep.count(name) == 0 && name.find('/') == std::string::npos) {
-      ::unlink((directory / name).c_str());
+    if (keep.count(name) > 0 || name.find('/') != std::string::npos) continue;
+    if (::unlink((directory / name).c_str()) != 0 && errno != ENOENT &&
+        name == "model.safetensors") {
+      kept_single = std::strerror(errno);
     }
   }
-  if (options.durable) checkpoint::sync_folder(directory);
+  if (options.durable) sync_folder(directory);
+  if (!kept_single.empty()) {
+    throw IoError(EIO, "unlink", (directory / "model.safetensors").string(), 0, 0, 0,
+                  fmt::format("{}: the new checkpoint is committed in {} (its index names {} "
+                              "shard(s)), but the old model.safetensors could not be removed, and "
+                              "transformers' from_pretrained reads model.safetensors before the "
+                              "index: it would load the old weights. Remove it",
+                              kept_single, directory.string(), count));
+  }
 
   for (const std::string& name : final_names) report.files.push_back((directory / name).string());
   report.files.push_back(index_path.string());
-  report.bytes += index_text.size();
+  report.bytes += index_json(shards, final_names).size();
   report.seconds = since(t0);
   return report;
 }

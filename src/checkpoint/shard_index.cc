@@ -1,12 +1,15 @@
 #include "checkpoint/shard_index.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 
 #include "checkpoint/json_scan.h"
 #include "ferry/checkpoint.h"
@@ -90,12 +93,17 @@ fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::
   const fs::path real = fs::canonical(p, ec);
   const fs::path real_dir = fs::canonical(dir.empty() ? fs::path(".") : dir, ec);
   if (ec) throw CheckpointError(file, tensor, fmt::format("cannot resolve {}", p.string()));
-  auto [d, r] = std::mismatch(real_dir.begin(), real_dir.end(), real.begin(), real.end());
-  if (d != real_dir.end()) {
-    throw CheckpointError(file, tensor,
-                          fmt::format("its shard {} is a link to {}, outside the checkpoint's "
-                                      "folder {}",
-                                      p.string(), real.string(), real_dir.string()));
+  // The Hugging Face hub's cache keeps a revision's files in models--ORG--NAME/snapshots/REV/ as
+  // links to ../../blobs/SHA256: links that stay inside the repository's folder load, as they do
+  // for safetensors and transformers; a link leaving it does not.
+  const bool hub_snapshot = real_dir.parent_path().filename() == "snapshots";
+  const fs::path root = hub_snapshot ? real_dir.parent_path().parent_path() : real_dir;
+  auto [d, r] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  if (d != root.end()) {
+    throw CheckpointError(
+        file, tensor,
+        fmt::format("its shard {} is a link to {}, outside the checkpoint's {} {}", p.string(),
+                    real.string(), hub_snapshot ? "hub cache folder" : "folder", root.string()));
   }
   return p;
 }
@@ -180,6 +188,38 @@ ShardIndex discover_remote(const std::string& url) {
   ShardIndex single;
   single.shards.push_back(fs::path(single_url));
   return single;
+}
+
+// A folder without an index whose files say NAME-00002-of-00003.safetensors must hold all three:
+// a save or a download stopped half-way leaves some, and loading those would be a model with
+// tensors missing, silently.
+void require_every_shard(const fs::path& dir, const std::vector<fs::path>& files) {
+  static const std::regex kNumbered(R"((.*)-(\d+)-of-(\d+)\.safetensors)");
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> found;
+  for (const fs::path& f : files) {
+    std::smatch m;
+    const std::string name = f.filename().string();
+    if (std::regex_match(name, m, kNumbered)) found[{m[1], m[3]}].insert(m[2]);
+  }
+  for (const auto& [key, have] : found) {
+    const auto& [prefix, of] = key;
+    const std::size_t count = std::strtoull(of.c_str(), nullptr, 10);
+    std::vector<std::string> missing;
+    for (std::size_t i = 1; i <= count && missing.size() < 4; ++i) {
+      const std::string number = fmt::format("{:0{}d}", i, of.size());
+      if (have.count(number) == 0) {
+        missing.push_back(fmt::format("{}-{}-of-{}.safetensors", prefix, number, of));
+      }
+    }
+    if (!missing.empty() || have.size() != count) {
+      throw CheckpointError(
+          dir.string(), "",
+          fmt::format("the folder holds {} of the {} shards named {}-*-of-{}.safetensors and no "
+                      "index (missing: {}{}): a save or a download stopped before its end",
+                      have.size(), count, prefix, of, fmt::join(missing, ", "),
+                      missing.size() == 4 ? ", ..." : ""));
+    }
+  }
 }
 
 }  // namespace
@@ -277,6 +317,7 @@ ShardIndex discover_shards(const fs::path& path) {
   if (files.empty()) {
     throw CheckpointError(path.string(), "", "the directory holds no .safetensors file");
   }
+  require_every_shard(path, files);
   ShardIndex dir;
   dir.shards = std::move(files);
   return dir;

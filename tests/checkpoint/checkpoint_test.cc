@@ -375,5 +375,58 @@ TEST(Checkpoint, MoreShardsThanTheDescriptorLimitOpenAndLoad) {
   setrlimit(RLIMIT_NOFILE, &old);
 }
 
+// Finding 7 of issue 45: the Hugging Face hub cache keeps a revision as links into ../../blobs,
+// which safetensors and transformers load; ferry refused them as leaving the folder. Links that
+// stay inside the cache's repository folder load; one leaving it is still refused.
+TEST(Checkpoint, TheHubCachesSnapshotOfLinksIntoBlobsLoads) {
+  TempDir root;
+  const fs::path repo = root / "hub" / "models--org--tiny";
+  const fs::path snapshot = repo / "snapshots" / "0123abcd";
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(snapshot);
+  auto shards = three_shards();
+  for (int i = 0; i < 3; ++i) {
+    const std::string blob = "b10b" + std::to_string(i);
+    write_file(repo / "blobs" / blob, safetensors_bytes(shards[i]));
+    fs::create_symlink("../../blobs/" + blob,
+                       snapshot / ("model-0000" + std::to_string(i + 1) + "-of-00003.safetensors"));
+  }
+  std::string map;
+  for (int i = 0; i < 3; ++i) {
+    for (const auto& t : shards[i]) {
+      map += (map.empty() ? "" : ",") + test::json_string(t.name) + ":\"model-0000" +
+             std::to_string(i + 1) + "-of-00003.safetensors\"";
+    }
+  }
+  write_file(repo / "blobs" / "1ndex", R"({"metadata":{},"weight_map":{)" + map + "}}");
+  fs::create_symlink("../../blobs/1ndex", snapshot / "model.safetensors.index.json");
+  for (const fs::path& path : {snapshot, snapshot / "model.safetensors.index.json"}) {
+    Checkpoint ckpt(path);
+    LoadResult r = ckpt.load(host());
+    for (const auto& s : shards) expect_loaded(r, s);
+  }
+  // Without the index: the folder's links load too.
+  fs::remove(snapshot / "model.safetensors.index.json");
+  EXPECT_EQ(Checkpoint(snapshot).tensors().size(), 12u);
+  // A link out of the repository's folder is refused.
+  write_file(root / "hub" / "elsewhere.bin", safetensors_bytes(shards[0]));
+  fs::remove(snapshot / "model-00001-of-00003.safetensors");
+  fs::create_symlink("../../../elsewhere.bin", snapshot / "model-00001-of-00003.safetensors");
+  expect_checkpoint_error(snapshot, "", "outside the checkpoint's hub cache folder");
+}
+
+// Finding 4 of issue 45: a save into a new folder stopped half-way left 2 of its shards and no
+// index, and the folder loaded as a model with tensors missing, without a word.
+TEST(Checkpoint, AFolderOfNumberedShardsWithOneMissingIsRefusedNamingIt) {
+  TempDir dir;
+  auto shards = three_shards();
+  write_file(dir / "model-00001-of-00003.safetensors", safetensors_bytes(shards[0]));
+  write_file(dir / "model-00003-of-00003.safetensors", safetensors_bytes(shards[2]));
+  expect_checkpoint_error(dir.path(), "", "holds 2 of the 3 shards");
+  expect_checkpoint_error(dir.path(), "", "model-00002-of-00003.safetensors");
+  write_file(dir / "model-00002-of-00003.safetensors", safetensors_bytes(shards[1]));
+  EXPECT_EQ(Checkpoint(dir.path()).tensors().size(), 12u);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -437,5 +437,54 @@ TEST(SaveCheckpoint, AnIndexNamingTemporaryShardsOfAKilledSaveIsKeptUntilReplace
   EXPECT_EQ(names_in(dir.path()).size(), 3u);
 }
 
+// Finding 9 of issue 45: a 255-byte name is a valid file name; its temporary name passed NAME_MAX.
+TEST(SaveFile, ANameOfTheLongestLengthSaves) {
+  TempDir dir;
+  std::string name(255 - std::string(".safetensors").size() - 2, 'n');
+  name = "\xc3\xa9" + name + ".safetensors";  // a two-byte character first: the cut is byte-wise
+  ASSERT_EQ(name.size(), 255u);
+  Dict d = small_dict();
+  save_file(d.tensors, dir / name);
+  EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{name});
+}
+
+// Findings 12 and 13 of issue 45: no tensors, or no path, wrote something unloadable or a hidden
+// file in the working folder before failing.
+TEST(SaveCheckpoint, NoTensorsOrNoPathIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  test::expect_io_error([&] { save_checkpoint({}, dir / "ckpt"); }, (dir / "ckpt").string(),
+                        EINVAL);
+  EXPECT_FALSE(fs::exists(dir / "ckpt"));
+  Dict d = small_dict();
+  test::expect_io_error([&] { save_checkpoint(d.tensors, ""); }, "\"\"", EINVAL);
+  test::expect_io_error([&] { save_file(d.tensors, ""); }, "\"\"", EINVAL);
+  test::expect_io_error([&] { save_file(d.tensors, dir / "sub/"); }, (dir / "sub/").string(),
+                        EINVAL);
+  EXPECT_TRUE(names_in(dir.path()).empty());
+}
+
+// Finding 14 of issue 45: a sharded save over a lone model.safetensors that cannot be removed
+// reported success, and transformers (model.safetensors first) then loaded the old weights.
+TEST(SaveCheckpoint, AnOldSingleFileThatCannotBeRemovedFailsTheSaveSayingWhy) {
+  TempDir dir;
+  Dict old_one = numbered(4, 'a');
+  save_file(old_one.tensors, dir / "model.safetensors");
+  // A folder in its place cannot be unlinked: what an undeletable file looks like to unlink(2).
+  fs::remove(dir / "model.safetensors");
+  fs::create_directory(dir / "model.safetensors");
+  test::write_file(dir / "model.safetensors" / "x", "x");
+  Dict new_one = numbered(4, 'k');
+  SaveOptions o;
+  o.max_shard_size = 32;
+  try {
+    save_checkpoint(new_one.tensors, dir.path(), o);
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("transformers"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("committed"), std::string::npos) << e.what();
+  }
+  expect_checkpoint(dir.path(), new_one);
+}
+
 }  // namespace
 }  // namespace ferry

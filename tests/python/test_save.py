@@ -278,3 +278,59 @@ def test_a_resave_killed_at_random_moments_leaves_the_old_or_the_new_checkpoint(
     ferry.save_checkpoint({"x": np.zeros(1)}, tmp_path)
     leftovers = [n for n in os.listdir(tmp_path) if ".ferry-" in n]
     assert leftovers == []
+
+
+# ---- issue 45: names, paths and permissions ---------------------------------------------------
+
+
+def test_a_lone_surrogate_in_a_name_or_metadata_is_a_value_error_naming_it(tmp_path):
+    path = tmp_path / "m.safetensors"
+    bad = "w\udc80"
+    with pytest.raises(ValueError, match=r"tensor name 'w\\udc80' is not valid text"):
+        ftorch.save_file({bad: torch.zeros(2)}, str(path))
+    with pytest.raises(ValueError, match="metadata key"):
+        ftorch.save_file({"w": torch.zeros(2)}, str(path), metadata={bad: "x"})
+    with pytest.raises(ValueError, match="tensor name"):
+        ferry.save_checkpoint({bad: torch.zeros(2)}, str(tmp_path / "ckpt"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_path_of_undecodable_bytes_saves_under_that_name(tmp_path):
+    name = os.fsdecode(b"m\xff.safetensors")  # a surrogate escape, as os.listdir gives it
+    ftorch.save_file({"w": torch.arange(3)}, os.path.join(str(tmp_path), name))
+    assert os.listdir(tmp_path) == [name]
+    assert ftorch.load_file(os.path.join(str(tmp_path), name))["w"].tolist() == [0, 1, 2]
+
+
+def test_an_empty_path_or_state_dict_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError, match="empty path"):
+        ftorch.save_file({"w": torch.zeros(2)}, "")
+    with pytest.raises(OSError, match="empty path"):
+        ferry.save_checkpoint({"w": torch.zeros(2)}, "")
+    with pytest.raises(OSError, match="no tensors to save"):
+        ferry.save_checkpoint({}, str(tmp_path / "ckpt"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_files_are_made_with_the_umask_of_the_process_from_every_thread(tmp_path):
+    """Finding 3: ferry's umask(0)/umask(mask) pair raced with other threads, whose files (and
+    ferry's own, from asynchronous saves) came out 0666."""
+    old = os.umask(0o077)
+    try:
+        futures = [ferry.save_checkpoint({"w": torch.full((4,), i)}, str(tmp_path / f"c{i}"),
+                                         asynchronous=True) for i in range(40)]
+        made = []
+        for i in range(200):
+            p = tmp_path / f"other{i}"
+            fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o666)
+            os.close(fd)
+            made.append(p)
+        for f in futures:
+            f.result()
+    finally:
+        os.umask(old)
+    modes = {oct(os.stat(p).st_mode & 0o777) for p in made}
+    modes |= {oct(os.stat(tmp_path / f"c{i}" / name).st_mode & 0o777)
+              for i in range(40) for name in os.listdir(tmp_path / f"c{i}")}
+    assert modes == {oct(0o600)}

@@ -1,19 +1,18 @@
 // ferry write: write bytes from GPU or host memory to a file. Also how test and benchmark files
 // are made. What it promises (docs/reliability.md, "ferry write"): PATH is either left as it was
 // or replaced by the complete new file, also across a crash or a kill at any moment. The data
-// goes to a new temporary file beside PATH (a name no other process can hold, created with
-// O_EXCL), is written, fsynced and closed with every error checked, takes PATH's permissions, and
-// is renamed over PATH; then the folder is fsynced, so the rename itself is durable. A symlink is
+// goes through a ferry::AtomicFile: a new temporary file beside PATH (locked by this process while
+// it lives), written, fsynced and closed with every error checked, given PATH's owner,
+// permissions and ACL, and renamed over PATH; then the folder is fsynced, so the rename itself is
+// durable. A symlink is
 // written through (its target is replaced) unless fs.protected_symlinks forbids following it; a
 // FIFO, device or folder at PATH is refused, never replaced, and so are a file with other hard
 // links and a file the caller could not open for writing. A temporary file left by a killed run is
-// removed by the next run for the same PATH.
-#include <dirent.h>
+// removed by the next save into that folder (its lock is free).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +22,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "ferry/atomic_file.h"
 
 namespace ferry::cli {
 namespace {
@@ -63,29 +63,6 @@ fs::path follow_links(const fs::path& path) {
   throw IoError(ELOOP, "open", path.string(), 0, 0, 0, "too many levels of symbolic links");
 }
 
-// ferry write replaces only a file that the caller could have opened for writing at PATH (through
-// its links, with every check the kernel makes): a rename needs only the folder's permission,
-// so without this a user could replace a read-only file, or another user's file, of a folder
-// they may write. A file being executed (ETXTBSY) may be replaced: that is what a rename is for.
-void check_writable(const std::string& path, const struct stat& target) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ETXTBSY) return;
-    throw IoError(err, "open", path, 0, 0, 0,
-                  fmt::format("{}; ferry write replaces only a file it could open for writing",
-                              std::strerror(err)));
-  }
-  struct stat st {};
-  const bool same =
-      ::fstat(fd, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino;
-  ::close(fd);
-  if (!same) {
-    throw IoError(EAGAIN, "open", path, 0, 0, 0,
-                  "the file changed while ferry looked at it; run the command again");
-  }
-}
-
 const char* kind_of(mode_t mode) {
   if (S_ISDIR(mode)) return "a folder";
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -95,28 +72,6 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-std::string temp_prefix(const fs::path& target) {
-  return "." + target.filename().string() + ".ferry-";
-}
-
-// Temporary files of earlier runs for the same target whose process is gone (killed, crashed).
-void remove_stale_temps(const fs::path& target) {
-  const std::string prefix = temp_prefix(target);
-  const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  DIR* d = opendir(folder.c_str());
-  if (d == nullptr) return;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name.rfind(prefix, 0) != 0) continue;
-    // .NAME.ferry-PID-XXXXXX
-    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && pid != getpid() && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      unlinkat(dirfd(d), name.c_str(), 0);
-    }
-  }
-  closedir(d);
-}
-
 // The temporary file's name, for the signal handler (async-signal-safe unlink only).
 char g_temp[4096];
 
@@ -124,75 +79,6 @@ void on_signal(int sig) {
   if (g_temp[0] != 0) unlink(g_temp);
   signal(sig, SIG_DFL);
   raise(sig);
-}
-
-// PATH's access ACL (the xattr system.posix_acl_access, absent on most files) onto the new file.
-void copy_access_acl(const fs::path& from, int to_fd, const std::string& temp) {
-  static const char kName[] = "system.posix_acl_access";
-  const ssize_t want = ::getxattr(from.c_str(), kName, nullptr, 0);
-  if (want < 0) {
-    if (errno == ENODATA || errno == ENOTSUP) return;
-    throw IoError(
-        errno, "getxattr", from.string(), 0, 0, 0,
-        fmt::format("{} (reading its ACL, to give it to the new file)", std::strerror(errno)));
-  }
-  std::string acl(static_cast<std::size_t>(want), '\0');
-  const ssize_t got = ::getxattr(from.c_str(), kName, acl.data(), acl.size());
-  if (got < 0 || ::fsetxattr(to_fd, kName, acl.data(), static_cast<std::size_t>(got), 0) != 0) {
-    const int err = errno;
-    throw IoError(err, "fsetxattr", temp, 0, 0, 0,
-                  fmt::format("{}: cannot give the new file the ACL of {}; it is unchanged",
-                              std::strerror(err), from.string()));
-  }
-}
-
-// The new file takes the owner (where allowed), the permissions and the access ACL of the one it
-// replaces, after its bytes are written (a write by a process without CAP_FSETID clears setuid,
-// and chown clears it too, so the bits come last). A setuid or setgid bit is kept only with the
-// owner (group) it had: ferry never makes a setuid file of another owner; it says so when it
-// drops one.
-void take_attributes(int fd, const std::string& temp, const fs::path& dest,
-                     const struct stat& old) {
-  if (::fchown(fd, old.st_uid, old.st_gid) != 0) {
-    // Not ours to give away (EPERM): the new file belongs to whoever wrote it.
-  }
-  struct stat now {};
-  if (::fstat(fd, &now) != 0) throw IoError(errno, "fstat", temp, 0, 0);
-  mode_t mode = old.st_mode & 07777;
-  std::string dropped;
-  if ((mode & S_ISUID) && now.st_uid != old.st_uid) {
-    mode &= ~S_ISUID;
-    dropped = fmt::format("setuid (uid {})", old.st_uid);
-  }
-  if ((mode & S_ISGID) && now.st_gid != old.st_gid) {
-    mode &= ~S_ISGID;
-    dropped += fmt::format("{}setgid (gid {})", dropped.empty() ? "" : " and ", old.st_gid);
-  }
-  if (::fchmod(fd, mode) != 0) throw IoError(errno, "fchmod", temp, 0, 0);
-  copy_access_acl(dest, fd, temp);
-  if (!dropped.empty()) {
-    fmt::print(stderr,
-               "note: {} was {}; the new file belongs to uid {} gid {}, so it is not: ferry write "
-               "never gives a setuid or setgid bit to another owner\n",
-               dest.string(), dropped, now.st_uid, now.st_gid);
-  }
-}
-
-void sync_folder(const fs::path& target) {
-  const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  int fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw IoError(err, "open", folder.string(), 0, 0, 0,
-                  fmt::format("{} (to fsync the rename)", std::strerror(err)));
-  }
-  const int rc = fsync(fd);
-  const int err = errno;
-  close(fd);
-  if (rc != 0) {
-    throw IoError(err, "fsync", folder.string(), 0, 0, 0,
-                  fmt::format("{}; the rename may not survive a crash", std::strerror(err)));
-  }
 }
 
 struct WriteArgs {
@@ -229,7 +115,6 @@ int run(const WriteArgs& a) {
                               dest.string(), kind_of(old.st_mode)));
   }
   if (exists) {
-    check_writable(a.path, old);
     if (old.st_nlink > 1) {
       // A rename gives one name a new file; the other names would keep the old bytes.
       throw IoError(EMLINK, "write", a.path, 0, size, 0,
@@ -239,9 +124,9 @@ int run(const WriteArgs& a) {
                                 dest.string(), old.st_nlink));
     }
   }
-  remove_stale_temps(dest);
-  std::string temp =
-      (dest.parent_path() / temp_prefix(dest)).string() + fmt::format("{}-XXXXXX", getpid());
+  remove_stale_temps(dest.parent_path().empty() ? fs::path(".") : dest.parent_path());
+  FileOptions options = file_options(a.settings);
+  options.write_behind = !a.no_sync;  // fsynced once written: its writeback starts as it goes
   // The signals that remove the temporary file are blocked from before it exists until the
   // handler knows its name: a SIGTERM in between left it behind.
   sigset_t stops, before;
@@ -252,77 +137,41 @@ int run(const WriteArgs& a) {
   act.sa_handler = on_signal;
   sigemptyset(&act.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &act, nullptr);
-  const int temp_fd = mkostemp(temp.data(), O_CLOEXEC);
-  const int temp_errno = errno;
-  if (temp_fd >= 0 && temp.size() < sizeof g_temp) {
-    std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  std::unique_ptr<AtomicFile> saved;
+  try {
+    saved = std::make_unique<AtomicFile>(dest, options);
+  } catch (...) {
+    sigprocmask(SIG_SETMASK, &before, nullptr);
+    throw;
   }
+  const std::string temp = saved->temp().string();
+  if (temp.size() < sizeof g_temp) std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
   sigprocmask(SIG_SETMASK, &before, nullptr);
-  if (temp_fd < 0) {
-    throw IoError(temp_errno, "open", temp, 0, 0, 0,
-                  fmt::format("{} (making the temporary file beside {})", std::strerror(temp_errno),
-                              dest.string()));
-  }
-  auto discard = [&] {
-    g_temp[0] = 0;
-    unlink(temp.c_str());
-    close(temp_fd);
-  };
   RouteReport route;
   double cpu = 0;
   // The fsyncs after the write request (file, then folder): the request's seconds are the
   // bytes reaching the page cache; durability waits for the disk on top.
   double sync_seconds = 0;
   try {
-    // "r+": mkostemp made it empty; "w" would add O_TRUNC, after which ext4 writes the file back
-    // at close(2) if a block still awaits delayed allocation (checkpoint/atomic_file.cc).
-    FileOptions options = file_options(a.settings);
-    options.write_behind = !a.no_sync;  // fsynced once written: its writeback starts as it goes
-    File file(temp, "r+", options);
     const double cpu0 = cpu_seconds();
-    IoFuture future = file.pwrite(buffer.data(), size, 0);
+    IoFuture future = saved->file().pwrite(buffer.data(), size, 0);
     wait_with_progress(future, size, "writing");
     future.get();
-    // The bytes are written: now the attributes (before the fsync, which makes them durable).
-    if (exists) {
-      take_attributes(temp_fd, temp, dest, old);
-    } else {
-      const mode_t mask = umask(0);
-      umask(mask);
-      if (fchmod(temp_fd, 0666 & ~mask) != 0) throw IoError(errno, "fchmod", temp, 0, 0);
-    }
-    if (!a.no_sync) {
-      const auto synced_at = std::chrono::steady_clock::now();
-      file.sync();
-      sync_seconds = seconds_since(synced_at);
-    }
     cpu = cpu_seconds() - cpu0;
     route = future.route();
-    file.close();  // a write lost at close(2) fails here, before the rename
-    struct stat made {
-    }, named{};
-    if (fstat(temp_fd, &made) != 0 || ::stat(temp.c_str(), &named) != 0 ||
-        made.st_ino != named.st_ino || made.st_dev != named.st_dev) {
-      throw IoError(EEXIST, "write", temp, 0, size, 0,
-                    "the temporary file was replaced while ferry wrote it");
-    }
-    if (::rename(temp.c_str(), dest.c_str()) != 0) {
-      const int err = errno;  // before the cleanup can change it
-      throw IoError(err, "rename", dest.string(), 0, size, 0,
-                    fmt::format("{}; the new file is removed and {} is unchanged",
-                                std::strerror(err), dest.string()));
-    }
+    // The attributes of the file replaced, then the fsync that makes them durable with the bytes.
+    const auto synced_at = std::chrono::steady_clock::now();
+    saved->finish(!a.no_sync);
+    sync_seconds = seconds_since(synced_at);
+    const auto renamed_at = std::chrono::steady_clock::now();
+    saved->commit(!a.no_sync);
+    sync_seconds += seconds_since(renamed_at);
   } catch (...) {
-    discard();
-    throw;
+    g_temp[0] = 0;
+    throw;  // the AtomicFile removes its temporary file
   }
   g_temp[0] = 0;
-  close(temp_fd);
-  if (!a.no_sync) {
-    const auto synced_at = std::chrono::steady_clock::now();
-    sync_folder(dest);
-    sync_seconds += seconds_since(synced_at);
-  }
+  if (!saved->note().empty()) fmt::print(stderr, "note: {}\n", saved->note());
   const double durable_seconds = route.seconds + sync_seconds;
   const double cpu_per_gib = size > 0 ? cpu / (static_cast<double>(size) / (1 << 30)) : 0;
   if (a.json) {

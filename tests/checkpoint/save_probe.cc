@@ -1,0 +1,58 @@
+// A small program that saves one generation of a test checkpoint, for the save tests that need a
+// child process: faults injected by save_fault_shim (LD_PRELOAD), another user (setpriv), or two
+// writers at once.
+//   save_probe checkpoint DIR GEN SHARDS   save_checkpoint of generation GEN in SHARDS shards
+//   save_probe file PATH GEN               save_file of generation GEN
+// Generation GEN: tensors t0..t5, 64 bytes each, every byte of t<i> is GEN * 16 + i.
+// Exit codes: 0 saved, 4 a ferry::Error (its message printed), 2 usage.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ferry/checkpoint_writer.h"
+#include "ferry/error.h"
+
+namespace {
+
+constexpr int kTensors = 6;
+constexpr std::uint64_t kBytes = 64;
+
+struct Generation {
+  std::vector<std::string> bytes;
+  std::vector<ferry::TensorSource> tensors;
+  explicit Generation(int gen) {
+    bytes.reserve(kTensors);
+    for (int i = 0; i < kTensors; ++i) {
+      bytes.emplace_back(kBytes, static_cast<char>(gen * 16 + i));
+      tensors.push_back(
+          {"t" + std::to_string(i), ferry::Dtype::kU8, {kBytes}, bytes.back().data(), kBytes});
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  try {
+    if (what == "checkpoint" && argc == 5) {
+      const Generation g(std::atoi(argv[3]));
+      const int shards = std::atoi(argv[4]);
+      ferry::SaveOptions o;
+      o.max_shard_size = shards <= 1 ? 0 : kBytes * ((kTensors + shards - 1) / shards);
+      ferry::save_checkpoint(g.tensors, argv[2], o);
+      return 0;
+    }
+    if (what == "file" && argc == 4) {
+      const Generation g(std::atoi(argv[3]));
+      ferry::save_file(g.tensors, argv[2]);
+      return 0;
+    }
+  } catch (const ferry::Error& e) {
+    std::printf("%s\n", e.what());
+    return 4;
+  }
+  std::fprintf(stderr, "usage: save_probe checkpoint DIR GEN SHARDS | file PATH GEN\n");
+  return 2;
+}
