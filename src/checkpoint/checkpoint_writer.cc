@@ -283,7 +283,12 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   s.out = std::make_unique<AtomicFile>(file, file_options(options));
   submit(s);
   complete(s, options.durable, report);
-  s.out->commit(options.durable);
+  {
+    // The rename under the folder's save lock: a save_checkpoint there, which removes the
+    // model*.safetensors files its index does not name, never runs across it.
+    const FolderLock lock(file.parent_path().empty() ? fs::path(".") : file.parent_path());
+    s.out->commit(options.durable);
+  }
   report.files.push_back(file.string());
   report.seconds = since(t0);
   return report;

@@ -6,14 +6,18 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint/safetensors_writer.h"
 #include "core/paths.h"
@@ -484,6 +488,27 @@ TEST(SaveCheckpoint, AnOldSingleFileThatCannotBeRemovedFailsTheSaveSayingWhy) {
     EXPECT_NE(std::string(e.what()).find("committed"), std::string::npos) << e.what();
   }
   expect_checkpoint(dir.path(), new_one);
+}
+
+// A save_file into a checkpoint's folder takes its turn with a save_checkpoint there, whose end
+// removes model*.safetensors files its index does not name: the rename waits for the folder lock.
+TEST(SaveFile, TheRenameWaitsForACheckpointSaveInTheSameFolder) {
+  TempDir dir;
+  const int held = ::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);  // what a save_checkpoint in progress holds
+  Dict d = small_dict();
+  std::atomic<bool> done{false};
+  std::thread saver([&] {
+    save_file(d.tensors, dir / "model.safetensors");
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(done.load());
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
+  ::close(held);
+  saver.join();
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
 }
 
 }  // namespace
