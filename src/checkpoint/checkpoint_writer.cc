@@ -410,31 +410,36 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
 
   // 3. Files of the old checkpoint that the new one does not use, once the new index is durable:
   // the names the old index gave, and shard names of transformers' pattern. Other files
-  // (config.json, tokenizer...) stay.
+  // (config.json, tokenizer, an adapter's .safetensors beside a folder without an index) stay.
   std::set<std::string> keep(final_names.begin(), final_names.end());
-  std::set<std::string> stale = live.names;
+  std::set<std::string> stale;
+  if (live.indexed) stale = live.names;
   static const std::regex kShardName(R"(model(-\d{5}-of-\d{5})?\.safetensors)");
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(directory, ec)) {
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, kShardName)) stale.insert(name);
-  }
-  std::string kept_single;
-  for (const std::string& name : stale) {
-    if (keep.count(name) > 0 || name.find('/') != std::string::npos) continue;
-    if (::unlink((directory / name).c_str()) != 0 && errno != ENOENT &&
-        name == "model.safetensors") {
-      kept_single = std::strerror(errno);
+  int single_errno = 0;
+  try {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(directory, ec)) {
+      const std::string name = e.path().filename().string();
+      if (std::regex_match(name, kShardName)) stale.insert(name);
     }
+    for (const std::string& name : stale) {
+      if (keep.count(name) > 0 || name.find('/') != std::string::npos) continue;
+      if (::unlink((directory / name).c_str()) != 0 && errno != ENOENT &&
+          name == "model.safetensors") {
+        single_errno = errno;
+      }
+    }
+    if (options.durable) sync_folder(directory);
+  } catch (const IoError&) {
+    rethrow_after_commit(directory, "removing the old checkpoint's files failed");
   }
-  if (options.durable) sync_folder(directory);
-  if (!kept_single.empty()) {
-    throw IoError(EIO, "unlink", (directory / "model.safetensors").string(), 0, 0, 0,
+  if (single_errno != 0) {
+    throw IoError(single_errno, "unlink", (directory / "model.safetensors").string(), 0, 0, 0,
                   fmt::format("{}: the new checkpoint is committed in {} (its index names {} "
                               "shard(s)), but the old model.safetensors could not be removed, and "
                               "transformers' from_pretrained reads model.safetensors before the "
                               "index: it would load the old weights. Remove it",
-                              kept_single, directory.string(), count));
+                              std::strerror(single_errno), directory.string(), count));
   }
 
   for (const std::string& name : final_names) report.files.push_back((directory / name).string());

@@ -511,5 +511,26 @@ TEST(SaveFile, TheRenameWaitsForACheckpointSaveInTheSameFolder) {
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
 }
 
+// A folder without an index loads as all its .safetensors files, so a save there goes through its
+// temporary names; its end removes only transformers' shard names: another tool's file beside
+// them (an adapter's) is not the old checkpoint's to remove.
+TEST(SaveCheckpoint, AnotherToolsSafetensorsFileInAFolderWithoutIndexStays) {
+  TempDir dir;
+  Dict old_one = numbered(2, 'a');
+  save_file(old_one.tensors, dir / "model.safetensors");
+  Dict adapter;
+  adapter.add("lora.a", Dtype::kF32, {1}, std::string(4, 'L'));
+  save_file(adapter.tensors, dir / "adapter_model.safetensors");
+  Dict new_one = numbered(2, 'k');
+  SaveOptions o;
+  o.max_shard_size = 16;
+  save_checkpoint(new_one.tensors, dir.path(), o);
+  EXPECT_EQ(names_in(dir.path()),
+            (std::vector<std::string>{
+                "adapter_model.safetensors", "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors", "model.safetensors.index.json"}));
+  expect_checkpoint(dir.path(), new_one);
+}
+
 }  // namespace
 }  // namespace ferry
