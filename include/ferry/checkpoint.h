@@ -77,6 +77,15 @@ struct TensorInfo {
   std::size_t shard = 0;  // index into Checkpoint::shards()
 };
 
+// A whole safetensors file held in memory (safetensors' `load(bytes)`), its header validated as a
+// file's is; each tensor's file_offset is where its bytes start in `bytes`, in the order of the
+// bytes. Throws CheckpointError naming `name` (and the tensor at fault).
+struct SafetensorsContents {
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& name = "<bytes>");
+
 // Where one tensor's bytes go: bytes [begin, begin + length) of the tensor (all of it by default)
 // into `length` bytes of writable host or GPU memory.
 struct TensorTarget {

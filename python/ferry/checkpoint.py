@@ -449,6 +449,25 @@ def load_checkpoint(path_or_index: PathLike, device: Any = "cpu", framework: str
                                                       one_allocation)
 
 
+def load_bytes(data: Any, framework: str = "pt") -> Dict[str, Any]:
+    """Every tensor of a whole safetensors file held in `data` (bytes, bytearray, memoryview), as
+    safetensors' ``load`` gives them: host tensors that own their memory, in the order of their
+    bytes. The header is validated as a file's is (a bad one raises CheckpointError)."""
+    data = bytes(data)
+    _, rows = _ferry.safetensors_parse(data)
+    fw = _framework(framework, "cpu")
+    import numpy as np
+    out: Dict[str, Any] = {}
+    for i, row in enumerate(rows):
+        entry = _Entry(i, tuple(row) + (0,))
+        raw = fw.raw(entry.nbytes)
+        if entry.nbytes:
+            src = np.frombuffer(data, dtype=np.uint8, count=entry.nbytes, offset=entry.file_offset)
+            (raw.numpy() if fw.name == "pt" else raw)[:] = src
+        out[entry.name] = fw.view(raw, entry)
+    return out
+
+
 def last_load_report() -> Any:
     """The LoadReport (bytes, seconds, one route report per shard) of this process's most
     recent checkpoint read, or None."""

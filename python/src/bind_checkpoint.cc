@@ -180,6 +180,21 @@ void bind_checkpoint(py::module_& m) {
       "(header bytes, order of the tensors' bytes) of [(name, dtype, shape, ptr, nbytes), ...] "
       "as safetensors 0.8 lays them out.");
   m.def(
+      "safetensors_parse",
+      [](const py::bytes& data) {
+        const std::string_view bytes = data;
+        SafetensorsContents c = parse_safetensors(bytes);
+        py::list rows;
+        for (const TensorInfo& t : c.tensors) {
+          rows.append(py::make_tuple(t.name, std::string(to_string(t.dtype)), t.shape,
+                                     t.file_offset, t.nbytes));
+        }
+        return py::make_tuple(c.metadata, rows);
+      },
+      arg("data"),
+      "(metadata, [(name, dtype, shape, offset, nbytes), ...]) of a whole safetensors file in "
+      "`data`, its header validated as a file's is; offsets are into `data`, in byte order.");
+  m.def(
       "save_file",
       [](const py::list& rows, const std::string& path,
          std::optional<std::map<std::string, std::string>> metadata, bool durable,

@@ -446,3 +446,18 @@ SafetensorsHeader parse_file_prefix(std::string_view prefix, std::uint64_t file_
 
 }  // namespace checkpoint
 }  // namespace ferry
+
+namespace ferry {
+
+SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& name) {
+  checkpoint::SafetensorsHeader h = checkpoint::parse_file_prefix(bytes, bytes.size(), name);
+  SafetensorsContents out;
+  out.metadata = std::move(h.metadata);
+  for (checkpoint::HeaderTensor& t : h.tensors) {
+    out.tensors.push_back({std::move(t.name), t.dtype, std::move(t.shape), h.data_start + t.begin,
+                           t.end - t.begin, 0});
+  }
+  return out;
+}
+
+}  // namespace ferry

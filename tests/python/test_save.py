@@ -334,3 +334,55 @@ def test_files_are_made_with_the_umask_of_the_process_from_every_thread(tmp_path
     modes |= {oct(os.stat(tmp_path / f"c{i}" / name).st_mode & 0o777)
               for i in range(40) for name in os.listdir(tmp_path / f"c{i}")}
     assert modes == {oct(0o600)}
+
+
+# ---- safetensors' load(bytes), save_model and load_model (issue 47) ---------------------------
+
+
+def test_load_of_bytes_gives_what_save_wrote_in_owned_memory():
+    tensors = {"a": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.tensor(7),
+               "e": torch.zeros((0, 4), dtype=torch.bfloat16), "i": torch.arange(5)}
+    blob = ftorch.save(tensors, metadata={"format": "pt"})
+    back = ftorch.load(blob)
+    assert set(back) == set(tensors)
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
+    back["a"][0, 0] = 99  # owns its memory: the bytes object is immutable
+    arrays = fnp.load(fnp.save({"x": np.arange(4, dtype=np.int16)}))
+    assert arrays["x"].tolist() == [0, 1, 2, 3] and arrays["x"].flags.writeable
+    with pytest.raises(ferry.CheckpointError, match="<bytes>"):
+        ftorch.load(blob[:20])
+
+
+def _tied_model():
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=True)
+            self.head.weight = self.embed.weight
+    return Tied()
+
+
+def test_save_model_drops_tied_names_and_load_model_restores_them(tmp_path):
+    torch.manual_seed(0)
+    model = _tied_model()
+    path = tmp_path / "model.safetensors"
+    ftorch.save_model(model, str(path))
+    from ferry.safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    saved = ftorch.load_file(str(path))
+    assert set(saved) == {"embed.weight", "head.bias"}
+    assert meta == {"head.weight": "embed.weight"}
+    other = _tied_model()
+    missing, unexpected = ftorch.load_model(other, str(path))
+    assert missing == [] and unexpected == []
+    assert torch.equal(other.head.weight, model.embed.weight)
+    assert other.head.weight.data_ptr() == other.embed.weight.data_ptr()
+    ftorch.save_file({"embed.weight": saved["embed.weight"]}, str(tmp_path / "partial.safetensors"))
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "head.bias"'):
+        ftorch.load_model(_tied_model(), str(tmp_path / "partial.safetensors"))
+    missing, _ = ftorch.load_model(_tied_model(), str(tmp_path / "partial.safetensors"),
+                                   strict=False)
+    assert missing == ["head.bias"]

@@ -1,4 +1,4 @@
-"""``ferry.safetensors.numpy``: safetensors.numpy's load_file, save_file and save on ferry. NumPy
+"""``ferry.safetensors.numpy``: safetensors.numpy's load_file, save_file, load and save on ferry. NumPy
 has no bfloat16 or float8: BF16 tensors come back as uint16 and the F8 kinds as uint8 with the
 same bits (``.view(ml_dtypes.bfloat16)`` gives the values); F4 and F6 kinds as flat uint8 bytes."""
 
@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from .. import _save
-from ..checkpoint import load_checkpoint
+from ..checkpoint import load_bytes, load_checkpoint
 
 
 def load_file(filename: Union[str, "os.PathLike[str]"], *,
@@ -34,4 +34,10 @@ def save(tensor_dict: Dict[str, Any], metadata: Optional[Dict[str, str]] = None)
     return _save.to_bytes(tensor_dict, "numpy", metadata)
 
 
-__all__ = ["load_file", "save", "save_file"]
+def load(data: bytes) -> Dict[str, Any]:
+    """The arrays of a safetensors file held in `data` (what safetensors.numpy.load takes), each
+    owning its memory."""
+    return load_bytes(data, "numpy")
+
+
+__all__ = ["load", "load_file", "save", "save_file"]
