@@ -1,8 +1,9 @@
-// Reading other processes' segments (docs/stats.md): finding them, refusing any file that is not
-// a regular 0600 file owned by the uid its name says, or whose pid runs as another uid (a forgery),
-// telling live owners from dead ones (a pid that no longer exists, a zombie, or a pid reused by a
-// process of another start time), and removing the segments of dead ones. A segment kept
-// mid-update costs a reader a few milliseconds at most, and a listing 50 ms in all.
+// Reading other processes' segments (docs/stats.md): finding them (for one pid, the segment of the
+// uid it runs as first), refusing any file that is not a regular 0600 file owned by the uid its
+// name says, or whose pid runs as another uid (a forgery), telling live owners from dead ones (a
+// pid that no longer exists, a zombie, or a pid reused by a process of another start time), and
+// removing the segments of dead ones. A segment kept mid-update costs a reader a few milliseconds
+// at most, and a listing 50 ms in all.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ferry/route.h"
 #include "ferry/stats.h"
@@ -499,35 +503,44 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
   const std::string dir = directory.empty() ? stats_directory() : directory;
   if (pid <= 0) throw StatsError(Kind::kNoProcess, pid, "no process " + std::to_string(pid));
   Fd d = open_directory(dir, pid);
-  // This user's segment of that pid first, then one of another user's.
-  Named target{statistics::segment_name(::geteuid(), static_cast<std::uint64_t>(pid)),
-               static_cast<std::uint32_t>(::geteuid()), pid};
-  struct stat st {};
-  if (::fstatat(d.fd, target.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    bool found = false;
-    for (const Named& n : segment_names(d.fd)) {
-      if (n.pid == pid) {
-        target = n;
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      std::string why_dead;
-      if (!owner_alive(pid, 0, &why_dead)) {
-        throw StatsError(
-            Kind::kNoProcess, pid,
-            "no process " + std::to_string(pid) + " (and no segment of it in " + dir + ")");
-      }
-      throw StatsError(Kind::kNotPublished, pid,
-                       "process " + std::to_string(pid) + " publishes no ferry counters in " + dir +
-                           " (it has made no request through ferry yet, or publishing is off: "
-                           "FERRY_STATS_PUBLISH=0, ferry::publish_stats(false), "
-                           "ferry.stats.publish(False))");
-    }
+  std::vector<Named> named;
+  for (Named& n : segment_names(d.fd)) {
+    if (n.pid == pid) named.push_back(std::move(n));
   }
-  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid, BusyBudget::one());
-  if (in.stats) return std::move(*in.stats);
+  if (named.empty()) {
+    std::string why_dead;
+    if (!owner_alive(pid, 0, &why_dead)) {
+      throw StatsError(
+          Kind::kNoProcess, pid,
+          "no process " + std::to_string(pid) + " (and no segment of it in " + dir + ")");
+    }
+    throw StatsError(Kind::kNotPublished, pid,
+                     "process " + std::to_string(pid) + " publishes no ferry counters in " + dir +
+                         " (it has made no request through ferry yet, or publishing is off: "
+                         "FERRY_STATS_PUBLISH=0, ferry::publish_stats(false), "
+                         "ferry.stats.publish(False))");
+  }
+  // The segment of the uid the process runs as first, then this user's, then the others: any
+  // user may plant one under the pid's name, and one taken first (in directory order) hid the
+  // process's own counters from root (issue 45, B7). The others are inspected too, and listed
+  // beside the counters.
+  const std::optional<std::uint32_t> runs_as = process_uid(pid);
+  auto rank = [&](const Named& n) {
+    const int order = runs_as && n.uid == *runs_as ? 0 : n.uid == ::geteuid() ? 1 : 2;
+    return std::make_pair(order, n.uid);
+  };
+  std::sort(named.begin(), named.end(),
+            [&](const Named& a, const Named& b) { return rank(a) < rank(b); });
+  Inspection in = inspect(d.fd, dir, named[0].name, named[0].uid, pid, BusyBudget::one());
+  if (in.stats) {
+    const BusyBudget others = BusyBudget::listing();
+    for (std::size_t i = 1; i < named.size(); ++i) {
+      Inspection o = inspect(d.fd, dir, named[i].name, named[i].uid, pid, others);
+      if (o.state == State::kRemoved && !o.exited) continue;  // gone meanwhile
+      in.stats->other_segments.push_back({dir + "/" + named[i].name, to_string(o.state), o.detail});
+    }
+    return std::move(*in.stats);
+  }
   switch (in.state) {
     case State::kPermissionDenied:
       throw StatsError(Kind::kPermissionDenied, pid, in.detail);
@@ -559,6 +572,7 @@ std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid
     std::string why;
     if (!owner_alive(n.pid, 0, &why) && remove_segment(d.fd, n.name, st)) ++removed;
   }
+
   return removed;
 }
 

@@ -32,8 +32,9 @@ using nlohmann::json;
 // The worker (stats_worker.cc), driven through its stdin and stdout.
 class Worker {
  public:
+  // `as_nobody`: the worker runs as the user nobody (through setpriv; needs root).
   Worker(const fs::path& file, const fs::path& stats_dir,
-         const std::vector<std::pair<std::string, std::string>>& env = {}) {
+         const std::vector<std::pair<std::string, std::string>>& env = {}, bool as_nobody = false) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -42,6 +43,10 @@ class Worker {
       dup2(out[1], 1);
       setenv("FERRY_STATS_DIR", stats_dir.c_str(), 1);
       for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      if (as_nobody) {
+        execl("/usr/bin/setpriv", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+              FERRY_STATS_WORKER, file.c_str(), static_cast<char*>(nullptr));
+      }
       execl(FERRY_STATS_WORKER, FERRY_STATS_WORKER, file.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -427,6 +432,45 @@ TEST_F(StatsCli, ASegmentForAPidThatRunsAsAnotherUserIsIgnoredAsForged) {
   EXPECT_EQ(process_json(w.pid())["totals"]["requests"], 7);
   EXPECT_TRUE(fs::exists(forged)) << "a live pid's file is not removed, only ignored";
   fs::remove(forged);
+}
+
+// Issue 45, B7: root's `ferry stats -p PID` took the first segment named for the pid in directory
+// order; an empty file planted under that pid by another user hid the process's own counters
+// ("forged"). The segment of the uid the process runs as is read, and the plants are listed
+// beside it. Plants are made before and after the worker's segment, so that one comes first in
+// any directory order.
+TEST_F(StatsCli, SegmentsPlantedByOtherUsersDoNotHideTheProcessFromRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (a worker run as nobody, files of other users)";
+  if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/setpriv (util-linux)";
+  Worker w(data_, stats_dir_, {}, /*as_nobody=*/true);
+  auto plant = [&](uid_t uid) {
+    const fs::path p =
+        stats_dir_ / ("ferry." + std::to_string(uid) + "." + std::to_string(w.pid()));
+    put_file(p, "", uid);
+    return p;
+  };
+  std::vector<fs::path> planted;
+  for (uid_t uid = 1; uid <= 4; ++uid) planted.push_back(plant(uid));
+  w.ask("read 6 4096");  // its first request makes its segment
+  const fs::path own = stats_dir_ / ("ferry.65534." + std::to_string(w.pid()));
+  ASSERT_TRUE(fs::exists(own));
+  for (uid_t uid = 5; uid <= 8; ++uid) planted.push_back(plant(uid));
+
+  json p = process_json(w.pid());
+  EXPECT_EQ(p["uid"], 65534);
+  EXPECT_EQ(p["path"], own.string());
+  EXPECT_EQ(p["totals"]["requests"], 6);
+  ASSERT_EQ(p["other_segments"].size(), planted.size()) << p.dump(2);
+  for (const json& o : p["other_segments"]) {
+    EXPECT_EQ(o["state"], "corrupt") << o.dump();
+    EXPECT_NE(o["detail"].get<std::string>().find("forged"), std::string::npos) << o.dump();
+  }
+  ProcessResult text = cli({"-p", std::to_string(w.pid())});
+  EXPECT_EQ(text.exit_code, 0) << text.describe();
+  EXPECT_NE(text.output.find("requests: 6 (0 failed)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("not read as its counters: corrupt: forged"), std::string::npos)
+      << text.output;
+  for (const fs::path& f : planted) EXPECT_TRUE(fs::exists(f)) << "a live pid's plant is kept";
 }
 
 // Issue 30, finding 9: a segment kept mid-update cost every reader 1.15 s (2,000 attempts), and
