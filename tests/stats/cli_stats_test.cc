@@ -473,6 +473,61 @@ TEST_F(StatsCli, SegmentsPlantedByOtherUsersDoNotHideTheProcessFromRoot) {
   for (const fs::path& f : planted) EXPECT_TRUE(fs::exists(f)) << "a live pid's plant is kept";
 }
 
+// Issue 45, B13: a segment left by a killed process whose pid a process of another user holds
+// now was called forged and never removed. Its header's start time, earlier than that of the
+// process holding the pid now, says its process is gone: the listing removes it, and the
+// process's own segment is read, with the stale one named beside it.
+TEST_F(StatsCli, AStaleSegmentOfAPidNowRunByAnotherUserIsRemovedNotCalledForged) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to make a file owned by nobody)";
+  Worker w(data_, stats_dir_);
+  w.ask("read 3 4096");
+  std::ifstream in(segment(w.pid()), std::ios::binary);
+  const std::string real((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t start_ticks = 0;
+  std::memcpy(&start_ticks, real.data() + 12 * 8, 8);
+  ASSERT_GT(start_ticks, 1u);
+  // What nobody's process of the same pid left when it was killed, before the worker started.
+  std::string left = segment_for(real, static_cast<std::uint64_t>(w.pid()), 65534, false);
+  const std::uint64_t earlier = start_ticks - 1;
+  std::memcpy(left.data() + 12 * 8, &earlier, 8);
+  const fs::path stale = stats_dir_ / ("ferry.65534." + std::to_string(w.pid()));
+  put_file(stale, left, 65534);
+
+  json all = cli_json({"--all"});
+  bool seen = false;
+  for (const json& e : all["processes"]) {
+    if (e["path"] != stale.string()) continue;
+    seen = true;
+    EXPECT_EQ(e["state"], "removed") << e.dump(2);
+    const std::string detail = e["detail"].get<std::string>();
+    EXPECT_NE(detail.find("has exited (its pid now belongs to a process of uid 0"),
+              std::string::npos)
+        << detail;
+    EXPECT_EQ(detail.find("forged"), std::string::npos) << detail;
+  }
+  EXPECT_TRUE(seen) << all.dump(2);
+  EXPECT_FALSE(fs::exists(stale));
+
+  // By pid: the worker's own counters, the stale segment removed and named beside them.
+  put_file(stale, left, 65534);
+  json p = process_json(w.pid());
+  EXPECT_EQ(p["totals"]["requests"], 3);
+  ASSERT_EQ(p["other_segments"].size(), 1u) << p.dump(2);
+  EXPECT_EQ(p["other_segments"][0]["state"], "removed");
+  EXPECT_FALSE(fs::exists(stale));
+
+  // The same segment with the worker's own start time is made while it runs: forged, and kept.
+  std::string same = left;
+  std::memcpy(same.data() + 12 * 8, &start_ticks, 8);
+  put_file(stale, same, 65534);
+  json again = process_json(w.pid());
+  ASSERT_EQ(again["other_segments"].size(), 1u) << again.dump(2);
+  EXPECT_NE(again["other_segments"][0]["detail"].get<std::string>().find("forged"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(stale));
+  fs::remove(stale);
+}
+
 // Issue 30, finding 9: a segment kept mid-update cost every reader 1.15 s (2,000 attempts), and
 // `--all` paid it per segment (21 of them: 24.4 s). One asked for costs at most 200 ms now, a
 // listing at most 100 ms in all, and each is reported busy.
