@@ -791,6 +791,49 @@ def test_http_settings_drive_the_retries_of_a_remote_file(flaky_http):
     assert read(http_max_attempts=5, http_status_codes=[418]) == 100 and gets[0] == 2
 
 
+def test_local_http_server_serves_a_directory_as_kvikio_tests_expect(tmp_path):
+    # KvikIO's test_http_io.py imports kvikio.utils.LocalHttpServer (issue 45): ranged GETs by
+    # default, whole files with range_support=False, a handler class of the test's own with its
+    # options (and `directory`), the server in a child process that ends with the block.
+    import http.server
+    import urllib.error
+    import urllib.request
+
+    from ferry.kvikio.utils import LocalHttpServer
+
+    data = os.urandom(1000)
+    (tmp_path / "a").write_bytes(data)
+
+    def get(url, spec=None):
+        request = urllib.request.Request(url, headers={"Range": spec} if spec else {})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, r.headers.get("Content-Range"), r.read()
+
+    with LocalHttpServer(tmp_path, max_lifetime=60) as server:
+        assert server.url == f"http://{server.ip}:{server.port}" and server.ip == "127.0.0.1"
+        assert get(f"{server.url}/a", "bytes=10-19") == (206, "bytes 10-19/1000", data[10:20])
+        assert get(f"{server.url}/a", "bytes=990-") == (206, "bytes 990-999/1000", data[990:])
+        assert get(f"{server.url}/a", "bytes=-5") == (206, "bytes 995-999/1000", data[995:])
+        with pytest.raises(urllib.error.HTTPError, match="416"):
+            get(f"{server.url}/a", "bytes=1000-1001")
+        process = server.process
+    assert not process.is_alive()
+    with LocalHttpServer(str(tmp_path), range_support=False) as server:
+        assert get(f"{server.url}/a", "bytes=10-19") == (200, None, data)
+
+    class Teapot(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, word, **kwargs):
+            self.word = word
+            super().__init__(*args, **kwargs)
+
+        def do_GET(self):
+            self.send_error(418, self.word)
+
+    with LocalHttpServer(tmp_path, handler=Teapot, handler_options={"word": "short"}) as server:
+        with pytest.raises(urllib.error.HTTPError, match="418"):
+            get(f"{server.url}/a")
+
+
 @needs_remote
 def test_remote_file_nbytes_given_is_the_size_kvikio_sees(http_dir):
     url, d, _ = http_dir
