@@ -835,6 +835,42 @@ def test_local_http_server_serves_a_directory_as_kvikio_tests_expect(tmp_path):
 
 
 @needs_remote
+def test_an_open_whose_head_and_get_fail_differently_fails_with_the_head(monkeypatch):
+    # ferry follows a failed HEAD with a GET of the first byte, for the server's words. A server
+    # that answered the HEAD 503 and the GET 404 made the open a FileNotFoundError; KvikIO's
+    # test_set_http_status_code expects the 503 (issue 45). The first failure stands.
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_HEAD(self):
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self):
+            self.send_error(404)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/a"
+    try:
+        monkeypatch.setenv("FERRY_REMOTE_RETRIES", "0")
+        with pytest.raises(ferry.IoError, match="HTTP 503") as e:
+            ferry.open(url)
+        assert e.value.errno == errno.EIO
+        with kvikio.defaults.set("http_status_codes", [429]):
+            with pytest.raises(RuntimeError, match="503"):
+                kvikio.RemoteFile.open_http(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@needs_remote
 def test_remote_file_nbytes_given_is_the_size_kvikio_sees(http_dir):
     url, d, _ = http_dir
     (d / "a").write_bytes(bytes(range(100)))
