@@ -871,6 +871,34 @@ def test_an_open_whose_head_and_get_fail_differently_fails_with_the_head(monkeyp
 
 
 @needs_remote
+def test_remote_file_retries_and_http_errors_in_kvikio_words(flaky_http, capfd):
+    # KvikIO's test_http_io.py and test_s3_io.py match these words (issue 45): its retry line on
+    # stdout, its last words when the attempts run out, libcurl's for an HTTP error. ferry's
+    # own words follow, and ferry's own API keeps them alone.
+    url, d, fail, gets = flaky_http
+    (d / "a").write_bytes(bytes(range(100)))
+    b = np.empty(100, np.uint8)
+    capfd.readouterr()
+    with kvikio.RemoteFile.open_http(f"{url}/a") as f, kvikio.defaults.set("http_max_attempts", 2):
+        fail[:] = [5, 503]
+        gets[0] = 0
+        with pytest.raises(RuntimeError, match=r"KvikIO: HTTP request reached maximum number of "
+                           r"attempts \(2\)\. Reason: Got HTTP code 503\. \[.*HTTP 503") as e:
+            f.read(b)
+    assert isinstance(e.value, ferry.IoError) and gets[0] == 2
+    assert capfd.readouterr().out.splitlines() == [
+        "KvikIO: Got HTTP code 503. Retrying after 500ms (attempt 1 of 2)."]
+    fail[:] = [0, 503]
+    with pytest.raises(RuntimeError, match=r"The requested URL returned error: 404") as e:
+        kvikio.RemoteFile.open_http(f"{url}/missing")
+    assert isinstance(e.value, FileNotFoundError)
+    with pytest.raises(FileNotFoundError) as e:
+        ferry.open(f"{url}/missing")
+    assert "KvikIO" not in str(e.value) and "URL returned" not in str(e.value)
+    assert capfd.readouterr().out == ""
+
+
+@needs_remote
 def test_remote_file_nbytes_given_is_the_size_kvikio_sees(http_dir):
     url, d, _ = http_dir
     (d / "a").write_bytes(bytes(range(100)))
