@@ -112,6 +112,14 @@ struct MemoryCounters {
   std::uint64_t shared_windows = 0;
 };
 
+// Another segment named for the same pid as the one read (a forgery, a stale one), and what it
+// is: `state` is a ProcessEntry state's name ("corrupt", "removed", ...), `detail` says why.
+struct OtherSegment {
+  std::string path;
+  std::string state;
+  std::string detail;
+};
+
 struct ProcessStats {
   int pid = 0;
   std::uint32_t uid = 0;
@@ -132,6 +140,8 @@ struct ProcessStats {
   bool inflight_known = false;
   std::uint64_t inflight_requests = 0;
   std::uint64_t inflight_bytes = 0;
+  // read_process_stats: the other segments named for this pid (not read as its counters).
+  std::vector<OtherSegment> other_segments;
 
   std::string to_json() const;
   // Lines for people, in the words of the route report (layer 1, layer 2, reason codes).

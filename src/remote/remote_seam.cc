@@ -282,12 +282,20 @@ class RemoteObjects final : public io::IoSeam {
     try {
       a = attempt(*o, "open", 0, 0,
                   [&] { return http_head(*api, o->target, o->timeouts, presigned); });
-    } catch (const IoError&) {
+    } catch (const IoError& head) {
       if (presigned) throw;
       // A HEAD's error has no body: one GET of the first byte brings the server's words (S3's
       // Code and Message) and its error replaces the HEAD's; should it succeed, it serves.
       const int retries = std::exchange(o->retries, 0);
-      a = attempt(*o, "open", 0, 0, [&] { return http_head(*api, o->target, o->timeouts, true); });
+      try {
+        a = attempt(*o, "open", 0, 0,
+                    [&] { return http_head(*api, o->target, o->timeouts, true); });
+      } catch (const IoError& get) {
+        // The GET is asked for the HEAD's failure in words. A server that answered it otherwise
+        // (a 503 to the HEAD, then a 404) changed its answer: the open failed with the first.
+        if (get.error_code() != head.error_code()) throw head;
+        throw;
+      }
       o->retries = retries;
     }
     o->size = a.length;

@@ -177,6 +177,11 @@ std::string ProcessStats::to_json() const {
         {"requests", inflight_known ? nlohmann::json(inflight_requests) : nlohmann::json(nullptr)},
         {"bytes", inflight_known ? nlohmann::json(inflight_bytes) : nlohmann::json(nullptr)}}},
   };
+  nlohmann::json others = nlohmann::json::array();
+  for (const OtherSegment& o : other_segments) {
+    others.push_back({{"path", o.path}, {"state", o.state}, {"detail", o.detail}});
+  }
+  j["other_segments"] = others;
   return j.dump();
 }
 
@@ -229,6 +234,10 @@ std::string ProcessStats::to_text() const {
     t += fmt::format("  in flight: {} request(s), {}\n", inflight_requests, human(inflight_bytes));
   } else {
     t += "  in flight: not counted (this process's ferry does not report request starts)\n";
+  }
+  for (const OtherSegment& o : other_segments) {
+    t += fmt::format("  also named for pid {}, not read as its counters: {}: {}\n", pid, o.state,
+                     o.detail);
   }
   return t;
 }

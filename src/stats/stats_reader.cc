@@ -1,8 +1,10 @@
-// Reading other processes' segments (docs/stats.md): finding them, refusing any file that is not
-// a regular 0600 file owned by the uid its name says, or whose pid runs as another uid (a forgery),
-// telling live owners from dead ones (a pid that no longer exists, a zombie, or a pid reused by a
-// process of another start time), and removing the segments of dead ones. A segment kept
-// mid-update costs a reader a few milliseconds at most, and a listing 50 ms in all.
+// Reading other processes' segments (docs/stats.md): finding them (for one pid, the segment of the
+// uid it runs as first), refusing any file that is not a regular 0600 file owned by the uid its
+// name says, or whose pid runs as another uid (a forgery, unless its process exited before the
+// pid's present process started: stale), telling live owners from dead ones (a pid that no longer
+// exists, a zombie, or a pid reused by a process of another start time), and removing the
+// segments of dead ones. A segment kept mid-update costs a reader a few milliseconds at most, and
+// a listing 50 ms in all.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +23,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ferry/route.h"
 #include "ferry/stats.h"
@@ -163,6 +168,38 @@ std::optional<std::uint32_t> process_uid(int pid) {
   unsigned long real = 0, effective = 0;
   if (std::sscanf(line + 5, "%lu %lu", &real, &effective) != 2) return std::nullopt;
   return static_cast<std::uint32_t>(effective);
+}
+
+// The start time (clock ticks since boot) that the segment open on `fd` records for its process:
+// 0 unless its header is of this layout and names `pid` and `uid`, as the file's name does.
+std::uint64_t recorded_start_ticks(int fd, int pid, std::uint32_t uid) {
+  FileSource source(fd);
+  std::array<std::uint64_t, L::kPageWords> h{};
+  if (source.size() < L::kSegmentBytes || !source.read(0, L::kPageWords, h.data()) ||
+      h[L::kHMagic] != L::kMagic || h[L::kHVersion] != L::kVersion ||
+      h[L::kHPid] != static_cast<std::uint64_t>(pid) || h[L::kHUid] != uid) {
+    return 0;
+  }
+  return h[L::kHStartTicks];
+}
+
+// Is the segment of uid `uid` open on `fd`, named for `pid`, which now runs as `runs_as` (another
+// uid), one left by an exited process whose pid was then reused? Its publisher recorded its own
+// start time; a process that started before the one now holding the pid is gone (one pid holds
+// one process at a time), so the segment is stale, and `why_dead` says so. A segment made while
+// that process runs, under its pid (a forgery), records no such earlier start, unless its maker
+// wrote one: then it is removed as stale, which is harmless (it is never shown as the process's
+// counters either way, and only its owner or root removes it). Equal start times are that very
+// process, which changed its uid after it began publishing: never stale.
+bool left_before_pid_reuse(int fd, int pid, std::uint32_t uid, std::uint32_t runs_as,
+                           std::string* why_dead) {
+  const std::uint64_t recorded = recorded_start_ticks(fd, pid, uid);
+  const std::uint64_t now = statistics::read_start_ticks(pid, nullptr);
+  if (recorded == 0 || now == 0 || recorded >= now) return false;
+  *why_dead = "process " + std::to_string(pid) + " of uid " + std::to_string(uid) +
+              " has exited (its pid now belongs to a process of uid " + std::to_string(runs_as) +
+              " started later)";
+  return true;
 }
 
 // How long reading segments that stay mid-update may take, counted from the writer's last
@@ -377,7 +414,17 @@ Inspection inspect(int dirfd, const std::string& dir, const std::string& name, s
   } else if (const std::optional<std::uint32_t> runs_as = process_uid(pid);
              runs_as && *runs_as != uid) {
     // Any user may make a file under any pid's name in a sticky world-writable folder: the
-    // owner matching the name proves only who made it. The process must run as that user.
+    // owner matching the name proves only who made it. The process must run as that user,
+    // unless the segment is an exited process's and its pid was reused since (issue 45, B13).
+    std::string why_dead;
+    if (left_before_pid_reuse(fd.fd, pid, uid, *runs_as, &why_dead)) {
+      out.exited = true;
+      out.removed = remove_segment(dirfd, name, st);
+      out.state = out.removed ? State::kRemoved : State::kStale;
+      out.detail = why_dead + "; its segment " + path +
+                   (out.removed ? " was removed" : " could not be removed by this user");
+      return out;
+    }
     refuse = "forged: process " + std::to_string(pid) + " runs as uid " + std::to_string(*runs_as) +
              ", and " + path + " was made by uid " + std::to_string(uid) + ": ignoring it";
   }
@@ -499,35 +546,44 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
   const std::string dir = directory.empty() ? stats_directory() : directory;
   if (pid <= 0) throw StatsError(Kind::kNoProcess, pid, "no process " + std::to_string(pid));
   Fd d = open_directory(dir, pid);
-  // This user's segment of that pid first, then one of another user's.
-  Named target{statistics::segment_name(::geteuid(), static_cast<std::uint64_t>(pid)),
-               static_cast<std::uint32_t>(::geteuid()), pid};
-  struct stat st {};
-  if (::fstatat(d.fd, target.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    bool found = false;
-    for (const Named& n : segment_names(d.fd)) {
-      if (n.pid == pid) {
-        target = n;
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      std::string why_dead;
-      if (!owner_alive(pid, 0, &why_dead)) {
-        throw StatsError(
-            Kind::kNoProcess, pid,
-            "no process " + std::to_string(pid) + " (and no segment of it in " + dir + ")");
-      }
-      throw StatsError(Kind::kNotPublished, pid,
-                       "process " + std::to_string(pid) + " publishes no ferry counters in " + dir +
-                           " (it has made no request through ferry yet, or publishing is off: "
-                           "FERRY_STATS_PUBLISH=0, ferry::publish_stats(false), "
-                           "ferry.stats.publish(False))");
-    }
+  std::vector<Named> named;
+  for (Named& n : segment_names(d.fd)) {
+    if (n.pid == pid) named.push_back(std::move(n));
   }
-  Inspection in = inspect(d.fd, dir, target.name, target.uid, pid, BusyBudget::one());
-  if (in.stats) return std::move(*in.stats);
+  if (named.empty()) {
+    std::string why_dead;
+    if (!owner_alive(pid, 0, &why_dead)) {
+      throw StatsError(
+          Kind::kNoProcess, pid,
+          "no process " + std::to_string(pid) + " (and no segment of it in " + dir + ")");
+    }
+    throw StatsError(Kind::kNotPublished, pid,
+                     "process " + std::to_string(pid) + " publishes no ferry counters in " + dir +
+                         " (it has made no request through ferry yet, or publishing is off: "
+                         "FERRY_STATS_PUBLISH=0, ferry::publish_stats(false), "
+                         "ferry.stats.publish(False))");
+  }
+  // The segment of the uid the process runs as first, then this user's, then the others: any
+  // user may plant one under the pid's name, and one taken first (in directory order) hid the
+  // process's own counters from root (issue 45, B7). The others are inspected too (a stale one
+  // is removed) and listed beside the counters.
+  const std::optional<std::uint32_t> runs_as = process_uid(pid);
+  auto rank = [&](const Named& n) {
+    const int order = runs_as && n.uid == *runs_as ? 0 : n.uid == ::geteuid() ? 1 : 2;
+    return std::make_pair(order, n.uid);
+  };
+  std::sort(named.begin(), named.end(),
+            [&](const Named& a, const Named& b) { return rank(a) < rank(b); });
+  Inspection in = inspect(d.fd, dir, named[0].name, named[0].uid, pid, BusyBudget::one());
+  if (in.stats) {
+    const BusyBudget others = BusyBudget::listing();
+    for (std::size_t i = 1; i < named.size(); ++i) {
+      Inspection o = inspect(d.fd, dir, named[i].name, named[i].uid, pid, others);
+      if (o.state == State::kRemoved && !o.exited) continue;  // gone meanwhile
+      in.stats->other_segments.push_back({dir + "/" + named[i].name, to_string(o.state), o.detail});
+    }
+    return std::move(*in.stats);
+  }
   switch (in.state) {
     case State::kPermissionDenied:
       throw StatsError(Kind::kPermissionDenied, pid, in.detail);
@@ -535,7 +591,16 @@ ProcessStats read_process_stats(int pid, const std::string& directory) {
       throw StatsError(Kind::kBusy, pid, in.detail);
     case State::kRemoved:
     case State::kStale:
-      if (in.exited) throw StatsError(Kind::kNoProcess, pid, in.detail);
+      if (in.exited) {
+        std::string why_dead;
+        if (runs_as && owner_alive(pid, 0, &why_dead)) {
+          // Only a dead process's segment bore the pid: the process holding it now publishes none.
+          throw StatsError(Kind::kNotPublished, pid,
+                           "process " + std::to_string(pid) + " publishes no ferry counters in " +
+                               dir + " (" + in.detail + ")");
+        }
+        throw StatsError(Kind::kNoProcess, pid, in.detail);
+      }
       [[fallthrough]];
     default:
       throw StatsError(Kind::kCorrupt, pid, in.detail);
@@ -557,7 +622,19 @@ std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid
     }
     // Without reading the segment: a pid that is gone, or a zombie, is dead whatever it says.
     std::string why;
-    if (!owner_alive(n.pid, 0, &why) && remove_segment(d.fd, n.name, st)) ++removed;
+    if (!owner_alive(n.pid, 0, &why)) {
+      if (remove_segment(d.fd, n.name, st)) ++removed;
+      continue;
+    }
+    // A pid that now runs as another user: this user's process of that pid may have exited and
+    // the pid been reused since (issue 45, B13), which only the segment's start time tells.
+    const std::optional<std::uint32_t> runs_as = process_uid(n.pid);
+    if (!runs_as || *runs_as == uid) continue;
+    Fd fd(::openat(d.fd, n.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (fd.fd >= 0 && left_before_pid_reuse(fd.fd, n.pid, uid, *runs_as, &why) &&
+        remove_segment(d.fd, n.name, st)) {
+      ++removed;
+    }
   }
   return removed;
 }

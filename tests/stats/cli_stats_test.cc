@@ -32,8 +32,9 @@ using nlohmann::json;
 // The worker (stats_worker.cc), driven through its stdin and stdout.
 class Worker {
  public:
+  // `as_nobody`: the worker runs as the user nobody (through setpriv; needs root).
   Worker(const fs::path& file, const fs::path& stats_dir,
-         const std::vector<std::pair<std::string, std::string>>& env = {}) {
+         const std::vector<std::pair<std::string, std::string>>& env = {}, bool as_nobody = false) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -42,6 +43,10 @@ class Worker {
       dup2(out[1], 1);
       setenv("FERRY_STATS_DIR", stats_dir.c_str(), 1);
       for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      if (as_nobody) {
+        execl("/usr/bin/setpriv", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+              FERRY_STATS_WORKER, file.c_str(), static_cast<char*>(nullptr));
+      }
       execl(FERRY_STATS_WORKER, FERRY_STATS_WORKER, file.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -427,6 +432,100 @@ TEST_F(StatsCli, ASegmentForAPidThatRunsAsAnotherUserIsIgnoredAsForged) {
   EXPECT_EQ(process_json(w.pid())["totals"]["requests"], 7);
   EXPECT_TRUE(fs::exists(forged)) << "a live pid's file is not removed, only ignored";
   fs::remove(forged);
+}
+
+// Issue 45, B7: root's `ferry stats -p PID` took the first segment named for the pid in directory
+// order; an empty file planted under that pid by another user hid the process's own counters
+// ("forged"). The segment of the uid the process runs as is read, and the plants are listed
+// beside it. Plants are made before and after the worker's segment, so that one comes first in
+// any directory order.
+TEST_F(StatsCli, SegmentsPlantedByOtherUsersDoNotHideTheProcessFromRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (a worker run as nobody, files of other users)";
+  if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/setpriv (util-linux)";
+  Worker w(data_, stats_dir_, {}, /*as_nobody=*/true);
+  auto plant = [&](uid_t uid) {
+    const fs::path p =
+        stats_dir_ / ("ferry." + std::to_string(uid) + "." + std::to_string(w.pid()));
+    put_file(p, "", uid);
+    return p;
+  };
+  std::vector<fs::path> planted;
+  for (uid_t uid = 1; uid <= 4; ++uid) planted.push_back(plant(uid));
+  w.ask("read 6 4096");  // its first request makes its segment
+  const fs::path own = stats_dir_ / ("ferry.65534." + std::to_string(w.pid()));
+  ASSERT_TRUE(fs::exists(own));
+  for (uid_t uid = 5; uid <= 8; ++uid) planted.push_back(plant(uid));
+
+  json p = process_json(w.pid());
+  EXPECT_EQ(p["uid"], 65534);
+  EXPECT_EQ(p["path"], own.string());
+  EXPECT_EQ(p["totals"]["requests"], 6);
+  ASSERT_EQ(p["other_segments"].size(), planted.size()) << p.dump(2);
+  for (const json& o : p["other_segments"]) {
+    EXPECT_EQ(o["state"], "corrupt") << o.dump();
+    EXPECT_NE(o["detail"].get<std::string>().find("forged"), std::string::npos) << o.dump();
+  }
+  ProcessResult text = cli({"-p", std::to_string(w.pid())});
+  EXPECT_EQ(text.exit_code, 0) << text.describe();
+  EXPECT_NE(text.output.find("requests: 6 (0 failed)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("not read as its counters: corrupt: forged"), std::string::npos)
+      << text.output;
+  for (const fs::path& f : planted) EXPECT_TRUE(fs::exists(f)) << "a live pid's plant is kept";
+}
+
+// Issue 45, B13: a segment left by a killed process whose pid a process of another user holds
+// now was called forged and never removed. Its header's start time, earlier than that of the
+// process holding the pid now, says its process is gone: the listing removes it, and the
+// process's own segment is read, with the stale one named beside it.
+TEST_F(StatsCli, AStaleSegmentOfAPidNowRunByAnotherUserIsRemovedNotCalledForged) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to make a file owned by nobody)";
+  Worker w(data_, stats_dir_);
+  w.ask("read 3 4096");
+  std::ifstream in(segment(w.pid()), std::ios::binary);
+  const std::string real((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t start_ticks = 0;
+  std::memcpy(&start_ticks, real.data() + 12 * 8, 8);
+  ASSERT_GT(start_ticks, 1u);
+  // What nobody's process of the same pid left when it was killed, before the worker started.
+  std::string left = segment_for(real, static_cast<std::uint64_t>(w.pid()), 65534, false);
+  const std::uint64_t earlier = start_ticks - 1;
+  std::memcpy(left.data() + 12 * 8, &earlier, 8);
+  const fs::path stale = stats_dir_ / ("ferry.65534." + std::to_string(w.pid()));
+  put_file(stale, left, 65534);
+
+  json all = cli_json({"--all"});
+  bool seen = false;
+  for (const json& e : all["processes"]) {
+    if (e["path"] != stale.string()) continue;
+    seen = true;
+    EXPECT_EQ(e["state"], "removed") << e.dump(2);
+    const std::string detail = e["detail"].get<std::string>();
+    EXPECT_NE(detail.find("has exited (its pid now belongs to a process of uid 0"),
+              std::string::npos)
+        << detail;
+    EXPECT_EQ(detail.find("forged"), std::string::npos) << detail;
+  }
+  EXPECT_TRUE(seen) << all.dump(2);
+  EXPECT_FALSE(fs::exists(stale));
+
+  // By pid: the worker's own counters, the stale segment removed and named beside them.
+  put_file(stale, left, 65534);
+  json p = process_json(w.pid());
+  EXPECT_EQ(p["totals"]["requests"], 3);
+  ASSERT_EQ(p["other_segments"].size(), 1u) << p.dump(2);
+  EXPECT_EQ(p["other_segments"][0]["state"], "removed");
+  EXPECT_FALSE(fs::exists(stale));
+
+  // The same segment with the worker's own start time is made while it runs: forged, and kept.
+  std::string same = left;
+  std::memcpy(same.data() + 12 * 8, &start_ticks, 8);
+  put_file(stale, same, 65534);
+  json again = process_json(w.pid());
+  ASSERT_EQ(again["other_segments"].size(), 1u) << again.dump(2);
+  EXPECT_NE(again["other_segments"][0]["detail"].get<std::string>().find("forged"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(stale));
+  fs::remove(stale);
 }
 
 // Issue 30, finding 9: a segment kept mid-update cost every reader 1.15 s (2,000 attempts), and

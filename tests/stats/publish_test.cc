@@ -3,21 +3,26 @@
 // exited threads and of threads beyond the slots kept, withdrawal and republication with counts
 // carried over while threads count, a fork() child counting its own, bytes in flight.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "ferry/ferry.h"
 #include "scripted_io.h"
 #include "stats/stats_layout.h"
+#include "stats/stats_publish.h"
 #include "stats/stats_recorder.h"
 #include "stats/stats_segment.h"
 #include "test_util.h"
@@ -388,6 +393,57 @@ TEST(Publish, ASmallRequestIsInFlightInItsCallersThreadAndCountsAsHostMemory) {
   io.fail_offset = 0;
   EXPECT_THROW(f.read(buf.data(), buf.size(), 0), IoError);
   expect_in_flight(before, 0, 0);
+}
+
+// Issue 45, B13: a segment that this user's process left when it was killed, under a pid that a
+// process of another user holds now, stayed forever: the next publisher's cleanup saw the pid
+// alive. The start time in its header, earlier than the present process's, says it is stale.
+TEST(Publish, TheCleanupRemovesThisUsersSegmentOfAPidReusedByAnotherUser) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and /usr/bin/setpriv (a process of the user nobody)";
+  }
+  test::TempDir dir;
+  const pid_t other = fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    execl("/usr/bin/setpriv", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+          "/bin/sleep", "60", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Once it runs as nobody (setpriv has switched and exec'd sleep).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    std::ifstream status("/proc/" + std::to_string(other) + "/status");
+    std::string text((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>());
+    if (text.find("\nUid:\t65534\t65534") != std::string::npos) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::uint64_t ticks = statistics::read_start_ticks(other, nullptr);
+  ASSERT_GT(ticks, 1u);
+  auto segment = [&](std::uint64_t start_ticks) {
+    std::string bytes(L::kSegmentBytes, '\0');
+    auto set = [&](std::size_t word, std::uint64_t v) { std::memcpy(&bytes[word * 8], &v, 8); };
+    set(L::kHMagic, L::kMagic);
+    set(L::kHVersion, L::kVersion);
+    set(L::kHPid, static_cast<std::uint64_t>(other));
+    set(L::kHUid, geteuid());
+    set(L::kHStartTicks, start_ticks);
+    const fs::path path = dir / statistics::segment_name(geteuid(), other);
+    std::ofstream(path, std::ios::binary) << bytes;
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+    return path;
+  };
+  // Made by the very process (it changed its uid after it began publishing): kept.
+  fs::path path = segment(ticks);
+  EXPECT_EQ(statistics::remove_dead_segments(dir.path().string(), geteuid()), 0u);
+  EXPECT_TRUE(fs::exists(path));
+  // Left by a process of this user that started earlier: stale, removed.
+  path = segment(ticks - 1);
+  EXPECT_EQ(statistics::remove_dead_segments(dir.path().string(), geteuid()), 1u);
+  EXPECT_FALSE(fs::exists(path));
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
 }
 
 TEST(Publish, TheReaderOfACopyAgreesAndRejectsDamage) {

@@ -4,15 +4,20 @@ object is read-only."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
+import errno
 import operator
 import re
+import threading
+import time
 import urllib.parse
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .. import _ferry
 from .. import _errors as ferry_errors
 from .._file import File
+from .._future import _watcher
 from ._errors import kvikio_error
 from ._missing import fail
 from .cufile import IOFuture
@@ -52,22 +57,178 @@ def _known_size(file: File, nbytes: Optional[int], url: str) -> int:
     return n
 
 
-class _RemoteIOFuture(IOFuture):
-    """``IOFuture`` of a remote read: a server that answered a ranged GET with the whole object
-    is ``OverflowError`` ("maybe the server doesn't support file ranges?"), as KvikIO's; also
-    the ferry class and ``RuntimeError``, as every ferry.kvikio error."""
+_NO_RANGES = "it ignored the Range header"  # ferry's words (src/remote/http_get.cc)
+# ferry's errors name an HTTP answer "HTTP 503" (src/remote/remote_seam.cc, status_words).
+_HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
+# curl's words for CURLE_OPERATION_TIMEDOUT (a stall or a connect timeout).
+_TIMED_OUT = re.compile(r"timed out|timeout|too slow", re.IGNORECASE)
 
-    def _error(self, e: BaseException) -> BaseException:
+
+def _words(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror is not None else str(e)
+
+
+def _http_status(e: BaseException) -> Optional[int]:
+    m = _HTTP_STATUS.search(_words(e))
+    return int(m.group(1)) if m else None
+
+
+def _timed_out(e: BaseException) -> bool:
+    return isinstance(e, OSError) and (e.errno == errno.ETIMEDOUT or (
+        _http_status(e) is None and _TIMED_OUT.search(_words(e)) is not None))
+
+
+class _Attempts:
+    """KvikIO's retries (its libcurl shim), which ``ferry.kvikio`` runs itself so that a KvikIO
+    user sees KvikIO's behaviour and words: a timeout, or an answer in ``http_status_codes``, is
+    retried until ``http_max_attempts`` attempts were made, after 500 ms, 1 s, 2 s, 4 s, 4 s...,
+    each announced on stdout (``KvikIO: Got HTTP code 503. Retrying after 500ms (attempt 1 of
+    2).``); the last failure is ``KvikIO: HTTP request reached maximum number of attempts (2).
+    Reason: Got HTTP code 503.``; an HTTP error not retried is libcurl's ``The requested URL
+    returned error: 404``. ferry's own words follow in brackets. The objects RemoteFile opens
+    make no retries of their own (``_open_without_retries``): KvikIO's attempts are all there
+    are. The settings are read at each open and each read, as KvikIO reads them at each
+    request."""
+
+    def __init__(self) -> None:
+        policy = _ferry.effective_remote_policy()
+        self.max = int(policy["retries"]) + 1
+        self.statuses = frozenset(int(c) for c in policy["retry_statuses"])
+
+    def reason(self, e: BaseException) -> Optional[str]:
+        """KvikIO's words for a failure it retries; None for one it does not."""
+        if _timed_out(e):
+            return "Timeout error"
+        status = _http_status(e)
+        if status is not None and status in self.statuses:
+            return f"Got HTTP code {status}"
+        return None
+
+    def announce(self, reason: str, attempt: int) -> float:
+        """Prints KvikIO's line for retrying after failed attempt `attempt` (1-based); returns
+        the seconds to wait."""
+        delay_ms = min(4000, 500 * (1 << min(attempt - 1, 4)))
+        print(f"KvikIO: {reason}. Retrying after {delay_ms}ms (attempt {attempt} of {self.max}).",
+              flush=True)
+        return delay_ms / 1000
+
+    def error(self, e: BaseException, retried: bool) -> BaseException:
+        """`e` (ferry's) as ``ferry.kvikio`` raises it, in KvikIO's words where KvikIO has its
+        own: attempts exhausted (`retried`: `e` was a failure it retries), an HTTP error."""
         e = kvikio_error(e)
-        if (isinstance(e, OSError) and not isinstance(e, OverflowError)
-                and _NO_RANGES in str(e)):
-            words = e.strerror if e.strerror is not None else str(e)
-            return kvikio_error(e, f"maybe the server doesn't support file ranges? [{words}]",
-                                also=(OverflowError,))
+        if not isinstance(e, OSError):
+            return e
+        status = _http_status(e)
+        if retried:
+            why = "Operation timed out." if _timed_out(e) else f"Got HTTP code {status}."
+            return kvikio_error(e, f"KvikIO: HTTP request reached maximum number of attempts "
+                                   f"({self.max}). Reason: {why} [{_words(e)}]")
+        if status is not None and status >= 400:
+            return kvikio_error(e, f"curl_easy_perform() error (The requested URL returned "
+                                   f"error: {status}) [{_words(e)}]")
         return e
 
 
-_NO_RANGES = "it ignored the Range header"  # ferry's words (src/remote/http_get.cc)
+_policy_lock = threading.Lock()
+
+
+def _open_without_retries(url: str) -> File:
+    """`url` opened as a ferry File whose requests make one attempt each (``_Attempts`` makes
+    KvikIO's). ferry reads its remote policy when an object opens, so the policy has no retries
+    while this one opens, and is put back at once: another thread that opens a remote object
+    through ferry's own API at that instant gets no retries either (docs/kvikio.md)."""
+    with _policy_lock:
+        before = _ferry.remote_policy()
+        _ferry.set_remote_policy(0, before["stall_seconds"], before["retry_statuses"])
+        try:
+            return File(url, "r")
+        finally:
+            _ferry.set_remote_policy(before["retries"], before["stall_seconds"],
+                                     before["retry_statuses"])
+
+
+class _RemoteIOFuture(IOFuture):
+    """``IOFuture`` of a remote read, retried as KvikIO retries (``_Attempts``: the whole read
+    is submitted again after KvikIO's wait, on a timer thread). A server that answered a ranged
+    GET with the whole object is ``OverflowError`` ("maybe the server doesn't support file
+    ranges?"), as KvikIO's; also the ferry class and ``RuntimeError``, as every ferry.kvikio
+    error."""
+
+    def __init__(self, submit: Callable[[], Any], attempts: _Attempts) -> None:
+        self._submit = submit
+        self._attempts = attempts
+        self._attempt = 1
+        self._retry_pending = False
+        self._resubmitted = threading.Condition()
+        super().__init__(submit())
+
+    def _settle(self) -> None:
+        with self._once:
+            if self._settled:
+                return
+            self._settled = True
+        request = self._request
+        try:
+            n = request.result()
+        except BaseException as e:
+            reason = self._attempts.reason(e)
+            if reason is not None and self._attempt < self._attempts.max:
+                delay = self._attempts.announce(reason, self._attempt)
+                self._attempt += 1
+                with self._resubmitted:
+                    self._retry_pending = True
+                timer = threading.Timer(delay, self._resubmit)
+                timer.daemon = True
+                timer.start()
+                return
+            self.set_exception(self._error(e, retried=reason is not None))
+        else:
+            self.set_result(n)
+        finally:
+            request.release()
+
+    def _resubmit(self) -> None:
+        try:
+            request = self._submit()
+        except BaseException as e:
+            self.set_exception(self._error(e, retried=True))
+            request = None
+        with self._resubmitted:
+            if request is not None:
+                self._request = request
+                with self._once:
+                    self._settled = False
+            self._retry_pending = False
+            self._resubmitted.notify_all()
+        if request is not None:
+            if request.done():
+                self._settle()
+            else:
+                _watcher.watch(self)
+
+    def _wait(self, timeout: Optional[float]) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._request.wait(left):
+                raise TimeoutError(f"ferry: the read is still running after {timeout} s")
+            self._settle()
+            with self._resubmitted:
+                while self._retry_pending:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"ferry: the read is still retrying after {timeout} s")
+                    self._resubmitted.wait(left)
+            if concurrent.futures.Future.done(self):
+                return
+
+    def _error(self, e: BaseException, retried: bool = False) -> BaseException:
+        e = self._attempts.error(e, retried)
+        if (isinstance(e, OSError) and not isinstance(e, OverflowError)
+                and _NO_RANGES in str(e)):
+            return kvikio_error(e, f"maybe the server doesn't support file ranges? [{_words(e)}]",
+                                also=(OverflowError,))
+        return e
 
 
 _KIND_NAMES = {
@@ -157,10 +318,16 @@ class RemoteFile:
     @classmethod
     def _make(cls, url: str, kind: RemoteEndpointType, nbytes: Optional[int]) -> "RemoteFile":
         self = object.__new__(cls)
-        try:
-            self._file = File(url, "r")
-        except ferry_errors.Error as e:
-            raise kvikio_error(e) from None
+        attempts = _Attempts()
+        for attempt in range(1, attempts.max + 1):
+            try:
+                self._file = _open_without_retries(url)
+                break
+            except ferry_errors.Error as e:
+                reason = attempts.reason(e)
+                if reason is None or attempt == attempts.max:
+                    raise attempts.error(e, retried=reason is not None) from None
+                time.sleep(attempts.announce(reason, attempt))
         self._kind = kind
         self._nbytes = _known_size(self._file, nbytes, url)
         return self
@@ -261,7 +428,8 @@ class RemoteFile:
             if offset >= 0 and n >= 0 and offset + n > self._nbytes:
                 raise ValueError(f"ferry.kvikio.RemoteFile: cannot read {offset}+{n} bytes into "
                                  f"a {self._nbytes} bytes file ({_shown(self._file.path)})")
-            return _RemoteIOFuture(_ferry.File.pread(self._file, buf, size, file_offset))
+            return _RemoteIOFuture(
+                lambda: _ferry.File.pread(self._file, buf, size, file_offset), _Attempts())
         except ferry_errors.Error as e:
             raise kvikio_error(e) from None
 

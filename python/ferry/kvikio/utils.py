@@ -1,5 +1,6 @@
-"""KvikIO's helpers for its own deprecations (``kvikio.utils``): ``ferry.kvikio`` keeps KvikIO's
-deprecated functions working, with the same ``FutureWarning``."""
+"""``kvikio.utils``: KvikIO's helpers for its own deprecations (``ferry.kvikio`` keeps KvikIO's
+deprecated functions working, with the same ``FutureWarning``), ``call_once``, and
+``LocalHttpServer`` (a directory served over HTTP for tests, imported when first used)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,12 @@ def kvikio_deprecate_module(msg: str, *, since: str) -> None:
 def call_once(func: F) -> F:
     """Caches the result of the first call (KvikIO's ``call_once``)."""
     return functools.lru_cache(maxsize=None)(func)  # type: ignore[return-value]
+
+
+def __getattr__(name: str) -> Any:
+    # LocalHttpServer imports http.server and multiprocessing: not at every `import ferry.kvikio`.
+    if name == "LocalHttpServer":
+        from ._local_http_server import LocalHttpServer
+
+        return LocalHttpServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
