@@ -14,6 +14,7 @@
 
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/shard_index.h"
+#include "io/io_seam.h"
 
 namespace ferry {
 
@@ -35,9 +36,9 @@ constexpr std::size_t kPartsAtOnce = 4;
 }  // namespace
 
 struct Checkpoint::State {
-  std::string path;  // what the checkpoint was opened as: a file, an index or a directory
+  std::string path;  // what the checkpoint was opened as (a file, an index, a directory), shown
   FileOptions options;
-  std::vector<std::string> shard_names;
+  std::vector<std::string> shard_names;  // as shown: a URL without its query or credentials
   std::vector<std::uint64_t> shard_sizes;
   std::vector<std::unique_ptr<File>> files;  // empty past kShardsKeptOpen shards
   std::vector<std::map<std::string, std::string>> metadata;
@@ -82,7 +83,7 @@ void check_against_index(const checkpoint::ShardIndex& index,
                          const std::unordered_map<std::string, std::size_t>& by_name,
                          const std::vector<std::string>& shard_names) {
   if (!index.weight_map) return;
-  const std::string file = index.index_file.string();
+  const std::string file = io::shown_url(index.index_file.string());
   for (const auto& [name, shard] : *index.weight_map) {
     auto it = by_name.find(name);
     if (it == by_name.end() || tensors[it->second].shard != shard) {
@@ -118,7 +119,7 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     : state_(std::make_unique<State>()) {
   const checkpoint::ShardIndex index = checkpoint::discover_shards(path);
   State& s = *state_;
-  s.path = path.string();
+  s.path = io::shown_url(path.string());  // for messages: a URL without its credentials
   s.options = options;
   s.index_metadata = index.metadata_json;
   const bool keep_open = index.shards.size() <= kShardsKeptOpen;

@@ -96,7 +96,8 @@ io::IoSeam& seam_for(const std::string& path, RuntimeState& runtime, io::IoSeam*
   const Environment& env = runtime.env();
   if (!io::is_remote_url(path)) return *env.io;
   if (env.remote == nullptr) {
-    throw IoError(ENOTSUP, "open", path, 0, 0, 0, "this runtime has no remote sources");
+    throw IoError(ENOTSUP, "open", io::shown_url(path), 0, 0, 0,
+                  "this runtime has no remote sources");
   }
   return *env.remote;
 }

@@ -1,0 +1,78 @@
+"""What a URL shows and names (issue 45, part B), against real servers started here on 127.0.0.1
+(nginx, s3rver): credentials in a URL (user:password@, a presigned query) never reach the CLI's
+text or JSON, a route or load report, or an error, and such URLs load as checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import ferry
+from remote_servers import nginx, s3rver  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(not ferry.remote_support()[0],
+                                reason=f"no libcurl: {ferry.remote_support()[1]}")
+
+# Every secret a URL can carry: a password, and the query of presigned S3, Azure SAS and
+# CloudFront URLs. None may appear in any output.
+SECRETS = ("hunter2", "AKIDSECRET", "toksecret", "sigsecret", "sassecret", "cfsecret")
+QUERY = ("?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDSECRET%2F20260101%2Fus-east-1"
+         "&X-Amz-Security-Token=toksecret&X-Amz-Signature=sigsecret&sig=sassecret"
+         "&Signature=cfsecret&token=toksecret")
+
+
+def _with_secrets(url: str, query: bool = True) -> str:
+    """`url` (http://127.0.0.1:PORT/...) with a user and password, and a presigned query."""
+    return url.replace("http://", "http://alice:hunter2@", 1) + (QUERY if query else "")
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        for secret in SECRETS:
+            assert secret not in text, f"{secret!r} printed in:\n{text}"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    cli = os.environ.get("FERRY_CLI")
+    if not cli:
+        pytest.skip("FERRY_CLI is not set")
+    return subprocess.run([cli, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_read_never_prints_a_urls_credentials(nginx):  # noqa: F811
+    url = nginx.put("names/a.bin", bytes(range(256)) * 40)
+    secret = _with_secrets(url)
+    r = _cli("read", secret, "--host", "--json")
+    assert r.returncode == 0, r.stderr
+    _no_secret(r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert out["file"] == url + "?..." and out["bytes"] == 10240
+    assert out["route"]["file"] == url + "?..." and out["route"]["source"]["url"] == url + "?..."
+    r = _cli("read", secret, "--host")
+    assert r.returncode == 0, r.stderr
+    _no_secret(r.stdout, r.stderr)
+    assert f"from {url}?... into" in r.stdout
+    for args in (("read", _with_secrets(nginx.url + "/names/absent.bin"), "--host"),
+                 ("explain", secret), ("write", secret, "--size", "4KiB", "--host")):
+        r = _cli(*args)
+        _no_secret(r.stdout, r.stderr)
+        assert args[0] != "explain" or r.returncode == 0, r.stderr
+    assert r.returncode != 0 and "read-only" in r.stderr and url + "?..." in r.stderr
+
+
+def test_python_reports_and_errors_never_show_a_urls_credentials(nginx):  # noqa: F811
+    url = nginx.put("names/b.bin", bytes(5000))
+    with ferry.open(_with_secrets(url)) as f:
+        buf = np.empty(5000, np.uint8)
+        assert f.pread(buf).result() == 5000
+        _no_secret(f.path, repr(f), f.last_route.to_text(), f.last_route.to_json())
+        assert f.path == url + "?..."
+    with pytest.raises(FileNotFoundError) as e:
+        ferry.open(_with_secrets(nginx.url + "/names/absent.bin"))
+    _no_secret(str(e.value), repr(e.value), str(getattr(e.value, "filename", "")))
+    assert "/names/absent.bin?..." in str(e.value)
+    assert ferry._ferry.shown_path(_with_secrets(url)) == url + "?..."
