@@ -76,3 +76,23 @@ def test_python_reports_and_errors_never_show_a_urls_credentials(nginx):  # noqa
     _no_secret(str(e.value), repr(e.value), str(getattr(e.value, "filename", "")))
     assert "/names/absent.bin?..." in str(e.value)
     assert ferry._ferry.shown_path(_with_secrets(url)) == url + "?..."
+
+
+def test_a_bucket_is_not_an_object(s3rver, monkeypatch, tmp_path):  # noqa: F811
+    # s3rver answers GET /bucket/ with the listing's XML, which ferry read as the object's bytes.
+    for k, v in s3rver.env().items():
+        monkeypatch.setenv(k, v)
+    s3rver.put("names-bucket", "model.safetensors", _safetensors(tmp_path))
+    for url in ("s3://names-bucket/", "s3://names-bucket"):
+        with pytest.raises(ferry.Error, match=f"open {url}: names a bucket, not an object"):
+            ferry.open(url)
+        r = _cli("read", url, "--host")
+        assert r.returncode == 1 and "names a bucket, not an object" in r.stderr, r.stderr
+        # As a checkpoint it is a prefix: model.safetensors under it.
+        assert list(ferry.load_checkpoint(url, framework="numpy")) == ["w"]
+
+
+def _safetensors(tmp_path) -> bytes:
+    """A checkpoint of one tensor, "w", as model.safetensors's bytes."""
+    ferry.save_checkpoint({"w": np.arange(6, dtype=np.float32)}, tmp_path / "one")
+    return (tmp_path / "one" / "model.safetensors").read_bytes()

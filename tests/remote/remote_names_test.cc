@@ -3,13 +3,91 @@
 // name a shard outside its prefix however it spells it, and a bucket is not an object. Against
 // the test HTTP server (tests/remote/http_server.h) on 127.0.0.1.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "ferry/checkpoint.h"
+#include "ferry/error.h"
+#include "ferry/file.h"
 #include "ferry/remote.h"
+#include "http_server.h"
 
 namespace ferry {
 namespace {
+
+namespace fs = std::filesystem;
+using test::HttpServer;
+
+// Sets a variable for one test, restoring it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), before_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::string before_;
+  bool had_ = false;
+};
+
+class RemoteNames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!remote_support().available) {
+      GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
+    }
+    root_ = fs::temp_directory_path() /
+            ("ferry-names-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(root_);
+    server_ = std::make_unique<HttpServer>(root_);
+  }
+  void TearDown() override {
+    server_.reset();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void put(const std::string& name, const std::string& text) {
+    fs::create_directories((root_ / name).parent_path());
+    std::ofstream(root_ / name, std::ios::binary) << text;
+  }
+  std::string url(const std::string& name) const { return server_->url(name); }
+  // What `open` threw, or "" when it did not throw that type.
+  template <class E, class F>
+  static std::string error_of(F open) {
+    try {
+      open();
+    } catch (const E& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path root_;
+  std::unique_ptr<HttpServer> server_;
+  ScopedEnv fast_retries_{"FERRY_REMOTE_RETRIES", "0"};
+};
 
 TEST(ShownPath, CutsTheQueryWhereEveryKindOfSignatureLies) {
   for (const char* query :
@@ -40,6 +118,23 @@ TEST(ShownPath, LeavesALocalPathAsItIs) {
   EXPECT_EQ(shown_path("dir/a#b@c.safetensors"), "dir/a#b@c.safetensors");
   EXPECT_TRUE(is_remote_url("HTTPS://host/x"));
   EXPECT_FALSE(is_remote_url("/data/http://x"));
+}
+
+// Issue 45 B10: S3 answers a GET of a bucket with its listing, which was read as the object.
+TEST_F(RemoteNames, ABucketWithoutAKeyIsRefusedBeforeAnyRequest) {
+  put("bucket/k.bin", "data");
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", nullptr);
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", nullptr);
+  for (const char* bucket : {"s3://bucket/", "s3://bucket"}) {
+    const std::string what = error_of<IoError>([&] { File f(bucket, "r"); });
+    EXPECT_NE(what.find(std::string("open ") + bucket + ": names a bucket, not an object"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_EQ(server_->requests(), 0u);
+  File f("s3://bucket/k.bin", "r");
+  EXPECT_EQ(f.size(), 4u);
 }
 
 }  // namespace
