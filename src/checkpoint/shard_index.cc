@@ -24,6 +24,22 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// What a path that is neither a regular file nor a folder is, in words.
+std::string kind_of(fs::file_type type) {
+  switch (type) {
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "of an unknown kind";
+  }
+}
+
 std::string read_text(const fs::path& path) {
   std::error_code ec;
   const std::uintmax_t size = fs::file_size(path, ec);
@@ -85,7 +101,8 @@ fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::
   }
   if (!fs::is_regular_file(st)) {
     throw CheckpointError(file, tensor,
-                          fmt::format("its shard {} is not a regular file", p.string()));
+                          fmt::format("its shard {} is {}, not a regular file", p.string(),
+                                      fs::is_directory(st) ? "a directory" : kind_of(st.type())));
   }
   const fs::path real = fs::canonical(p, ec);
   const fs::path real_dir = fs::canonical(dir.empty() ? fs::path(".") : dir, ec);
@@ -240,14 +257,25 @@ ShardIndex parse_index_with(const std::string& text, const fs::path& index_file,
 ShardIndex discover_shards(const fs::path& path) {
   if (io::is_remote_url(path.string())) return discover_remote(path.string());
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_regular_file(st)) {
     if (ends_with(path.filename().string(), ".json")) return parse_index(read_text(path), path);
     ShardIndex single;
     single.shards.push_back(path);
     return single;
   }
-  if (!fs::is_directory(path, ec)) {
-    throw CheckpointError(path.string(), "", "no such file or directory");
+  if (!fs::exists(st)) {
+    throw CheckpointError(path.string(), "",
+                          ec && ec != std::errc::no_such_file_or_directory
+                              ? fmt::format("cannot stat it: {}", ec.message())
+                              : std::string("no such file or directory"));
+  }
+  if (!fs::is_directory(st)) {
+    // A FIFO would block the first read until a writer came, /dev/zero never end.
+    throw CheckpointError(path.string(), "",
+                          fmt::format("it is {}, not a regular file or a folder: a checkpoint "
+                                      "is a .safetensors file, an index or a folder of them",
+                                      kind_of(st.type())));
   }
   std::vector<fs::path> indexes;
   std::vector<fs::path> files;
