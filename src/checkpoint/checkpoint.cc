@@ -39,6 +39,7 @@ struct Checkpoint::State {
   std::string path;  // what the checkpoint was opened as (a file, an index, a directory), shown
   FileOptions options;
   std::vector<std::string> shard_names;  // as shown: a URL without its query or credentials
+  std::vector<fs::path> shard_paths;     // as opened again past kShardsKeptOpen: a URL whole
   std::vector<std::uint64_t> shard_sizes;
   std::vector<std::unique_ptr<File>> files;  // empty past kShardsKeptOpen shards
   std::vector<std::map<std::string, std::string>> metadata;
@@ -51,7 +52,7 @@ struct Checkpoint::State {
   // since its header was read (its offsets would describe another file).
   std::shared_ptr<File> open_shard(std::size_t shard) const {
     if (shard < files.size()) return std::shared_ptr<File>(files[shard].get(), [](File*) {});
-    auto file = std::make_shared<File>(shard_names[shard], "r", options);
+    auto file = std::make_shared<File>(shard_paths[shard], "r", options);
     if (file->size() != shard_sizes[shard]) {
       throw CheckpointError(shard_names[shard], "",
                             fmt::format("it is {} B now but was {} B when its header was read",
@@ -127,6 +128,7 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     auto file = std::make_unique<File>(index.shards[shard], "r", options);
     checkpoint::SafetensorsHeader header = read_header(*file);
     s.shard_names.push_back(file->path());
+    s.shard_paths.push_back(index.shards[shard]);
     s.shard_sizes.push_back(file->size());
     s.metadata.push_back(std::move(header.metadata));
     for (checkpoint::HeaderTensor& h : header.tensors) {

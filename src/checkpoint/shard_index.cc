@@ -163,18 +163,22 @@ std::string read_remote_text(const std::string& url) {
 // model.safetensors.index.json or model.safetensors lies (a remote folder is not listed).
 ShardIndex discover_remote(const std::string& url) {
   const std::string shown = io::shown_url(url);
-  if (ends_with(shown, ".json")) {
+  // The kind is told from the path alone: a presigned URL's query follows its ".safetensors".
+  const std::string path = io::url_path(url);
+  if (ends_with(path, ".json")) {
     return parse_index_with(read_remote_text(url), fs::path(url), &shard_beside);
   }
-  if (ends_with(shown, ".safetensors")) {
+  if (ends_with(path, ".safetensors")) {
     ShardIndex single;
     single.shards.push_back(fs::path(url));
     return single;
   }
-  if (shown.size() != url.size()) {
+  if (shown.ends_with("?...")) {
     throw CheckpointError(shown, "",
-                          "a URL with a query names one file: give the .safetensors or "
-                          ".safetensors.index.json URL");
+                          fmt::format("a URL with a query names one file, and its path {} ends "
+                                      "in neither .safetensors nor .json: give the .safetensors "
+                                      "or .safetensors.index.json URL",
+                                      path.empty() ? "/" : path));
   }
   std::string base = url;
   while (!base.empty() && base.back() == '/') base.pop_back();

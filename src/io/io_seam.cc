@@ -56,6 +56,14 @@ std::string shown_url(std::string_view url) {
                      query == std::string_view::npos ? "" : "?...");
 }
 
+std::string url_path(std::string_view url) {
+  if (!is_remote_url(url)) return std::string(url);
+  std::string shown = shown_url(url);
+  if (shown.ends_with("?...")) shown.resize(shown.size() - 4);
+  const std::size_t slash = shown.find('/', shown.find("://") + 3);
+  return slash == std::string::npos ? std::string() : shown.substr(slash);
+}
+
 int IoSeam::fallocate(int fd, int mode, off_t offset, off_t len) {
   return ::fallocate(fd, mode, offset, len);
 }

@@ -53,4 +53,8 @@ bool is_remote_url(std::string_view path);
 // "?...") and without user:password@; a local path unchanged.
 std::string shown_url(std::string_view url);
 
+// The path of a URL ("/bucket/model.safetensors"), without its host, user:password@, query and
+// fragment: what a file's kind is told from. A local path unchanged.
+std::string url_path(std::string_view url);
+
 }  // namespace ferry::io

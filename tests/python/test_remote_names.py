@@ -96,3 +96,49 @@ def _safetensors(tmp_path) -> bytes:
     """A checkpoint of one tensor, "w", as model.safetensors's bytes."""
     ferry.save_checkpoint({"w": np.arange(6, dtype=np.float32)}, tmp_path / "one")
     return (tmp_path / "one" / "model.safetensors").read_bytes()
+
+
+def test_presigned_and_password_urls_load_as_checkpoints(nginx, tmp_path):  # noqa: F811
+    # The file's kind is told from the URL's path: "...model.safetensors?X-Amz-Signature=..."
+    # was "a URL with a query names one file", and "http://user:pw@host/dir/" the same.
+    d = tmp_path / "sharded"
+    tensors = {f"t{i}": np.full((64, 64), i, np.float32) for i in range(3)}
+    ferry.save_checkpoint(tensors, d, max_shard_size=20000)
+    for p in d.iterdir():
+        nginx.put(f"names/ckpt/{p.name}", p.read_bytes())
+    single = nginx.put("names/one/model.safetensors", _safetensors(tmp_path))
+    base = f"{nginx.url}/names/ckpt"
+    for url in (_with_secrets(single), _with_secrets(single, query=False)):
+        got = ferry.load_checkpoint(url, framework="numpy")
+        assert got["w"].tolist() == list(range(6))
+        report = ferry.last_load_report()
+        _no_secret(str(report), *(r.to_text() + r.to_json() for r in report.routes))
+    for url in (_with_secrets(base + "/", query=False), _with_secrets(base, query=False),
+                _with_secrets(base + "/model.safetensors.index.json")):
+        got = ferry.load_checkpoint(url, framework="numpy")
+        assert sorted(got) == sorted(tensors) and all(
+            (got[k] == v).all() for k, v in tensors.items()), url
+    r = _cli("load", _with_secrets(single), "--host", "--json", "--list")
+    assert r.returncode == 0, r.stderr
+    _no_secret(r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert out["checkpoint"] == single + "?..." and out["shards"] == [single + "?..."]
+    assert out["tensor_list"][0]["file"] == single + "?..."
+    # What cannot be loaded is named as given, without its credentials.
+    for url, error, says in (
+            (_with_secrets(nginx.url + "/names/absent.safetensors"), FileNotFoundError, "404"),
+            (_with_secrets(base + "/"), ferry.CheckpointError, "a URL with a query names one")):
+        with pytest.raises(error, match=says) as e:
+            ferry.load_checkpoint(url)
+        _no_secret(str(e.value))
+        assert url.split("?")[0].replace("alice:hunter2@", "") + "?..." in str(e.value)
+        r = _cli("load", url, "--host")
+        assert r.returncode == 1 and says in r.stderr, r.stderr
+        _no_secret(r.stdout, r.stderr)
+
+
+def test_a_presigned_s3_url_loads_as_a_checkpoint(s3rver, tmp_path):  # noqa: F811
+    s3rver.put("names-presigned", "dir/model.safetensors", _safetensors(tmp_path))
+    url = s3rver.presign("names-presigned", "dir/model.safetensors")
+    assert "X-Amz-Signature=" in url
+    assert ferry.load_checkpoint(url, framework="numpy")["w"].tolist() == list(range(6))

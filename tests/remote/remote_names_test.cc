@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_writer.h"
 #include "ferry/error.h"
 #include "ferry/file.h"
 #include "ferry/remote.h"
@@ -135,6 +136,37 @@ TEST_F(RemoteNames, ABucketWithoutAKeyIsRefusedBeforeAnyRequest) {
   EXPECT_EQ(server_->requests(), 0u);
   File f("s3://bucket/k.bin", "r");
   EXPECT_EQ(f.size(), 4u);
+}
+
+// Issue 45 B6: past 128 shards a checkpoint opens each shard again for a load; it did so by the
+// shard's shown name, so a URL's user:password@ was lost and those GETs went unauthenticated.
+TEST_F(RemoteNames, ShardsOpenedAgainKeepTheUrlsPassword) {
+  std::vector<std::uint32_t> values(130);
+  std::vector<TensorSource> tensors;
+  for (std::uint32_t i = 0; i < values.size(); ++i) {
+    values[i] = i;
+    tensors.push_back({"t" + std::to_string(1000 + i), Dtype::kU32, {1}, &values[i], 4});
+  }
+  SaveOptions one_per_shard;
+  one_per_shard.max_shard_size = 1;
+  save_checkpoint(tensors, root_ / "many", one_per_shard);
+  const std::string with_password = "http://alice:hunter2@" + url("many/").substr(7);
+  Checkpoint ckpt(with_password);
+  ASSERT_EQ(ckpt.shards().size(), 130u);
+  LoadOptions host;
+  host.memory = MemoryKind::kHostPageable;
+  const LoadResult got = ckpt.load(host);
+  for (std::size_t i = 0; i < got.tensors.size(); ++i) {
+    EXPECT_EQ(*static_cast<const std::uint32_t*>(got.tensors[i].data), i);
+  }
+  const auto lines = server_->request_lines();
+  const auto headers = server_->request_headers();
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    EXPECT_TRUE(headers[i].contains("authorization")) << lines[i];
+  }
+  for (const std::string& shard : ckpt.shards()) {
+    EXPECT_EQ(shard.find("hunter2"), std::string::npos) << shard;
+  }
 }
 
 }  // namespace
