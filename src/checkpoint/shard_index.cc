@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 #include <iterator>
@@ -117,22 +118,51 @@ fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::
   return p;
 }
 
+// `text` with each %XX replaced by its byte, again until none is left: what a server that
+// decodes a request's path (once, or more) reads.
+std::string percent_decoded(std::string text) {
+  auto hex = [](unsigned char c) { return std::isdigit(c) ? c - '0' : std::tolower(c) - 'a' + 10; };
+  for (bool again = true; again;) {
+    again = false;
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto c1 = static_cast<unsigned char>(i + 1 < text.size() ? text[i + 1] : 0);
+      const auto c2 = static_cast<unsigned char>(i + 2 < text.size() ? text[i + 2] : 0);
+      if (text[i] == '%' && std::isxdigit(c1) && std::isxdigit(c2)) {
+        out.push_back(static_cast<char>(hex(c1) * 16 + hex(c2)));
+        i += 2;
+        again = true;
+      } else {
+        out.push_back(text[i]);
+      }
+    }
+    text = std::move(out);
+  }
+  return text;
+}
+
 // A shard an index names beside it on a server: a relative name with no "..", no query and no
-// scheme, so that an index cannot send ferry to another host or bucket.
+// scheme, so that an index cannot send ferry to another host or bucket. The name is checked as
+// given and as a server reads it, percent-decoded: nginx serves "..%2Fx" as "../x".
 fs::path shard_beside(const fs::path& dir, const std::string& shard, const std::string& file,
                       const std::string& tensor) {
-  if (shard.find('\0') != std::string::npos) {
+  const std::string decoded = percent_decoded(shard);
+  if (decoded.find('\0') != std::string::npos) {
     throw CheckpointError(file, tensor, "its shard name holds a NUL byte");
   }
-  const bool escapes = shard.front() == '/' || shard.find("://") != std::string::npos ||
-                       shard.find_first_of("?#\\") != std::string::npos;
+  bool escapes = false;
+  for (const std::string& name : {shard, decoded}) {
+    escapes = escapes || name.front() == '/' || name.find("://") != std::string::npos ||
+              name.find_first_of("?#\\") != std::string::npos;
+  }
   bool dotdot = false;
-  for (const fs::path& part : fs::path(shard)) dotdot = dotdot || part == "..";
+  for (const fs::path& part : fs::path(decoded)) dotdot = dotdot || part == "..";
   if (escapes || dotdot) {
-    throw CheckpointError(file, tensor,
-                          fmt::format("its shard {} is not a plain name beside the index: shards "
-                                      "of a remote checkpoint must be under its prefix",
-                                      shard));
+    throw CheckpointError(
+        file, tensor,
+        fmt::format("its shard {}{} is not a plain name beside the index: "
+                    "shards of a remote checkpoint must be under its prefix",
+                    shard, decoded == shard ? "" : fmt::format(" ({} decoded)", decoded)));
   }
   return fs::path(dir.string() + "/" + shard);
 }

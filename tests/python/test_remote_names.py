@@ -142,3 +142,29 @@ def test_a_presigned_s3_url_loads_as_a_checkpoint(s3rver, tmp_path):  # noqa: F8
     url = s3rver.presign("names-presigned", "dir/model.safetensors")
     assert "X-Amz-Signature=" in url
     assert ferry.load_checkpoint(url, framework="numpy")["w"].tolist() == list(range(6))
+
+
+def test_an_index_cannot_leave_its_prefix_by_percent_encoding(nginx, tmp_path):  # noqa: F811
+    # nginx decodes "..%2F" before it resolves "..": the shard was served from names/other/.
+    nginx.put("names/other/model.safetensors", _safetensors(tmp_path))
+    for shard in ("..%2Fother%2Fmodel.safetensors", "%2E%2E/other/model.safetensors"):
+        nginx.put("names/evil/model.safetensors.index.json",
+                  json.dumps({"weight_map": {"w": shard}}).encode())
+        with pytest.raises(ferry.CheckpointError, match="not a plain name beside the index"):
+            ferry.load_checkpoint(f"{nginx.url}/names/evil/")
+        r = _cli("load", f"{nginx.url}/names/evil/", "--host")
+        assert r.returncode == 1 and "not a plain name" in r.stderr, r.stderr
+
+
+def test_a_local_index_naming_an_encoded_dotdot_stays_in_its_folder(tmp_path):
+    # On a local disk "%2F" is no separator: the name is a file of that name inside the folder,
+    # and ../other.safetensors beside the folder is never read.
+    (tmp_path / "other.safetensors").write_bytes(_safetensors(tmp_path))
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "..%2Fother.safetensors"}}))
+    with pytest.raises(ferry.CheckpointError, match=r"\.\.%2Fother\.safetensors does not exist"):
+        ferry.load_checkpoint(d)
+    (d / "..%2Fother.safetensors").write_bytes(_safetensors(tmp_path))
+    assert list(ferry.load_checkpoint(d, framework="numpy")) == ["w"]

@@ -169,5 +169,28 @@ TEST_F(RemoteNames, ShardsOpenedAgainKeepTheUrlsPassword) {
   }
 }
 
+// Issue 45 B9: a server decodes %2F and %2E before it resolves "..", so an index naming
+// "..%2Fother/model.safetensors" reached outside the checkpoint's prefix. Refused, however
+// encoded, before any request for the shard.
+TEST_F(RemoteNames, AnIndexCannotLeaveItsPrefixByPercentEncoding) {
+  for (const char* shard :
+       {"..%2Fother%2Fmodel.safetensors", "%2E%2E/other/model.safetensors",
+        "sub/%2e%2E%2f..%2Fx.safetensors", "..%252Fother.safetensors", "%2Fetc/x.safetensors",
+        "..%5Cx.safetensors", "x%3A%2F%2Fhost%2Fy.safetensors", "x%00.safetensors"}) {
+    put("evil/model.safetensors.index.json",
+        std::string(R"({"weight_map": {"w": ")") + shard + R"("}})");
+    const std::size_t before = server_->requests();
+    const std::string what = error_of<CheckpointError>([&] { Checkpoint c(url("evil/")); });
+    EXPECT_TRUE(what.find("is not a plain name beside the index") != std::string::npos ||
+                what.find("NUL") != std::string::npos)
+        << shard << ": " << what;
+    // Only the index was asked for (its HEAD and GET), never the shard.
+    for (std::size_t i = before; i < server_->request_lines().size(); ++i) {
+      EXPECT_NE(server_->request_lines()[i].find("model.safetensors.index.json"), std::string::npos)
+          << shard << ": " << server_->request_lines()[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry
