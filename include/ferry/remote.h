@@ -19,9 +19,10 @@ struct RemoteSupport {
 // Loads libcurl on first call (FERRY_CURL_LIBRARY names another file).
 RemoteSupport remote_support();
 
-// A path or URL as ferry's messages, reports and outputs show it: a URL without its query and
-// fragment ("?..." in their place: a presigned URL's signature and credential lie there) and
-// without user:password@; a local path unchanged. Every URL ferry prints goes through this.
+// A path or URL as ferry's messages, reports and outputs show it: a URL (any scheme://) without
+// its query and fragment ("?..." in their place: a presigned URL's signature and credential lie
+// there) and without user:password@; a local path unchanged. Every URL ferry prints goes through
+// this.
 std::string shown_path(std::string_view path);
 
 // Whether `path` names a remote object (http://, https://, s3://, the scheme in any case) rather

@@ -117,7 +117,7 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
   // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
   // regular files that get past the type check below.
   fd_ = io_.open(path_.c_str(), flags | O_NONBLOCK, 0644);
-  if (fd_ < 0) throw IoError(errno, "open", remote_ ? io::shown_url(path_) : path_, 0, 0);
+  if (fd_ < 0) throw IoError(errno, "open", io::shown_url(path_), 0, 0);
   // A remote object's URL may carry a presigned signature in its query: messages and reports
   // show it without (the seam keeps what it needs).
   if (remote_) path_ = io::shown_url(path_);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 
@@ -42,8 +43,17 @@ bool is_remote_url(std::string_view path) {
 }
 
 std::string shown_url(std::string_view url) {
-  if (!is_remote_url(url)) return std::string(url);
-  const std::size_t host = url.find("://") + 3;
+  // Any scheme://, not only ferry's: a URL ferry refuses (ftp://user:pw@host/x) is still named
+  // in the error. A local path never starts so.
+  const std::size_t scheme = url.find("://");
+  const bool has_scheme =
+      scheme != std::string_view::npos && scheme > 0 &&
+      std::isalpha(static_cast<unsigned char>(url[0])) &&
+      std::all_of(url.begin(), url.begin() + scheme, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+      });
+  if (!has_scheme) return std::string(url);
+  const std::size_t host = scheme + 3;
   // user:password@ goes wherever an '@' lies before the path's first '/', even after a '?' or
   // '#': a password holding one of those would otherwise be cut there and its start shown.
   const std::size_t slash = url.find('/', host);

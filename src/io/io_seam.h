@@ -49,8 +49,8 @@ IoSeam& system_io();
 bool is_remote_url(std::string_view path);
 
 // A path or URL as every message, report and output shows it (ferry::shown_path is this): a URL
-// without its query and fragment (where a presigned URL's signature and credential lie, shown as
-// "?...") and without user:password@; a local path unchanged.
+// (any scheme://) without its query and fragment (where a presigned URL's signature and
+// credential lie, shown as "?...") and without user:password@; a local path unchanged.
 std::string shown_url(std::string_view url);
 
 // The path of a URL ("/bucket/model.safetensors"), without its host, user:password@, query and

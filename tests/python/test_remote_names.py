@@ -168,3 +168,24 @@ def test_a_local_index_naming_an_encoded_dotdot_stays_in_its_folder(tmp_path):
         ferry.load_checkpoint(d)
     (d / "..%2Fother.safetensors").write_bytes(_safetensors(tmp_path))
     assert list(ferry.load_checkpoint(d, framework="numpy")) == ["w"]
+
+
+def test_kvikio_remote_file_errors_never_show_a_urls_credentials():
+    import ferry.kvikio as kvikio
+    for url in ("unsupported://alice:hunter2@example.com/path" + QUERY,
+                "https://alice:hun?ter2@127.0.0.1:9/x.bin"):
+        with pytest.raises(Exception) as e:
+            kvikio.RemoteFile.open(url)
+        _no_secret(str(e.value))
+        assert "alice" not in str(e.value), e.value
+
+
+def test_a_url_of_another_scheme_is_named_without_its_credentials():
+    # Not a URL ferry reads, so a local path that does not exist: named, credentials cut.
+    with pytest.raises(FileNotFoundError) as e:
+        ferry.open("ftp://alice:hunter2@127.0.0.1/x.bin" + QUERY)
+    _no_secret(str(e.value))
+    assert "ftp://127.0.0.1/x.bin?..." in str(e.value)
+    r = _cli("read", "ftp://alice:hunter2@127.0.0.1/x.bin" + QUERY, "--host")
+    assert r.returncode == 1 and "ftp://127.0.0.1/x.bin?..." in r.stderr, r.stderr
+    _no_secret(r.stdout, r.stderr)

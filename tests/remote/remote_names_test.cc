@@ -114,6 +114,13 @@ TEST(ShownPath, DropsUserAndPasswordWhereverTheirAtSignLies) {
   EXPECT_EQ(shown_path("https://host/a@b.bin"), "https://host/a@b.bin");
 }
 
+TEST(ShownPath, RedactsAUrlOfASchemeFerryDoesNotRead) {
+  // Refused, but named in the error: its credentials must not be.
+  EXPECT_EQ(shown_path("ftp://alice:hunter2@host/x?sig=s"), "ftp://host/x?...");
+  EXPECT_EQ(shown_path("webhdfs+x://alice:hunter2@host/x"), "webhdfs+x://host/x");
+  EXPECT_EQ(shown_path("://alice:hunter2@host/x"), "://alice:hunter2@host/x");  // no scheme
+}
+
 TEST(ShownPath, LeavesALocalPathAsItIs) {
   EXPECT_EQ(shown_path("/data/what?.bin"), "/data/what?.bin");
   EXPECT_EQ(shown_path("dir/a#b@c.safetensors"), "dir/a#b@c.safetensors");
