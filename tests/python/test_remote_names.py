@@ -189,3 +189,17 @@ def test_a_url_of_another_scheme_is_named_without_its_credentials():
     r = _cli("read", "ftp://alice:hunter2@127.0.0.1/x.bin" + QUERY, "--host")
     assert r.returncode == 1 and "ftp://127.0.0.1/x.bin?..." in r.stderr, r.stderr
     _no_secret(r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("args", [
+    ("check", "--path", "{url}"), ("check", "--path={url}", "--json"),
+    ("plan", "--size", "1MiB", "--cufile-json", "{url}"), ("bench", "-f", "{url}"),
+    ("bench", "{url}"), ("demo", "--dir", "{url}", "--size", "1MiB"), ("read", "{url}", "{url}"),
+    ("stats", "--dir", "{url}")], ids=lambda a: " ".join(a).replace("{url}", "URL"))
+def test_no_command_echoes_a_urls_credentials(args):
+    # Commands that take local paths (and the parser) name what they were given when they refuse
+    # it: a URL there is named without its credentials too.
+    url = "http://alice:hunter2@127.0.0.1:9/x.bin" + QUERY
+    r = _cli(*(a.replace("{url}", url) for a in args))
+    assert r.returncode != 0 or args[0] == "stats"  # no process has published there
+    _no_secret(r.stdout, r.stderr)
