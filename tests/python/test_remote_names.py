@@ -203,3 +203,13 @@ def test_no_command_echoes_a_urls_credentials(args):
     r = _cli(*(a.replace("{url}", url) for a in args))
     assert r.returncode != 0 or args[0] == "stats"  # no process has published there
     _no_secret(r.stdout, r.stderr)
+
+
+def test_array_loaders_name_a_url_without_its_credentials():
+    url = "http://alice:hunter2@127.0.0.1:9/x.npy" + QUERY
+    for load in (lambda: ferry.load(url), lambda: ferry.fromfile(url, dtype="uint8"),
+                 lambda: ferry.read_into(url, np.empty(4, np.uint8))):
+        with pytest.raises(ferry.IoError) as e:  # no such file; read_into: nothing listens
+            load()
+        _no_secret(str(e.value), repr(e.value), str(e.value.filename))
+        assert e.value.filename == "http://127.0.0.1:9/x.npy?..."
