@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -205,7 +206,8 @@ def test_no_command_echoes_a_urls_credentials(args):
     _no_secret(r.stdout, r.stderr)
 
 
-def test_array_loaders_name_a_url_without_its_credentials():
+def test_array_loaders_name_a_url_without_its_credentials(monkeypatch):
+    monkeypatch.setenv("FERRY_REMOTE_RETRIES", "0")  # nothing listens on port 9: fail at once
     url = "http://alice:hunter2@127.0.0.1:9/x.npy" + QUERY
     for load in (lambda: ferry.load(url), lambda: ferry.fromfile(url, dtype="uint8"),
                  lambda: ferry.read_into(url, np.empty(4, np.uint8))):
@@ -213,3 +215,17 @@ def test_array_loaders_name_a_url_without_its_credentials():
             load()
         _no_secret(str(e.value), repr(e.value), str(e.value.filename))
         assert e.value.filename == "http://127.0.0.1:9/x.npy?..."
+
+
+def test_the_repr_of_a_file_whose_open_failed_does_not_crash():
+    # pytest prints `self` of File.__init__ in the traceback of a failed open (of a URL no
+    # server answers, here): that repr read the never-made C++ File and crashed the process.
+    code = ("import ferry\n"
+            "try:\n    ferry.open('http://alice:hunter2@127.0.0.1:9/x.bin')\n"
+            "except ferry.Error as e:\n    tb = e.__traceback__\n"
+            "    while tb.tb_next:\n        tb = tb.tb_next\n"
+            "    print(repr(tb.tb_frame.f_locals['self']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "FERRY_REMOTE_RETRIES": "0"})
+    assert r.returncode == 0, r.stderr
+    assert "not opened" in r.stdout
