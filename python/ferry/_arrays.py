@@ -360,6 +360,11 @@ def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = Non
     file_offset, count = _numpy_keywords("ferry.load", file_offset, settings)
     shape = _count_as_shape("ferry.load", shape, count)
     _missing("ferry.load", path)
+    if not os.path.isfile(path):
+        # Before the header is read with open(): a FIFO would wait there for a writer. ferry's
+        # own open names what the path is (a FIFO, a device, a directory) and refuses it.
+        from . import open as _open
+        _open(path, "r").close()
     header = _npy_header(path)
     if header is None:
         if _is_zip(path):
