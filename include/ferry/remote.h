@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ferry {
@@ -17,6 +18,16 @@ struct RemoteSupport {
 
 // Loads libcurl on first call (FERRY_CURL_LIBRARY names another file).
 RemoteSupport remote_support();
+
+// A path or URL as ferry's messages, reports and outputs show it: a URL (any scheme://) without
+// its query and fragment ("?..." in their place: a presigned URL's signature and credential lie
+// there) and without user:password@; a local path unchanged. Every URL ferry prints goes through
+// this.
+std::string shown_path(std::string_view path);
+
+// Whether `path` names a remote object (http://, https://, s3://, the scheme in any case) rather
+// than a local file.
+bool is_remote_url(std::string_view path);
 
 // How a remote object's GETs are retried, read when the object is opened. A field left empty
 // takes its variable, then KvikIO's, then ferry's default:

@@ -165,7 +165,7 @@ def _fill(f: Any, array: Any, file_offset: int, path: PathLike) -> Any:
     done = f.read(target, nbytes, file_offset)
     _local.route = f.last_route
     if done < nbytes:
-        raise EOFError(f"{os.fspath(path)}: {done} bytes from offset {file_offset}, "
+        raise EOFError(f"{_shown(path)}: {done} bytes from offset {file_offset}, "
                        f"the array needs {nbytes}")
     return array
 
@@ -264,7 +264,7 @@ def _npy_header(path: PathLike) -> Optional[tuple[tuple[int, ...], Any, int]]:
         read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
         shape, fortran_order, dtype = read_header(fh)  # type: ignore[no-untyped-call]
         if fortran_order:
-            raise ValueError(f"ferry.load: {os.fspath(path)} is a Fortran-order .npy file; ferry "
+            raise ValueError(f"ferry.load: {_shown(path)} is a Fortran-order .npy file; ferry "
                              "reads C-order ones only (numpy.load reads it)")
         return tuple(shape), numpy.dtype(dtype), fh.tell()
 
@@ -334,6 +334,11 @@ def _count_as_shape(who: str, shape: Any, count: int) -> Any:
     return (count,)
 
 
+def _shown(path: PathLike) -> str:
+    """`path` as messages show it: a URL without its credentials or query (ferry::shown_path)."""
+    return _ferry.shown_path(os.fsdecode(path))
+
+
 def _missing(who: str, path: PathLike) -> None:
     """FileNotFoundError, as numpy.load and open() raise, when `path` does not exist: ferry's
     own (also an IoError, as every error of a file ferry opens). A NUL byte is refused first, as
@@ -341,7 +346,7 @@ def _missing(who: str, path: PathLike) -> None:
     if b"\0" in os.fsencode(path):
         raise ValueError(f"{who}: embedded null byte in the path {os.fsdecode(path)!r}")
     if not os.path.exists(path):
-        error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file", os.fspath(path))
+        error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file", _shown(path))
         error.op = "open"
         raise error
 
@@ -355,19 +360,24 @@ def load(path: PathLike, dtype: Any = None, shape: Any = None, device: Any = Non
     file_offset, count = _numpy_keywords("ferry.load", file_offset, settings)
     shape = _count_as_shape("ferry.load", shape, count)
     _missing("ferry.load", path)
+    if not os.path.isfile(path):
+        # Before the header is read with open(): a FIFO would wait there for a writer. ferry's
+        # own open names what the path is (a FIFO, a device, a directory) and refuses it.
+        from . import open as _open
+        _open(path, "r").close()
     header = _npy_header(path)
     if header is None:
         if _is_zip(path):
-            raise ValueError(f"ferry.load: {os.fspath(path)} is a .npz archive (a zip of .npy "
+            raise ValueError(f"ferry.load: {_shown(path)} is a .npz archive (a zip of .npy "
                              "files); ferry reads .npy and raw files (numpy.load reads .npz)")
         if dtype is None:
-            raise TypeError(f"ferry.load: {os.fspath(path)} has no .npy header: pass dtype= to "
+            raise TypeError(f"ferry.load: {_shown(path)} has no .npy header: pass dtype= to "
                             "read its raw bytes (or use ferry.fromfile)")
         return _load("ferry.load", path, dtype, shape, device, like, file_offset, settings)
     import numpy
 
     npy_shape, npy_dtype, data_offset = header
-    where = f"ferry.load: {os.fspath(path)} is a .npy file of {npy_dtype} {npy_shape}"
+    where = f"ferry.load: {_shown(path)} is a .npy file of {npy_dtype} {npy_shape}"
     if dtype is not None and _items_of("ferry.load", dtype).numpy != npy_dtype:
         raise ValueError(f"{where}, not {_items_of('ferry.load', dtype).name}")
     if shape is not None and _shape_of(shape) != npy_shape:
@@ -413,11 +423,11 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
         size = f.size
         if file_offset > size:
             raise ValueError(f"{who}: file_offset {file_offset} is past the end of "
-                             f"{os.fspath(path)} ({size} bytes)")
+                             f"{_shown(path)} ({size} bytes)")
         if shape is None:
             available = size - file_offset
             if available % items.itemsize:
-                raise ValueError(f"{who}: {os.fspath(path)} has {available} bytes from offset "
+                raise ValueError(f"{who}: {_shown(path)} has {available} bytes from offset "
                                  f"{file_offset}, not a whole number of {items.name} items")
             dims: tuple[int, ...] = (available // items.itemsize,)
         else:

@@ -100,6 +100,10 @@ class File(_ferry.File):
             self.close()
 
     def __repr__(self) -> str:
+        if not getattr(self, "_opened", False):
+            # Its C++ part was never made: reading any of its properties would crash. pytest
+            # shows `self` of the failed __init__ in a traceback, so this is reached.
+            return "<ferry.File (not opened: its __init__ raised)>"
         state = "closed" if self.closed else "open"
         if not self.closed and self.in_flight:
             state += f", {self.in_flight} request(s) in flight"

@@ -359,7 +359,7 @@ class Checkpoint:
         try:
             return self.entries[name]
         except KeyError:
-            raise CheckpointError(f"safetensors {self.path}: tensor '{name}': no such tensor "
+            raise CheckpointError(f"safetensors {_ferry.shown_path(self.path)}: tensor '{name}': no such tensor "
                                   f"in the checkpoint") from None
 
     def load(self, framework: str = "pt", device: Any = "cpu",

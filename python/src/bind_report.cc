@@ -177,6 +177,11 @@ void bind_report(py::module_& m) {
       "(available, description): whether http://, https:// and s3:// sources can be read "
       "here (libcurl loaded), and its version or why not.");
 
+  m.def(
+      "shown_path", [](const std::string& path) { return shown_path(path); }, py::arg("path"),
+      "The path or URL as ferry's messages show it: a URL without its query and fragment "
+      "(\"?...\" in their place) and without user:password@; a local path unchanged.");
+
   auto policy_dict = [](const RemotePolicy& p) {
     py::dict d;
     d["retries"] = p.retries ? py::cast(*p.retries) : py::none();

@@ -14,6 +14,7 @@
 
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/shard_index.h"
+#include "io/io_seam.h"
 
 namespace ferry {
 
@@ -35,9 +36,10 @@ constexpr std::size_t kPartsAtOnce = 4;
 }  // namespace
 
 struct Checkpoint::State {
-  std::string path;  // what the checkpoint was opened as: a file, an index or a directory
+  std::string path;  // what the checkpoint was opened as (a file, an index, a directory), shown
   FileOptions options;
-  std::vector<std::string> shard_names;
+  std::vector<std::string> shard_names;  // as shown: a URL without its query or credentials
+  std::vector<fs::path> shard_paths;     // as opened again past kShardsKeptOpen: a URL whole
   std::vector<std::uint64_t> shard_sizes;
   std::vector<std::unique_ptr<File>> files;  // empty past kShardsKeptOpen shards
   std::vector<std::map<std::string, std::string>> metadata;
@@ -50,7 +52,7 @@ struct Checkpoint::State {
   // since its header was read (its offsets would describe another file).
   std::shared_ptr<File> open_shard(std::size_t shard) const {
     if (shard < files.size()) return std::shared_ptr<File>(files[shard].get(), [](File*) {});
-    auto file = std::make_shared<File>(shard_names[shard], "r", options);
+    auto file = std::make_shared<File>(shard_paths[shard], "r", options);
     if (file->size() != shard_sizes[shard]) {
       throw CheckpointError(shard_names[shard], "",
                             fmt::format("it is {} B now but was {} B when its header was read",
@@ -82,7 +84,7 @@ void check_against_index(const checkpoint::ShardIndex& index,
                          const std::unordered_map<std::string, std::size_t>& by_name,
                          const std::vector<std::string>& shard_names) {
   if (!index.weight_map) return;
-  const std::string file = index.index_file.string();
+  const std::string file = io::shown_url(index.index_file.string());
   for (const auto& [name, shard] : *index.weight_map) {
     auto it = by_name.find(name);
     if (it == by_name.end() || tensors[it->second].shard != shard) {
@@ -118,7 +120,7 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     : state_(std::make_unique<State>()) {
   const checkpoint::ShardIndex index = checkpoint::discover_shards(path);
   State& s = *state_;
-  s.path = path.string();
+  s.path = io::shown_url(path.string());  // for messages: a URL without its credentials
   s.options = options;
   s.index_metadata = index.metadata_json;
   const bool keep_open = index.shards.size() <= kShardsKeptOpen;
@@ -126,6 +128,7 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     auto file = std::make_unique<File>(index.shards[shard], "r", options);
     checkpoint::SafetensorsHeader header = read_header(*file);
     s.shard_names.push_back(file->path());
+    s.shard_paths.push_back(index.shards[shard]);
     s.shard_sizes.push_back(file->size());
     s.metadata.push_back(std::move(header.metadata));
     for (checkpoint::HeaderTensor& h : header.tensors) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 #include <iterator>
@@ -25,6 +26,22 @@ namespace {
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What a path that is neither a regular file nor a folder is, in words.
+std::string kind_of(fs::file_type type) {
+  switch (type) {
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "of an unknown kind";
+  }
 }
 
 std::string read_text(const fs::path& path) {
@@ -88,7 +105,8 @@ fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::
   }
   if (!fs::is_regular_file(st)) {
     throw CheckpointError(file, tensor,
-                          fmt::format("its shard {} is not a regular file", p.string()));
+                          fmt::format("its shard {} is {}, not a regular file", p.string(),
+                                      fs::is_directory(st) ? "a directory" : kind_of(st.type())));
   }
   const fs::path real = fs::canonical(p, ec);
   const fs::path real_dir = fs::canonical(dir.empty() ? fs::path(".") : dir, ec);
@@ -108,22 +126,51 @@ fs::path shard_inside(const fs::path& dir, const std::string& shard, const std::
   return p;
 }
 
+// `text` with each %XX replaced by its byte, again until none is left: what a server that
+// decodes a request's path (once, or more) reads.
+std::string percent_decoded(std::string text) {
+  auto hex = [](unsigned char c) { return std::isdigit(c) ? c - '0' : std::tolower(c) - 'a' + 10; };
+  for (bool again = true; again;) {
+    again = false;
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto c1 = static_cast<unsigned char>(i + 1 < text.size() ? text[i + 1] : 0);
+      const auto c2 = static_cast<unsigned char>(i + 2 < text.size() ? text[i + 2] : 0);
+      if (text[i] == '%' && std::isxdigit(c1) && std::isxdigit(c2)) {
+        out.push_back(static_cast<char>(hex(c1) * 16 + hex(c2)));
+        i += 2;
+        again = true;
+      } else {
+        out.push_back(text[i]);
+      }
+    }
+    text = std::move(out);
+  }
+  return text;
+}
+
 // A shard an index names beside it on a server: a relative name with no "..", no query and no
-// scheme, so that an index cannot send ferry to another host or bucket.
+// scheme, so that an index cannot send ferry to another host or bucket. The name is checked as
+// given and as a server reads it, percent-decoded: nginx serves "..%2Fx" as "../x".
 fs::path shard_beside(const fs::path& dir, const std::string& shard, const std::string& file,
                       const std::string& tensor) {
-  if (shard.find('\0') != std::string::npos) {
+  const std::string decoded = percent_decoded(shard);
+  if (decoded.find('\0') != std::string::npos) {
     throw CheckpointError(file, tensor, "its shard name holds a NUL byte");
   }
-  const bool escapes = shard.front() == '/' || shard.find("://") != std::string::npos ||
-                       shard.find_first_of("?#\\") != std::string::npos;
+  bool escapes = false;
+  for (const std::string& name : {shard, decoded}) {
+    escapes = escapes || name.front() == '/' || name.find("://") != std::string::npos ||
+              name.find_first_of("?#\\") != std::string::npos;
+  }
   bool dotdot = false;
-  for (const fs::path& part : fs::path(shard)) dotdot = dotdot || part == "..";
+  for (const fs::path& part : fs::path(decoded)) dotdot = dotdot || part == "..";
   if (escapes || dotdot) {
-    throw CheckpointError(file, tensor,
-                          fmt::format("its shard {} is not a plain name beside the index: shards "
-                                      "of a remote checkpoint must be under its prefix",
-                                      shard));
+    throw CheckpointError(
+        file, tensor,
+        fmt::format("its shard {}{} is not a plain name beside the index: "
+                    "shards of a remote checkpoint must be under its prefix",
+                    shard, decoded == shard ? "" : fmt::format(" ({} decoded)", decoded)));
   }
   return fs::path(dir.string() + "/" + shard);
 }
@@ -154,18 +201,22 @@ std::string read_remote_text(const std::string& url) {
 // model.safetensors.index.json or model.safetensors lies (a remote folder is not listed).
 ShardIndex discover_remote(const std::string& url) {
   const std::string shown = io::shown_url(url);
-  if (ends_with(shown, ".json")) {
+  // The kind is told from the path alone: a presigned URL's query follows its ".safetensors".
+  const std::string path = io::url_path(url);
+  if (ends_with(path, ".json")) {
     return parse_index_with(read_remote_text(url), fs::path(url), &shard_beside);
   }
-  if (ends_with(shown, ".safetensors")) {
+  if (ends_with(path, ".safetensors")) {
     ShardIndex single;
     single.shards.push_back(fs::path(url));
     return single;
   }
-  if (shown.size() != url.size()) {
+  if (shown.ends_with("?...")) {
     throw CheckpointError(shown, "",
-                          "a URL with a query names one file: give the .safetensors or "
-                          ".safetensors.index.json URL");
+                          fmt::format("a URL with a query names one file, and its path {} ends "
+                                      "in neither .safetensors nor .json: give the .safetensors "
+                                      "or .safetensors.index.json URL",
+                                      path.empty() ? "/" : path));
   }
   std::string base = url;
   while (!base.empty() && base.back() == '/') base.pop_back();
@@ -280,14 +331,25 @@ ShardIndex parse_index_with(const std::string& text, const fs::path& index_file,
 ShardIndex discover_shards(const fs::path& path) {
   if (io::is_remote_url(path.string())) return discover_remote(path.string());
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_regular_file(st)) {
     if (ends_with(path.filename().string(), ".json")) return parse_index(read_text(path), path);
     ShardIndex single;
     single.shards.push_back(path);
     return single;
   }
-  if (!fs::is_directory(path, ec)) {
-    throw CheckpointError(path.string(), "", "no such file or directory");
+  if (!fs::exists(st)) {
+    throw CheckpointError(path.string(), "",
+                          ec && ec != std::errc::no_such_file_or_directory
+                              ? fmt::format("cannot stat it: {}", ec.message())
+                              : std::string("no such file or directory"));
+  }
+  if (!fs::is_directory(st)) {
+    // A FIFO would block the first read until a writer came, /dev/zero never end.
+    throw CheckpointError(path.string(), "",
+                          fmt::format("it is {}, not a regular file or a folder: a checkpoint "
+                                      "is a .safetensors file, an index or a folder of them",
+                                      kind_of(st.type())));
   }
   std::vector<fs::path> indexes;
   std::vector<fs::path> files;

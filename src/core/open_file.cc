@@ -96,7 +96,8 @@ io::IoSeam& seam_for(const std::string& path, RuntimeState& runtime, io::IoSeam*
   const Environment& env = runtime.env();
   if (!io::is_remote_url(path)) return *env.io;
   if (env.remote == nullptr) {
-    throw IoError(ENOTSUP, "open", path, 0, 0, 0, "this runtime has no remote sources");
+    throw IoError(ENOTSUP, "open", io::shown_url(path), 0, 0, 0,
+                  "this runtime has no remote sources");
   }
   return *env.remote;
 }
@@ -116,7 +117,7 @@ OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, Fil
   // O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is meaningless for the
   // regular files that get past the type check below.
   fd_ = io_.open(path_.c_str(), flags | O_NONBLOCK, 0644);
-  if (fd_ < 0) throw IoError(errno, "open", remote_ ? io::shown_url(path_) : path_, 0, 0);
+  if (fd_ < 0) throw IoError(errno, "open", io::shown_url(path_), 0, 0);
   // A remote object's URL may carry a presigned signature in its query: messages and reports
   // show it without (the seam keeps what it needs).
   if (remote_) path_ = io::shown_url(path_);

@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <string>
+
+#include "ferry/remote.h"
 
 namespace ferry::io {
 namespace {
@@ -40,19 +43,35 @@ bool is_remote_url(std::string_view path) {
 }
 
 std::string shown_url(std::string_view url) {
-  std::string_view s = url.substr(0, url.find_first_of("?#"));
-  const bool cut = s.size() < url.size();
-  // user:password@host
-  std::size_t scheme = s.find("://");
-  if (scheme != std::string_view::npos) {
-    std::size_t host = scheme + 3;
-    std::size_t slash = s.find('/', host);
-    std::size_t at = s.substr(0, slash).rfind('@');
-    if (at != std::string_view::npos && at >= host) {
-      return fmt::format("{}{}{}", s.substr(0, host), s.substr(at + 1), cut ? "?..." : "");
-    }
-  }
-  return fmt::format("{}{}", s, cut ? "?..." : "");
+  // Any scheme://, not only ferry's: a URL ferry refuses (ftp://user:pw@host/x) is still named
+  // in the error. A local path never starts so.
+  const std::size_t scheme = url.find("://");
+  const bool has_scheme =
+      scheme != std::string_view::npos && scheme > 0 &&
+      std::isalpha(static_cast<unsigned char>(url[0])) &&
+      std::all_of(url.begin(), url.begin() + scheme, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+      });
+  if (!has_scheme) return std::string(url);
+  const std::size_t host = scheme + 3;
+  // user:password@ goes wherever an '@' lies before the path's first '/', even after a '?' or
+  // '#': a password holding one of those would otherwise be cut there and its start shown.
+  const std::size_t slash = url.find('/', host);
+  const std::size_t at = url.substr(0, slash).rfind('@');
+  std::string_view rest = url.substr(at == std::string_view::npos ? host : at + 1);
+  // The query and fragment go whole: a presigned URL's X-Amz-Signature, X-Amz-Credential and
+  // X-Amz-Security-Token, Azure's sig=, CloudFront's Signature=, any token= live there.
+  const std::size_t query = rest.find_first_of("?#");
+  return fmt::format("{}{}{}", url.substr(0, host), rest.substr(0, query),
+                     query == std::string_view::npos ? "" : "?...");
+}
+
+std::string url_path(std::string_view url) {
+  if (!is_remote_url(url)) return std::string(url);
+  std::string shown = shown_url(url);
+  if (shown.ends_with("?...")) shown.resize(shown.size() - 4);
+  const std::size_t slash = shown.find('/', shown.find("://") + 3);
+  return slash == std::string::npos ? std::string() : shown.substr(slash);
 }
 
 int IoSeam::fallocate(int fd, int mode, off_t offset, off_t len) {
@@ -71,3 +90,11 @@ IoSeam& system_io() {
 }
 
 }  // namespace ferry::io
+
+namespace ferry {
+
+std::string shown_path(std::string_view path) { return io::shown_url(path); }
+
+bool is_remote_url(std::string_view path) { return io::is_remote_url(path); }
+
+}  // namespace ferry

@@ -48,8 +48,13 @@ IoSeam& system_io();
 // in any case). Such paths go to the environment's remote seam.
 bool is_remote_url(std::string_view path);
 
-// A URL as messages and reports show it: without its query and fragment (a presigned URL's
-// signature) and without user:password@.
+// A path or URL as every message, report and output shows it (ferry::shown_path is this): a URL
+// (any scheme://) without its query and fragment (where a presigned URL's signature and
+// credential lie, shown as "?...") and without user:password@; a local path unchanged.
 std::string shown_url(std::string_view url);
+
+// The path of a URL ("/bucket/model.safetensors"), without its host, user:password@, query and
+// fragment: what a file's kind is told from. A local path unchanged.
+std::string url_path(std::string_view url);
 
 }  // namespace ferry::io

@@ -85,6 +85,10 @@ RemoteTarget resolve_remote(std::string_view url, const Getenv& getenv) {
     throw Error(
         fmt::format("{}: an s3:// URL takes no query; give a presigned URL as https://", t.given));
   }
+  if (key.empty()) {
+    // S3 answers a GET of the bucket with its listing, which would be read as the object's bytes.
+    throw Error("names a bucket, not an object: give the object's key (s3://BUCKET/KEY)");
+  }
   t.s3 = true;
   t.region = env_or(getenv, "AWS_REGION", env_or(getenv, "AWS_DEFAULT_REGION", "us-east-1"));
   std::string endpoint =

@@ -259,6 +259,24 @@ TEST(CliWrite, RefusesToReplaceAFifoOrADevice) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+// Issue 45 B16: a FIFO or a device given to load or read is named for what it is and refused,
+// never "no such file" (load said so), and nothing waits on the FIFO for a writer.
+TEST(CliLoad, RefusesAFifoOrADeviceSayingWhatItIs) {
+  TempDir dir;
+  const auto fifo = dir / "model.safetensors";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  for (const std::string command : {"load", "read"}) {
+    for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo.string(), "a FIFO"},
+                                     {"/dev/zero", "a character device"}}) {
+      CliRun r = run(command + " " + path + " --host");
+      EXPECT_EQ(r.status, 1) << command << " " << path << ": " << r.out;
+      EXPECT_NE(r.out.find(path), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(kind), std::string::npos) << command << ": " << r.out;
+      EXPECT_EQ(r.out.find("no such file"), std::string::npos) << r.out;
+    }
+  }
+}
+
 // A failed rename names its real cause (it said "Success" once, the code overwritten by the
 // cleanup) and leaves PATH and its folder as they were. An immutable file (chattr +i) refuses it.
 TEST(CliWrite, AFailedRenameNamesItsCauseAndChangesNothing) {

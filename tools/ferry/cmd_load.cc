@@ -79,7 +79,7 @@ int run(const LoadArgs& a) {
   if (a.json) {
     nlohmann::json routes = nlohmann::json::array();
     for (const RouteReport& r : report.routes) routes.push_back(nlohmann::json::parse(r.to_json()));
-    nlohmann::json out = {{"checkpoint", a.path},
+    nlohmann::json out = {{"checkpoint", shown_path(a.path)},
                           {"shards", ckpt.shards()},
                           {"tensors", report.tensors},
                           {"bytes", report.bytes},

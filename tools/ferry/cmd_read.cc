@@ -46,6 +46,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> split_range(std::uint64_t o
 
 int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t offset,
                 std::uint64_t size, const std::string& short_note) {
+  const std::string shown = shown_path(a.path);  // every output: a URL without its credentials
   const auto parts = split_range(offset, size, static_cast<int>(gpus.size()));
   // Declared before the Files, so destroyed after them (a runtime outlives its Files' close()).
   std::vector<std::unique_ptr<Runtime>> runtimes;
@@ -97,7 +98,7 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
                             gbps(got[k], routes[k].seconds));
       }
       fmt::print("read {} B from {} into {} GPUs in {:.4f} s: {:.2f} GB/s in all ({}), {}\n", bytes,
-                 a.path, gpus.size(), wall, gbps(bytes, wall), line, cpu_words(cpu, bytes));
+                 shown, gpus.size(), wall, gbps(bytes, wall), line, cpu_words(cpu, bytes));
     }
   }
   std::vector<std::pair<const Buffer*, std::size_t>> pieces;
@@ -113,7 +114,7 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
                      {"gbps", gbps(got[k], routes[k].seconds)},
                      {"route", nlohmann::json::parse(routes[k].to_json())}});
     }
-    nlohmann::json out = {{"file", a.path},    {"bytes", bytes},
+    nlohmann::json out = {{"file", shown},     {"bytes", bytes},
                           {"seconds", wall},   {"gbps", gbps(bytes, wall)},
                           {"best_gbps", best}, {"cpu_seconds_per_gib", cpu_per_gib},
                           {"memory", "gpu"},   {"memory_kind", to_string(MemoryKind::kDevice)},
@@ -136,6 +137,7 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
 
 int run(const ReadArgs& a) {
   File file(a.path, "r", file_options(a.settings));
+  const std::string shown = shown_path(a.path);  // every output: a URL without its credentials
   // After the file is opened, where --gpu 0 has always checked the driver.
   std::vector<int> gpus;
   if (!a.memory.gpu_list.empty()) gpus = resolve_gpus(parse_gpu_list(a.memory.gpu_list));
@@ -185,7 +187,7 @@ int run(const ReadArgs& a) {
     runs.push_back(
         {{"seconds", route.seconds}, {"gbps", gbps(bytes, route.seconds)}, {"cpu_seconds", cpu}});
     if (!a.json) {
-      fmt::print("read {} B from {} into {}{} in {:.4f} s: {:.2f} GB/s, {}\n", bytes, a.path,
+      fmt::print("read {} B from {} into {}{} in {:.4f} s: {:.2f} GB/s, {}\n", bytes, shown,
                  to_string(target.kind),
                  is_gpu(target.kind) ? fmt::format(" {}", target.device) : "", route.seconds,
                  gbps(bytes, route.seconds), cpu_words(cpu, bytes));
@@ -193,7 +195,7 @@ int run(const ReadArgs& a) {
   }
   std::string digest = a.checksum ? sha256(buffer, bytes) : "";
   if (a.json) {
-    nlohmann::json out = {{"file", a.path},
+    nlohmann::json out = {{"file", shown},
                           {"bytes", bytes},
                           {"seconds", route.seconds},
                           {"gbps", gbps(bytes, route.seconds)},

@@ -98,6 +98,11 @@ int run(const WriteArgs& a) {
   if (a.path.empty()) {
     throw IoError(ENOENT, "write", "\"\"", 0, 0, 0, "empty path: name the file to write");
   }
+  if (is_remote_url(a.path)) {
+    // A URL (http://, https://, s3://) would otherwise become a local path of that name.
+    throw IoError(EROFS, "write", shown_path(a.path), 0, size, 0,
+                  "remote objects are read-only in ferry: write to a local path");
+  }
   const Target target = resolve_target(a.memory);
   Buffer buffer(target.kind, size, std::max(target.device, 0));
   fill_pattern(buffer, a.pattern, a.seed);

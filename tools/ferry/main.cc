@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
@@ -100,6 +101,25 @@ std::string usage_error(const CLI::ParseError& e, CLI::App& app, CLI::App* comma
   return where + what;
 }
 
+// `message` with every argument that is a URL (or an --option=URL's value) as shown_path shows
+// it: whichever command, check or parser echoed an argument, its user:password@ and query never
+// reach the terminal (`check --path`, `bench -f`, `demo --dir` take local paths and name them).
+std::string without_credentials(std::string message, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word.starts_with("-") && word.find('=') != std::string_view::npos) {
+      word.remove_prefix(word.find('=') + 1);
+    }
+    const std::string shown = ferry::shown_path(word);
+    if (word.empty() || shown == word) continue;
+    for (std::size_t at = message.find(word); at != std::string::npos;
+         at = message.find(word, at + shown.size())) {
+      message.replace(at, word.size(), shown);
+    }
+  }
+  return message;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,17 +154,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "ferry: {}\n", usage_error(e, app, command, argc, argv));
+    fmt::print(stderr, "ferry: {}\n",
+               without_credentials(usage_error(e, app, command, argc, argv), argc, argv));
     return kUsage;
   }
   try {
     return action ? action() : 0;
   } catch (const ferry::SettingError& e) {
     // A malformed flag value or FERRY_* variable, found when the command read it.
-    fmt::print(stderr, "ferry: {}\n", e.what());
+    fmt::print(stderr, "ferry: {}\n", without_credentials(e.what(), argc, argv));
     return kUsage;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ferry: {}\n", e.what());
+    fmt::print(stderr, "ferry: {}\n", without_credentials(e.what(), argc, argv));
     return kWorkFailed;
   }
 }

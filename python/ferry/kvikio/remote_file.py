@@ -35,10 +35,9 @@ class RemoteEndpointType(enum.IntEnum):
 
 
 def _shown(url: str) -> str:
-    """`url` as ferry's reports show it: no query or fragment, no ``user:password@``."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    """`url` as ferry's reports show it (ferry::shown_path, the one place a URL becomes text):
+    the query and fragment as ``?...``, no ``user:password@``."""
+    return _ferry.shown_path(url)
 
 
 def _known_size(file: File, nbytes: Optional[int], url: str) -> int:
