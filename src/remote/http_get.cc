@@ -137,30 +137,33 @@ void check_status(Exchange& x, long status) {
   }
   if (x.probe) return;
   if (status == 200) {
-    if (x.offset == 0 && x.size == x.object_size) return;  // the whole object, as asked
-    a.refused = fmt::format(
-        "the server answered 200 (the whole object) to a request for bytes {}-{}: it ignored "
-        "the Range header",
-        x.offset, x.offset + x.size - 1);
-    return;
-  }
-  if (status != 206) {
+    if (x.offset != 0 || x.size != x.object_size) {
+      a.refused = fmt::format(
+          "the server answered 200 (the whole object) to a request for bytes {}-{}: it ignored "
+          "the Range header",
+          x.offset, x.offset + x.size - 1);
+      return;
+    }
+    // The whole object, as asked: its length is checked as it lands, its ETag below, as a 206's
+    // (a server that ignores Range may ignore If-Match too).
+  } else if (status != 206) {
     a.refused = fmt::format("the server answered {} to a range request", status);
     return;
-  }
-  std::uint64_t first = 0, last = 0, total = 0;
-  if (!parse_content_range(x.content_range, &first, &last, &total) || first != x.offset ||
-      last != x.offset + x.size - 1) {
-    a.refused = fmt::format("the server answered bytes {} to a request for bytes {}-{}",
-                            x.content_range.empty() ? "(no Content-Range)" : x.content_range,
-                            x.offset, x.offset + x.size - 1);
-    return;
-  }
-  if (total != x.object_size) {
-    a.refused = fmt::format(
-        "the object is now {} B, not the {} B it was when opened: it changed during the read",
-        total, x.object_size);
-    return;
+  } else {
+    std::uint64_t first = 0, last = 0, total = 0;
+    if (!parse_content_range(x.content_range, &first, &last, &total) || first != x.offset ||
+        last != x.offset + x.size - 1) {
+      a.refused = fmt::format("the server answered bytes {} to a request for bytes {}-{}",
+                              x.content_range.empty() ? "(no Content-Range)" : x.content_range,
+                              x.offset, x.offset + x.size - 1);
+      return;
+    }
+    if (total != x.object_size) {
+      a.refused = fmt::format(
+          "the object is now {} B, not the {} B it was when opened: it changed during the read",
+          total, x.object_size);
+      return;
+    }
   }
   if (x.etag != nullptr && !x.etag->empty() && !a.etag.empty() && a.etag != *x.etag) {
     a.refused = fmt::format("the object's ETag is now {}, not {}: it changed during the read",

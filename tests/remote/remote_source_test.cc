@@ -507,3 +507,29 @@ TEST_F(RemoteSource, ConnectionsAreKeptAliveAcrossRequests) {
 
 }  // namespace
 }  // namespace ferry
+
+// Issue 45 part B: what servers say is checked before it is believed or sent back.
+namespace ferry {
+namespace {
+
+TEST_F(RemoteSource, AWholeObjectAnswerIgnoringRangeAndIfMatchHasItsETagChecked) {
+  // Issue 45 B11: a 200 whole-object answer to a range over the whole object was taken
+  // without comparing its ETag with the one seen at open.
+  const std::vector<char> data = put("w.bin", 1000);
+  File f(url("w.bin"), "r");
+  server_->set_etag_suffix("-v2");
+  server_->ignore_range_next(1);
+  server_->ignore_if_match_next(1);
+  std::vector<char> got(data.size(), 'x');
+  try {
+    f.read(got.data(), got.size(), 0);
+    FAIL() << "read a replaced object";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed during the read"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(url("w.bin")), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::count(got.begin(), got.end(), 'x'), 1000) << "bytes landed";
+}
+
+}  // namespace
+}  // namespace ferry
