@@ -97,6 +97,14 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   return size * n;
 }
 
+// The If-Match header for `etag`, or nothing: If-Match compares strongly (RFC 9110 13.1.1), so
+// a weak ETag (W/"...") would make an RFC-strict server answer 412 to every GET. With a weak one
+// no precondition is sent and each answer's ETag is compared with it instead (check_status).
+std::string if_match(const std::string& etag) {
+  if (etag.empty() || etag.rfind("W/", 0) == 0) return {};
+  return "If-Match: " + etag;
+}
+
 // Parses "bytes A-B/TOTAL" (or "bytes */TOTAL"); false when it is not that.
 bool parse_content_range(std::string_view v, std::uint64_t* a, std::uint64_t* b,
                          std::uint64_t* total) {
@@ -482,11 +490,12 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
   thread_local DirectConnection c;
   if (c.handle != nullptr && c.pid != ::getpid()) c.handle = nullptr;  // the parent's
+  const std::string precondition = if_match(etag);
   const std::string request = fmt::format(
       "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}-{}"
       "\r\n{}\r\n",
       path, authority, offset, offset + size - 1,
-      etag.empty() ? std::string() : "If-Match: " + etag + "\r\n");
+      precondition.empty() ? std::string() : precondition + "\r\n");
   const long stall = timeouts.stall_seconds;
   HttpAnswer a;
   Exchange x;
@@ -654,7 +663,7 @@ HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const 
   Request r(api, target, timeouts);
   const std::string range = fmt::format("{}-{}", offset, offset + size - 1);
   api.easy_setopt(r.handle, CURLOPT_RANGE, range.c_str());
-  if (!etag.empty()) r.add("If-Match: " + etag);
+  if (const std::string precondition = if_match(etag); !precondition.empty()) r.add(precondition);
   Exchange x;
   x.buffer = buffer;
   x.offset = offset;

@@ -531,5 +531,24 @@ TEST_F(RemoteSource, AWholeObjectAnswerIgnoringRangeAndIfMatchHasItsETagChecked)
   EXPECT_EQ(std::count(got.begin(), got.end(), 'x'), 1000) << "bytes landed";
 }
 
+TEST_F(RemoteSource, AWeakETagIsNotSentInIfMatchButEachAnswersETagIsCompared) {
+  // Issue 45 B8: If-Match compares strongly, so an RFC-strict server answers 412 to every GET
+  // that carries a weak ETag.
+  const std::vector<char> data = put("weak.bin", 300000);
+  server_->set_weak_etags(true);
+  File f(url("weak.bin"), "r");
+  std::vector<char> got(data.size());
+  EXPECT_EQ(f.read(got.data(), got.size(), 0), data.size());
+  EXPECT_EQ(got, data);
+  for (const auto& h : server_->request_headers()) EXPECT_FALSE(h.contains("if-match"));
+  server_->set_etag_suffix("-v2");
+  try {
+    f.read(got.data(), got.size(), 0);
+    FAIL() << "read a replaced object";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed during the read"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ferry
