@@ -290,6 +290,17 @@ class RemoteObjects final : public io::IoSeam {
       a = attempt(*o, "open", 0, 0, [&] { return http_head(*api, o->target, o->timeouts, true); });
       o->retries = retries;
     }
+    // The ETag goes back to the server in If-Match: a control character in it (a bare CR or LF)
+    // would split that request's head, so such an answer is refused rather than reused.
+    for (const char c : a.etag) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u == 0x7f) {
+        throw IoError(EPROTO, "open", shown, 0, 0, 0,
+                      fmt::format("the server's ETag holds a control character (0x{:02x}): "
+                                  "refused rather than sent back in If-Match",
+                                  static_cast<unsigned>(u)));
+      }
+    }
     o->size = a.length;
     o->etag = a.etag;
     const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -550,5 +550,26 @@ TEST_F(RemoteSource, AWeakETagIsNotSentInIfMatchButEachAnswersETagIsCompared) {
   }
 }
 
+TEST_F(RemoteSource, AnETagWithAControlCharacterIsRefusedNotSentBack) {
+  // Issue 45 B12: a bare CR in a server's ETag went into later requests' If-Match.
+  put("cr.bin", 1000);
+  server_->set_etag_suffix("\rX-Injected: 1");
+  try {
+    File f(url("cr.bin"), "r");
+    std::vector<char> got(1000);
+    f.read(got.data(), got.size(), 0);
+    FAIL() << "opened and read with an ETag holding a CR";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("control character"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(url("cr.bin")), std::string::npos) << e.what();
+  }
+  for (const auto& h : server_->request_headers()) {
+    for (const auto& [name, value] : h) {
+      EXPECT_EQ(value.find('\r'), std::string::npos) << name;
+      EXPECT_NE(name, "x-injected");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry
