@@ -61,6 +61,22 @@ std::string trim(std::string_view s) {
   return std::string(s);
 }
 
+// libcurl's error text for one attempt, without the " after N ms" it puts in some ("Failed to
+// connect to host port 80 after 0 ms: ..."): the attempt's time, which read beside ferry's count
+// of attempts passed for the time of them all.
+std::string curl_words(std::string text) {
+  for (std::size_t at = text.find(" after "); at != std::string::npos;
+       at = text.find(" after ", at + 1)) {
+    std::size_t end = at + 7;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (end > at + 7 && text.compare(end, 3, " ms") == 0) {
+      text.erase(at, end + 3 - at);
+      break;
+    }
+  }
+  return text;
+}
+
 struct Exchange {
   const CurlApi* api = nullptr;
   CURL* handle = nullptr;
@@ -282,8 +298,9 @@ struct Request {
       return;
     }
     a.curl_code = static_cast<int>(rc);
-    a.transport_error = error[0] != '\0' ? fmt::format("{} ({})", api.easy_strerror(rc), error)
-                                         : std::string(api.easy_strerror(rc));
+    a.transport_error = error[0] != '\0'
+                            ? fmt::format("{} ({})", api.easy_strerror(rc), curl_words(error))
+                            : std::string(api.easy_strerror(rc));
   }
 };
 
@@ -477,8 +494,9 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
 void transport_failure(HttpAnswer& a, const CurlApi& api, CURLcode rc, std::string words) {
   a.transport_ok = false;
   a.curl_code = static_cast<int>(rc);
-  a.transport_error = words.empty() ? std::string(api.easy_strerror(rc))
-                                    : fmt::format("{} ({})", api.easy_strerror(rc), words);
+  a.transport_error = words.empty()
+                          ? std::string(api.easy_strerror(rc))
+                          : fmt::format("{} ({})", api.easy_strerror(rc), curl_words(words));
 }
 
 // The GET through this path, or nothing where libcurl's own transfer must take it.

@@ -278,16 +278,25 @@ class RemoteObjects final : public io::IoSeam {
     }
     // A presigned URL signs one method (GET): its size comes from a GET of its first byte.
     const bool presigned = o->target.auth.rfind("presigned", 0) == 0;
+    auto probe = [&] { return http_head(*api, o->target, o->timeouts, true); };
     HttpAnswer a;
+    HttpAnswer failed;
     try {
-      a = attempt(*o, "open", 0, 0,
-                  [&] { return http_head(*api, o->target, o->timeouts, presigned); });
+      a = attempt(
+          *o, "open", 0, 0, [&] { return http_head(*api, o->target, o->timeouts, presigned); },
+          &failed);
     } catch (const IoError&) {
-      if (presigned) throw;
-      // A HEAD's error has no body: one GET of the first byte brings the server's words (S3's
-      // Code and Message) and its error replaces the HEAD's; should it succeed, it serves.
+      // A HEAD's error has no body: where the server refused for good (a 4xx not retried), one
+      // GET of the first byte brings its words (S3's Code and Message) and its error replaces
+      // the HEAD's; should it succeed (a server that refuses HEAD), it serves. Never after a
+      // failure that was retried or could have been: that GET would be one attempt beyond the
+      // limit, and could succeed on a status the policy says not to retry.
+      const bool refused_for_good = failed.transport_ok && failed.status >= 400 &&
+                                    failed.status <= 499 &&
+                                    judge(failed, o->retry_statuses).kind == Verdict::kFail;
+      if (presigned || !refused_for_good) throw;
       const int retries = std::exchange(o->retries, 0);
-      a = attempt(*o, "open", 0, 0, [&] { return http_head(*api, o->target, o->timeouts, true); });
+      a = attempt(*o, "open", 0, 0, probe);
       o->retries = retries;
     }
     // The ETag goes back to the server in If-Match: a control character in it (a bare CR or LF)
@@ -373,11 +382,12 @@ class RemoteObjects final : public io::IoSeam {
     return it->second;
   }
 
-  // Runs `once` until it succeeds, fails for good, or has been retried o.retries times; throws
-  // the IoError of the last answer.
+  // Runs `once` until it succeeds, fails for good, or has been retried o.retries times: at most
+  // o.retries + 1 requests. Throws the IoError of the last answer, which it leaves in *failed.
   template <class Once>
-  HttpAnswer attempt(Object& o, const char* op, std::uint64_t offset, std::size_t size,
-                     Once&& once) {
+  HttpAnswer attempt(Object& o, const char* op, std::uint64_t offset, std::size_t size, Once&& once,
+                     HttpAnswer* failed = nullptr) {
+    const auto start = std::chrono::steady_clock::now();
     for (int n = 0;; ++n) {
       HttpAnswer a = once();
       o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
@@ -395,12 +405,16 @@ class RemoteObjects final : public io::IoSeam {
         continue;
       }
       std::string words = v.words;
-      if (n > 0) words += fmt::format(" (after {} attempts)", n + 1);
+      if (n > 0) {
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        words += fmt::format(" (after {} attempts in {:.1f} s)", n + 1, took.count());
+      }
       if (v.kind == Verdict::kRetry) {
         words +=
             "; FERRY_REMOTE_RETRIES (or ferry::set_remote_policy, or KvikIO's "
             "http_max_attempts) sets how many times a GET is retried";
       }
+      if (failed != nullptr) *failed = std::move(a);
       throw IoError(v.err, op, o.target.shown, offset, size, 0, words);
     }
   }

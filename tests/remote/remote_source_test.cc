@@ -571,5 +571,47 @@ TEST_F(RemoteSource, AnETagWithAControlCharacterIsRefusedNotSentBack) {
   }
 }
 
+TEST_F(RemoteSource, TheOpenErrorSaysTheAttemptsAndTheirTimeAndSendsNoMore) {
+  // Issue 45 B15: a HEAD that failed was followed by one more GET beyond the retries, whose
+  // error hid the count (and libcurl's "after 0 ms" read as the time of them all) or which
+  // succeeded on a status the policy said not to retry.
+  PolicyReset reset;
+  put("h.bin", 100);
+  server_->fault_head_requests(true);
+  server_->fail_next(100, 500);
+  try {
+    File f(url("h.bin"), "r");
+    FAIL() << "opened";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("HTTP 500 (after 4 attempts in "), std::string::npos) << m;
+    EXPECT_NE(m.find(url("h.bin")), std::string::npos) << m;
+    EXPECT_NE(m.find("FERRY_REMOTE_RETRIES"), std::string::npos) << m;
+  }
+  EXPECT_EQ(server_->requests(), 4u) << "FERRY_REMOTE_RETRIES=3: four requests in all";
+
+  set_remote_policy(policy({}, {}, std::vector<int>{500}));
+  const std::size_t before = server_->requests();
+  server_->fail_next(1, 503);
+  EXPECT_THROW(File(url("h.bin"), "r"), IoError) << "503 is not retried: no GET may follow";
+  EXPECT_EQ(server_->requests(), before + 1);
+
+  // Nothing listens on a port just closed: every attempt is refused at once.
+  std::string refused;
+  {
+    HttpServer gone(root_);
+    refused = gone.url("h.bin");
+  }
+  set_remote_policy(RemotePolicy{});
+  try {
+    File f(refused, "r");
+    FAIL() << "opened";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("(after 4 attempts in "), std::string::npos) << m;
+    EXPECT_EQ(m.find(" ms"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace ferry
