@@ -652,19 +652,26 @@ HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeo
   if (probe_range) {
     std::uint64_t first = 0, last = 0, total = 0;
     if (a.status == 206 || a.status == 416) {
-      if (parse_content_range(x.content_range, &first, &last, &total)) a.length = a.total = total;
+      if (parse_content_range(x.content_range, &first, &last, &total)) {
+        a.length = a.total = total;
+        a.length_known = true;
+      }
     } else if (a.status == 200) {
       // The whole object instead of its first byte: its length is the object's size.
       curl_off_t length = -1;
       api.easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
       a.length = length < 0 ? 0 : static_cast<std::uint64_t>(length);
+      a.length_known = length >= 0;
     }
     if (a.status == 416 && !x.content_range.empty()) a.status = 206;
     return a;
   }
+  // No Content-Length (a chunked or compressed HEAD answer): length_known stays false and the
+  // caller learns the size another way, never taking it for 0.
   curl_off_t length = -1;
   api.easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
   a.length = length < 0 ? 0 : static_cast<std::uint64_t>(length);
+  a.length_known = length >= 0;
   return a;
 }
 

@@ -23,8 +23,9 @@ struct HttpAnswer {
   int curl_code = 0;            // CURLcode; 0 when transport_ok
   std::string transport_error;  // curl's words where !transport_ok
   long status = 0;
-  std::uint64_t length = 0;  // HEAD: Content-Length
-  std::uint64_t total = 0;   // a 206's Content-Range total (the object's size)
+  std::uint64_t length = 0;   // HEAD: Content-Length (the probe: the size it learnt)
+  bool length_known = false;  // HEAD: the answer said its length
+  std::uint64_t total = 0;    // a 206's Content-Range total (the object's size)
   std::string etag;
   std::string retry_after;
   std::string body;        // an error answer's first 16 KiB

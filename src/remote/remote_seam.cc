@@ -299,6 +299,16 @@ class RemoteObjects final : public io::IoSeam {
       a = attempt(*o, "open", 0, 0, probe);
       o->retries = retries;
     }
+    if (!a.length_known && !presigned) {
+      // A HEAD answer without Content-Length (chunked, or a server that leaves it out) says
+      // nothing of the size: the Content-Range of a GET of the first byte does.
+      a = attempt(*o, "open", 0, 0, probe);
+    }
+    if (!a.length_known) {
+      throw IoError(EPROTO, "open", shown, 0, 0, 0,
+                    "the server did not say the object's size (no Content-Length to HEAD, no "
+                    "Content-Range or Content-Length to a GET of bytes 0-0)");
+    }
     // The ETag goes back to the server in If-Match: a control character in it (a bare CR or LF)
     // would split that request's head, so such an answer is refused rather than reused.
     for (const char c : a.etag) {

@@ -571,6 +571,21 @@ TEST_F(RemoteSource, AnETagWithAControlCharacterIsRefusedNotSentBack) {
   }
 }
 
+TEST_F(RemoteSource, AHeadWithoutContentLengthLearnsTheSizeFromARangedGet) {
+  // Issue 45 B1: a HEAD answer without Content-Length was taken for an empty object: a 0-byte
+  // read that succeeded.
+  const std::vector<char> data = put("nolen.bin", 5000);
+  server_->set_head_without_length(true);
+  File f(url("nolen.bin"), "r");
+  EXPECT_EQ(f.size(), data.size());
+  std::vector<char> got(data.size());
+  EXPECT_EQ(f.read(got.data(), got.size(), 0), data.size());
+  EXPECT_EQ(got, data);
+  const std::vector<std::string> lines = server_->request_lines();
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[1], "GET /nolen.bin bytes=0-0");
+}
+
 TEST_F(RemoteSource, TheOpenErrorSaysTheAttemptsAndTheirTimeAndSendsNoMore) {
   // Issue 45 B15: a HEAD that failed was followed by one more GET beyond the retries, whose
   // error hid the count (and libcurl's "after 0 ms" read as the time of them all) or which
