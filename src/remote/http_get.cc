@@ -245,7 +245,8 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, timeouts.connect_ms);
     api.easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, 1L);
     api.easy_setopt(handle, CURLOPT_LOW_SPEED_TIME, timeouts.stall_seconds);
-    api.easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 1L);
+    // A signed request's redirects are followed by follow_signed, not by libcurl.
+    api.easy_setopt(handle, CURLOPT_FOLLOWLOCATION, target.credentials ? 0L : 1L);
     api.easy_setopt(handle, CURLOPT_MAXREDIRS, 5L);
     api.easy_setopt(handle, CURLOPT_USERAGENT, "ferry");
     // The largest receive buffer libcurl takes: fewer, larger copies into the destination.
@@ -293,6 +294,12 @@ struct Request {
     api.easy_getinfo(handle, CURLINFO_NUM_CONNECTS, &connects);
     a.new_connections = connects;
     if (a.status == 0) api.easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &a.status);
+    if (a.status >= 300 && a.status <= 399) {
+      // Only where libcurl does not follow (a signed request): where it would have gone.
+      const char* location = nullptr;
+      api.easy_getinfo(handle, CURLINFO_REDIRECT_URL, &location);
+      if (location != nullptr) a.location = location;
+    }
     if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && (!a.refused.empty() || x.probe_stopped))) {
       a.transport_ok = true;
       return;
@@ -636,7 +643,9 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
 
 }  // namespace
 
-HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+namespace {
+
+HttpAnswer head_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
                      bool probe_range) {
   HttpAnswer a;
   Request r(api, target, timeouts);
@@ -675,9 +684,9 @@ HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeo
   return a;
 }
 
-HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
-                          std::uint64_t object_size, const std::string& etag, char* buffer,
-                          std::uint64_t offset, std::size_t size) {
+HttpAnswer get_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                    std::uint64_t object_size, const std::string& etag, char* buffer,
+                    std::uint64_t offset, std::size_t size) {
   if (size > 0 && !target.credentials && !proxy_in_environment()) {
     if (std::optional<HttpAnswer> direct =
             direct_get_range(api, target, timeouts, object_size, etag, buffer, offset, size)) {
@@ -705,6 +714,66 @@ HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const 
     }
   }
   return a;
+}
+
+// "scheme://host:port", lowercase, with the scheme's port where none is given.
+std::string origin_of(std::string_view url) {
+  const std::size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return {};
+  const std::string scheme = lower(url.substr(0, scheme_end));
+  std::string_view authority = url.substr(scheme_end + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    authority.remove_prefix(at + 1);
+  }
+  std::string host = lower(authority);
+  const std::size_t colon = host.rfind(':');
+  if (colon == std::string::npos || host.find(']', colon) != std::string::npos) {
+    host += scheme == "https" ? ":443" : ":80";
+  }
+  return scheme + "://" + host;
+}
+
+// Runs `once` on `target` and, for a signed request, on the redirects it is answered with.
+// libcurl, following a redirect itself, would send every header given to it (x-amz-security-
+// token) to wherever it leads; so ferry follows a signed request's redirects here, on the same
+// scheme, host and port only (as many as libcurl would: 5), and refuses one that leads off them.
+// Unsigned requests carry no credential header: libcurl follows theirs (Request).
+template <class Once>
+HttpAnswer follow_signed(const RemoteTarget& target, Once&& once) {
+  RemoteTarget hop = target;
+  for (int redirects = 0;; ++redirects) {
+    HttpAnswer a = once(hop);
+    if (!hop.credentials || !a.transport_ok || a.location.empty()) return a;
+    if (origin_of(a.location) != origin_of(target.url)) {
+      a.refused = fmt::format(
+          "the server redirected a signed request to {}, another host or scheme: not followed, "
+          "since the request's credentials would go with it",
+          shown_url(a.location));
+      return a;
+    }
+    if (redirects == 5) {
+      a.refused = "more than 5 redirects";
+      return a;
+    }
+    hop.url = a.location;
+  }
+}
+
+}  // namespace
+
+HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                     bool probe_range) {
+  return follow_signed(
+      target, [&](const RemoteTarget& t) { return head_once(api, t, timeouts, probe_range); });
+}
+
+HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                          std::uint64_t object_size, const std::string& etag, char* buffer,
+                          std::uint64_t offset, std::size_t size) {
+  return follow_signed(target, [&](const RemoteTarget& t) {
+    return get_once(api, t, timeouts, object_size, etag, buffer, offset, size);
+  });
 }
 
 #else

@@ -28,6 +28,7 @@ struct HttpAnswer {
   std::uint64_t total = 0;    // a 206's Content-Range total (the object's size)
   std::string etag;
   std::string retry_after;
+  std::string location;    // a redirect libcurl did not follow (a signed request's): where to
   std::string body;        // an error answer's first 16 KiB
   std::size_t landed = 0;  // GET: bytes written to the buffer
   std::string refused;     // GET: why the answer was refused before a byte landed

@@ -628,5 +628,40 @@ TEST_F(RemoteSource, TheOpenErrorSaysTheAttemptsAndTheirTimeAndSendsNoMore) {
   }
 }
 
+TEST_F(RemoteSource, ASignedRequestIsNotRedirectedOffItsHostWithItsCredentials) {
+  // Issue 45 B2: libcurl followed a signed request's redirect to another host (or from https to
+  // http) and sent its x-amz-security-token there.
+  put("bucket/k.bin", 4000);
+  HttpServer elsewhere(root_);
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
+  ScopedEnv token("AWS_SESSION_TOKEN", "the-session-token");
+  const std::string other = "http://127.0.0.1:" + std::to_string(elsewhere.port());
+  server_->fault_head_requests(true);
+  server_->redirect_next(1, other);
+  try {
+    File f("s3://bucket/k.bin", "r");
+    FAIL() << "followed the redirect";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("redirected a signed request to " + other + "/bucket/k.bin"),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("the-session-token"), std::string::npos) << m;
+  }
+  EXPECT_EQ(elsewhere.requests(), 0u) << "a request went to the other host";
+  // On its own host a redirect is followed, signed again for where it leads.
+  const std::string self = "http://127.0.0.1:" + std::to_string(server_->port());
+  server_->redirect_next(1, self);
+  File f("s3://bucket/k.bin", "r");
+  server_->redirect_next(1, self);
+  std::vector<char> got(4000);
+  EXPECT_EQ(f.read(got.data(), got.size(), 0), got.size());
+  const auto headers = server_->request_headers();
+  EXPECT_EQ(headers.back().at("x-amz-security-token"), "the-session-token");
+  EXPECT_TRUE(headers.back().contains("authorization"));
+}
+
 }  // namespace
 }  // namespace ferry
