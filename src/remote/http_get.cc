@@ -229,6 +229,18 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   return bytes;
 }
 
+// The CA certificates that https answers are verified against, or null for the system's store:
+// for s3:// AWS_CA_BUNDLE first (as boto3 and the AWS CLI read it), then CURL_CA_BUNDLE and
+// SSL_CERT_FILE for every URL.
+const char* ca_bundle(const RemoteTarget& target) {
+  for (const char* name : {"AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
+    if (!target.s3 && std::string_view(name) == "AWS_CA_BUNDLE") continue;
+    const char* ca = std::getenv(name);
+    if (ca != nullptr && *ca != '\0') return ca;
+  }
+  return nullptr;
+}
+
 struct Request {
   const CurlApi& api;
   CURL* handle;
@@ -255,13 +267,7 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
     api.easy_setopt(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 #endif
-    for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
-      const char* ca = std::getenv(name);
-      if (ca != nullptr && *ca != '\0') {
-        api.easy_setopt(handle, CURLOPT_CAINFO, ca);
-        break;
-      }
-    }
+    if (const char* ca = ca_bundle(target)) api.easy_setopt(handle, CURLOPT_CAINFO, ca);
     if (target.credentials) {
       const std::string sigv4 = fmt::format("aws:amz:{}:s3", target.region);
       api.easy_setopt(handle, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -377,7 +383,8 @@ struct DirectConnection {
     origin.clear();
     socket = CURL_SOCKET_BAD;
   }
-  CURLcode connect(const CurlApi& a, const std::string& to, const Timeouts& timeouts) {
+  CURLcode connect(const CurlApi& a, const std::string& to, const Timeouts& timeouts,
+                   const char* ca) {
     drop();
     api = &a;
     pid = ::getpid();
@@ -400,13 +407,7 @@ struct DirectConnection {
 #if LIBCURL_VERSION_NUM >= 0x075500
     a.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
-    for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
-      const char* ca = std::getenv(name);
-      if (ca != nullptr && *ca != '\0') {
-        a.easy_setopt(handle, CURLOPT_CAINFO, ca);
-        break;
-      }
-    }
+    if (ca != nullptr) a.easy_setopt(handle, CURLOPT_CAINFO, ca);
     const CURLcode rc = a.easy_perform(handle);
     if (rc == CURLE_OK) a.easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &socket);
     if (rc != CURLE_OK || socket == CURL_SOCKET_BAD) {
@@ -536,7 +537,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   for (int attempt = 0;; ++attempt) {
     const bool reused = c.handle != nullptr && c.origin == origin;
     if (!reused) {
-      const CURLcode rc = c.connect(api, origin, timeouts);
+      const CURLcode rc = c.connect(api, origin, timeouts, ca_bundle(target));
       if (rc != CURLE_OK) {
         transport_failure(a, api, rc, c.error);
         c.drop();

@@ -298,6 +298,37 @@ def test_https_is_verified_and_read_exactly(tmp_path, monkeypatch):
         cm.__exit__(None, None, None)
 
 
+def test_s3_over_https_is_verified_against_aws_ca_bundle(tmp_path, monkeypatch):
+    # Issue 45 B14: AWS_CA_BUNDLE, the CA file boto3 and the AWS CLI verify S3 endpoints with,
+    # was ignored. It serves s3:// only; CURL_CA_BUNDLE still serves every URL.
+    data = _bytes(5000, 23)
+    root = tmp_path / "tls"
+    (root / "bucket").mkdir(parents=True)
+    (root / "bucket" / "k.bin").write_bytes(data)
+    try:
+        cm = rs.nginx_tls_server(root)
+        base, ca = cm.__enter__()
+    except rs.ServerUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        for name in ("CURL_CA_BUNDLE", "SSL_CERT_FILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL_S3",
+                     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", base)
+        with pytest.raises(ferry.IoError, match=r"k\.bin.*(certificate|SSL)"):
+            ferry.open("s3://bucket/k.bin")
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
+        got, route = _read_all("s3://bucket/k.bin")
+        assert got == data and "anonymous" in route.source.auth
+        with pytest.raises(ferry.IoError, match=r"k\.bin.*(certificate|SSL)"):
+            ferry.open(base + "/bucket/k.bin")
+        monkeypatch.delenv("AWS_CA_BUNDLE")
+        monkeypatch.setenv("CURL_CA_BUNDLE", str(ca))
+        assert _read_all("s3://bucket/k.bin")[0] == data
+    finally:
+        cm.__exit__(None, None, None)
+
+
 ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo"
 
 
