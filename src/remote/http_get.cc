@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -229,6 +230,38 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   return bytes;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// What one request may still wait: each byte at most the stall timeout, all of it until the
+// deadline (none where request_seconds is 0).
+struct Budget {
+  explicit Budget(const Timeouts& t)
+      : stall_seconds(t.stall_seconds),
+        request_seconds(t.request_seconds),
+        deadline(t.request_seconds > 0 ? Clock::now() + std::chrono::seconds(t.request_seconds)
+                                       : Clock::time_point::max()) {}
+  std::string timeout_words() const { return timeout_words_for(past_deadline); }
+  std::string timeout_words_for(bool whole) const {
+    return whole ? fmt::format(
+                       "the request took more than its deadline of {} s "
+                       "(FERRY_REMOTE_DEADLINE or KvikIO's http_timeout)",
+                       request_seconds)
+                 : fmt::format("no byte for {} s (FERRY_REMOTE_TIMEOUT)", stall_seconds);
+  }
+  long stall_seconds;
+  long request_seconds;
+  Clock::time_point deadline;
+  bool past_deadline = false;
+  bool cancelled = false;  // the request was cancelled while it waited (io::cancel_requested)
+};
+
+// libcurl's timers may fire this much before the time asked: a timeout this near the deadline is
+// the deadline's.
+constexpr auto kTimerSlack = std::chrono::milliseconds(200);
+
+// How often a wait looks at io::cancel_requested(): Ctrl-C in Python cancels a request, and its
+// GETs end within this much.
+constexpr long long kCancelSliceMs = 50;
 // The CA certificates that https answers are verified against, or null for the system's store:
 // for s3:// AWS_CA_BUNDLE first (as boto3 and the AWS CLI read it), then CURL_CA_BUNDLE and
 // SSL_CERT_FILE for every URL.
@@ -246,9 +279,10 @@ struct Request {
   CURL* handle;
   curl_slist* headers = nullptr;
   char error[CURL_ERROR_SIZE] = {};
+  Budget budget;
 
   Request(const CurlApi& a, const RemoteTarget& target, const Timeouts& timeouts)
-      : api(a), handle(thread_handle(a)) {
+      : api(a), handle(thread_handle(a)), budget(timeouts) {
     api.easy_setopt(handle, CURLOPT_URL, target.url.c_str());
     api.easy_setopt(handle, CURLOPT_ERRORBUFFER, error);
     api.easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
@@ -257,6 +291,9 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, timeouts.connect_ms);
     api.easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, 1L);
     api.easy_setopt(handle, CURLOPT_LOW_SPEED_TIME, timeouts.stall_seconds);
+    if (timeouts.request_seconds > 0) {
+      api.easy_setopt(handle, CURLOPT_TIMEOUT, timeouts.request_seconds);
+    }
     // A signed request's redirects are followed by follow_signed, not by libcurl.
     api.easy_setopt(handle, CURLOPT_FOLLOWLOCATION, target.credentials ? 0L : 1L);
     api.easy_setopt(handle, CURLOPT_MAXREDIRS, 5L);
@@ -314,6 +351,12 @@ struct Request {
     a.transport_error = error[0] != '\0'
                             ? fmt::format("{} ({})", api.easy_strerror(rc), curl_words(error))
                             : std::string(api.easy_strerror(rc));
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+      // libcurl's words say how long, not which bound: the deadline where it has passed.
+      a.transport_error =
+          fmt::format("{} ({})", api.easy_strerror(rc),
+                      budget.timeout_words_for(Clock::now() + kTimerSlack >= budget.deadline));
+    }
   }
 };
 
@@ -417,22 +460,33 @@ struct DirectConnection {
     origin = to;
     return CURLE_OK;
   }
-  // Waits until the socket is ready for `events`; false after `seconds` without.
-  bool wait(short events, long seconds) const {
+  // Waits until the socket is ready for `events`; false after the budget's stall timeout
+  // without, or at its deadline.
+  bool wait(short events, Budget& budget) const {
     pollfd p{socket, events, 0};
+    const Clock::time_point stalled = Clock::now() + std::chrono::seconds(budget.stall_seconds);
     for (;;) {
-      const int n = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+      const Clock::time_point now = Clock::now();
+      const Clock::time_point end = std::min(stalled, budget.deadline);
+      if (now >= end) {
+        budget.past_deadline = now >= budget.deadline;
+        return false;
+      }
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(end - now).count();
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, kCancelSliceMs)));
       if (n > 0) return true;
-      if (n == 0) return false;
-      if (errno != EINTR) return true;  // the next call says what is wrong
+      if (n < 0 && errno != EINTR) return true;  // the next call says what is wrong
     }
   }
-  CURLcode send_all(std::string_view bytes, long seconds) {
+  static CURLcode timed_out(const Budget& budget) {
+    return budget.cancelled ? CURLE_ABORTED_BY_CALLBACK : CURLE_OPERATION_TIMEDOUT;
+  }
+  CURLcode send_all(std::string_view bytes, Budget& budget) {
     while (!bytes.empty()) {
       std::size_t sent = 0;
       const CURLcode rc = api->easy_send(handle, bytes.data(), bytes.size(), &sent);
       if (rc == CURLE_AGAIN) {
-        if (!wait(POLLOUT, seconds)) return CURLE_OPERATION_TIMEDOUT;
+        if (!wait(POLLOUT, budget)) return timed_out(budget);
         continue;
       }
       if (rc != CURLE_OK) return rc;
@@ -441,11 +495,11 @@ struct DirectConnection {
     return CURLE_OK;
   }
   // Up to `size` bytes into `into`; *n == 0 with CURLE_OK: the server closed the connection.
-  CURLcode recv_some(char* into, std::size_t size, std::size_t* n, long seconds) {
+  CURLcode recv_some(char* into, std::size_t size, std::size_t* n, Budget& budget) {
     for (;;) {
       const CURLcode rc = api->easy_recv(handle, into, size, n);
       if (rc != CURLE_AGAIN) return rc;
-      if (!wait(POLLIN, seconds)) return CURLE_OPERATION_TIMEDOUT;
+      if (!wait(POLLIN, budget)) return timed_out(budget);
     }
   }
 };
@@ -522,7 +576,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       "\r\n{}\r\n",
       path, authority, offset, offset + size - 1,
       precondition.empty() ? std::string() : precondition + "\r\n");
-  const long stall = timeouts.stall_seconds;
+  Budget budget(timeouts);
   HttpAnswer a;
   Exchange x;
   x.api = &api;
@@ -545,13 +599,13 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       }
       ++a.new_connections;
     }
-    CURLcode rc = c.send_all(request, stall);
+    CURLcode rc = c.send_all(request, budget);
     std::string head;
     std::size_t head_end = std::string::npos;
     char chunk[16 << 10];
     while (rc == CURLE_OK && head_end == std::string::npos) {
       std::size_t n = 0;
-      rc = c.recv_some(chunk, sizeof chunk, &n, stall);
+      rc = c.recv_some(chunk, sizeof chunk, &n, budget);
       if (rc != CURLE_OK) break;
       if (n == 0) {
         rc = head.empty() ? CURLE_GOT_NOTHING : CURLE_RECV_ERROR;
@@ -573,7 +627,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       c.drop();
       if (reused && head.empty() && rc != CURLE_OPERATION_TIMEDOUT && attempt == 0) continue;
       transport_failure(a, api, rc,
-                        rc == CURLE_OPERATION_TIMEDOUT ? fmt::format("no byte for {} s", stall)
+                        rc == CURLE_OPERATION_TIMEDOUT ? budget.timeout_words()
                         : rc == CURLE_GOT_NOTHING      ? "the server closed the connection"
                                                        : "");
       return a;
@@ -598,7 +652,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       while (body.size() < length) {
         std::size_t n = 0;
         rc = c.recv_some(chunk, std::min<std::size_t>(sizeof chunk, length - body.size()), &n,
-                         stall);
+                         budget);
         if (rc != CURLE_OK || n == 0) break;
         body.append(chunk, n);
       }
@@ -625,13 +679,13 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
     a.landed = early.size();
     while (a.landed < size) {
       std::size_t n = 0;
-      rc = c.recv_some(buffer + a.landed, size - a.landed, &n, stall);
+      rc = c.recv_some(buffer + a.landed, size - a.landed, &n, budget);
       if (rc != CURLE_OK || n == 0) {
         c.drop();
         transport_failure(
             a, api, rc == CURLE_OK ? CURLE_PARTIAL_FILE : rc,
             rc == CURLE_OPERATION_TIMEDOUT
-                ? fmt::format("no byte for {} s", stall)
+                ? budget.timeout_words()
                 : fmt::format("the connection ended after {} of {} B", a.landed, size));
         return a;
       }

@@ -15,7 +15,8 @@ namespace ferry::remote {
 // How long a transfer may take before it is given up (each attempt; retries are counted apart).
 struct Timeouts {
   long connect_ms = 10'000;
-  long stall_seconds = 30;  // no byte received for this long: CURLE_OPERATION_TIMEDOUT
+  long stall_seconds = 30;   // no byte received for this long: CURLE_OPERATION_TIMEDOUT
+  long request_seconds = 0;  // the whole request took this long (0: no bound): the same
 };
 
 struct HttpAnswer {

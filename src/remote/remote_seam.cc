@@ -30,6 +30,7 @@ namespace {
 
 constexpr int kDefaultRetries = 8;
 constexpr long kDefaultStallSeconds = 30;
+constexpr long kMaxRequestSeconds = 86400;
 constexpr auto kBackoffBase = std::chrono::milliseconds(100);
 constexpr auto kBackoffCap = std::chrono::milliseconds(5000);
 constexpr auto kRetryAfterCap = std::chrono::seconds(20);
@@ -177,9 +178,14 @@ RemotePolicy resolve_policy(RemotePolicy policy, const char* (*getenv)(const cha
   }
   if (!policy.stall_seconds) {
     policy.stall_seconds =
-        set("FERRY_REMOTE_TIMEOUT")
-            ? parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", 0, 1, 3600)
-            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+        parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+  }
+  if (!policy.request_seconds) {
+    // KvikIO's http_timeout bounds a whole request (CURLOPT_TIMEOUT), as ferry's deadline does.
+    policy.request_seconds =
+        set("FERRY_REMOTE_DEADLINE")
+            ? parse_variable(getenv, "FERRY_REMOTE_DEADLINE", 0, 0, kMaxRequestSeconds)
+            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", 0, 1, kMaxRequestSeconds);
   }
   if (!policy.retry_statuses) {
     policy.retry_statuses =
@@ -267,6 +273,7 @@ class RemoteObjects final : public io::IoSeam {
       const RemotePolicy policy = resolve_policy(remote_policy(), getenv_);
       o->retries = *policy.retries;
       o->timeouts.stall_seconds = *policy.stall_seconds;
+      o->timeouts.request_seconds = *policy.request_seconds;
       o->retry_statuses = *policy.retry_statuses;
       o->timeouts.connect_ms = std::min<long>(10'000, o->timeouts.stall_seconds * 1000);
     } catch (const IoError&) {
@@ -460,6 +467,12 @@ void set_remote_policy(const RemotePolicy& policy) {
     throw SettingError(
         "stall_seconds", std::to_string(*policy.stall_seconds),
         fmt::format("remote stall timeout {} s: expected 1 to 3600", *policy.stall_seconds));
+  }
+  if (policy.request_seconds &&
+      (*policy.request_seconds < 0 || *policy.request_seconds > remote::kMaxRequestSeconds)) {
+    throw SettingError("request_seconds", std::to_string(*policy.request_seconds),
+                       fmt::format("remote request deadline {} s: expected 0 (none) to {}",
+                                   *policy.request_seconds, remote::kMaxRequestSeconds));
   }
   if (policy.retry_statuses) {
     for (int code : *policy.retry_statuses) {

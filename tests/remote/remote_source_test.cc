@@ -628,6 +628,38 @@ TEST_F(RemoteSource, TheOpenErrorSaysTheAttemptsAndTheirTimeAndSendsNoMore) {
   }
 }
 
+TEST_F(RemoteSource, ADeadlineBoundsAWholeRequestThatKeepsTrickling) {
+  // Issue 45 B5: a GET whose bytes keep coming, one a tenth of a second, was never cut: only a
+  // stall (no byte at all) was. KvikIO's http_timeout, and ferry's deadline, bound it in all.
+  put("t.bin", 100);
+  put("bucket/t.bin", 100);
+  ScopedEnv no_retries("FERRY_REMOTE_RETRIES", "0");
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", "secret");
+  // Plain HTTP (received straight into place) and signed S3 (libcurl's transfer).
+  for (const std::string& where : {url("t.bin"), std::string("s3://bucket/t.bin")}) {
+    for (const char* name : {"KVIKIO_HTTP_TIMEOUT", "FERRY_REMOTE_DEADLINE"}) {
+      ScopedEnv deadline(name, "1");
+      File f(where, "r");
+      server_->trickle_next(1, std::chrono::milliseconds(100));  // 100 B in 10 s
+      std::vector<char> got(100);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        f.read(got.data(), got.size(), 0);
+        FAIL() << where << " " << name << ": read in full";
+      } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("deadline of 1 s"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("FERRY_REMOTE_DEADLINE"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3)) << where;
+      server_->clear_faults();
+    }
+  }
+  EXPECT_EQ(effective_remote_policy().request_seconds, 0) << "no deadline unless one is set";
+}
+
 TEST_F(RemoteSource, ASignedRequestIsNotRedirectedOffItsHostWithItsCredentials) {
   // Issue 45 B2: libcurl followed a signed request's redirect to another host (or from https to
   // http) and sent its x-amz-security-token there.
