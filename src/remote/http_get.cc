@@ -262,6 +262,13 @@ constexpr auto kTimerSlack = std::chrono::milliseconds(200);
 // How often a wait looks at io::cancel_requested(): Ctrl-C in Python cancels a request, and its
 // GETs end within this much.
 constexpr long long kCancelSliceMs = 50;
+
+// libcurl's progress callback: a nonzero answer aborts the transfer (CURLE_ABORTED_BY_CALLBACK)
+// once its request is cancelled. libcurl calls it at least once a second while it waits.
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return io::cancel_requested() ? 1 : 0;
+}
+
 // The CA certificates that https answers are verified against, or null for the system's store:
 // for s3:// AWS_CA_BUNDLE first (as boto3 and the AWS CLI read it), then CURL_CA_BUNDLE and
 // SSL_CERT_FILE for every URL.
@@ -298,6 +305,8 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_FOLLOWLOCATION, target.credentials ? 0L : 1L);
     api.easy_setopt(handle, CURLOPT_MAXREDIRS, 5L);
     api.easy_setopt(handle, CURLOPT_USERAGENT, "ferry");
+    api.easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &on_progress);
+    api.easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
     // The largest receive buffer libcurl takes: fewer, larger copies into the destination.
     api.easy_setopt(handle, CURLOPT_BUFFERSIZE, 512L << 10);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -447,6 +456,8 @@ struct DirectConnection {
     a.easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
     a.easy_setopt(handle, CURLOPT_TCP_NODELAY, 1L);
     a.easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, timeouts.connect_ms);
+    a.easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &on_progress);
+    a.easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500
     a.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
@@ -468,6 +479,10 @@ struct DirectConnection {
     for (;;) {
       const Clock::time_point now = Clock::now();
       const Clock::time_point end = std::min(stalled, budget.deadline);
+      if (io::cancel_requested()) {
+        budget.cancelled = true;
+        return false;
+      }
       if (now >= end) {
         budget.past_deadline = now >= budget.deadline;
         return false;
@@ -625,7 +640,10 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
     }
     if (rc != CURLE_OK) {
       c.drop();
-      if (reused && head.empty() && rc != CURLE_OPERATION_TIMEDOUT && attempt == 0) continue;
+      if (reused && head.empty() && rc != CURLE_OPERATION_TIMEDOUT &&
+          rc != CURLE_ABORTED_BY_CALLBACK && attempt == 0) {
+        continue;
+      }
       transport_failure(a, api, rc,
                         rc == CURLE_OPERATION_TIMEDOUT ? budget.timeout_words()
                         : rc == CURLE_GOT_NOTHING      ? "the server closed the connection"

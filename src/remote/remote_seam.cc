@@ -78,6 +78,8 @@ Verdict judge(const HttpAnswer& a, const std::vector<int>& retry_statuses) {
         return {Verdict::kRetry, EIO, a.transport_error};
       case 6:  // CURLE_COULDNT_RESOLVE_HOST
         return {Verdict::kFail, EHOSTUNREACH, a.transport_error};
+      case 42:  // CURLE_ABORTED_BY_CALLBACK: the request was cancelled (io::cancel_requested)
+        return {Verdict::kFail, ECANCELED, "cancelled"};
       default:
         return {Verdict::kFail, EIO, a.transport_error};
     }
@@ -118,6 +120,17 @@ std::chrono::milliseconds backoff(int attempt, const std::string& retry_after) {
       std::min<std::chrono::milliseconds>(kBackoffBase * (1 << std::min(attempt, 10)), kBackoffCap);
   std::uniform_int_distribution<long> share(step.count() / 2, step.count());
   return std::chrono::milliseconds(share(random));
+}
+
+// Sleeps `d`, or less where the calling thread's request is cancelled meanwhile (a Retry-After
+// may ask for 20 s; Ctrl-C must not wait for it).
+void sleep_unless_cancelled(std::chrono::milliseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  for (auto now = std::chrono::steady_clock::now(); now < end && !io::cancel_requested();
+       now = std::chrono::steady_clock::now()) {
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(20)));
+  }
 }
 
 long parse_variable(const char* (*getenv)(const char*), const char* name, long fallback, long low,
@@ -406,6 +419,11 @@ class RemoteObjects final : public io::IoSeam {
                      HttpAnswer* failed = nullptr) {
     const auto start = std::chrono::steady_clock::now();
     for (int n = 0;; ++n) {
+      if (io::cancel_requested()) {
+        throw IoError(
+            ECANCELED, op, o.target.shown, offset, size, 0,
+            n == 0 ? std::string("cancelled") : fmt::format("cancelled after {} attempts", n));
+      }
       HttpAnswer a = once();
       o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
                               std::memory_order_relaxed);
@@ -418,7 +436,7 @@ class RemoteObjects final : public io::IoSeam {
           ++o.why[a.transport_ok ? fmt::format("HTTP {}", a.status)
                                  : a.transport_error.substr(0, a.transport_error.find(" ("))];
         }
-        std::this_thread::sleep_for(backoff(n, a.retry_after));
+        sleep_unless_cancelled(backoff(n, a.retry_after));
         continue;
       }
       std::string words = v.words;
