@@ -17,6 +17,7 @@
 #include "ferry/error.h"
 #include "ferry/file.h"
 #include "ferry/remote.h"
+#include "ferry/runtime.h"
 #include "ferry/settings.h"
 #include "http_server.h"
 
@@ -486,9 +487,13 @@ namespace {
 
 TEST_F(RemoteSource, ConnectionsAreKeptAliveAcrossRequests) {
   // Plain GETs land straight in the buffer over connections ferry's workers keep (http_get.cc):
-  // a second read of the object opens none. One worker, so that the same thread serves both.
+  // a second read of the object opens none. One worker, so that the same thread serves both:
+  // a runtime of its own, since the process's has as many threads as earlier tests grew, any
+  // of which may take the second read's tasks.
   const std::vector<char> data = put("k.bin", std::size_t{20} << 20);
+  Runtime runtime;
   FileOptions one_worker;
+  one_worker.runtime = &runtime;
   one_worker.settings.host_nthreads = 1;
   File f(url("k.bin"), "r", one_worker);
   std::vector<char> got(data.size());
