@@ -37,6 +37,8 @@ CancelScope::CancelScope(const std::atomic<bool>* flag) : outer_(current_cancel)
 }
 CancelScope::~CancelScope() { current_cancel = outer_; }
 
+const std::atomic<bool>* cancel_flag() { return current_cancel; }
+
 bool cancel_requested() {
   return current_cancel != nullptr && current_cancel->load(std::memory_order_relaxed);
 }

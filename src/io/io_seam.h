@@ -61,6 +61,8 @@ class CancelScope {
 
 // Whether the calling thread's request (CancelScope) has been cancelled; false outside a scope.
 bool cancel_requested();
+// The calling thread's stop flag (CancelScope), or null outside a scope.
+const std::atomic<bool>* cancel_flag();
 
 // Whether `path` names a remote object rather than a file: http://, https:// or s3:// (the scheme
 // in any case). Such paths go to the environment's remote seam.

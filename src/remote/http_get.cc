@@ -2,15 +2,21 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 namespace ferry::remote {
 
@@ -24,6 +30,113 @@ constexpr const char* kEmptyPayloadSha256 =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 constexpr std::size_t kErrorBodyMax = 16 << 10;
 
+// ---- Cancelling libcurl's transfers at once ----
+// libcurl looks at its progress callback (on_progress) only about once a second while nothing
+// arrives (curl_easy_perform polls for up to 1000 ms at a time), so a cancelled request would
+// wait up to that long. While a transfer of a cancellable request runs, a watcher thread looks
+// at the request's stop flag every 20 ms and, once it is set, shuts down the sockets of the
+// transfer's handle: libcurl's poll wakes at once and the transfer fails.
+
+// The sockets a handle has open, kept by libcurl's open and close callbacks. The watcher shuts
+// them down under the mutex that closing takes, so never a descriptor number already reused.
+struct SocketSet {
+  std::mutex mu;
+  std::vector<curl_socket_t> open;  // under mu
+  void forget() {                   // a child made by fork(): these are its parent's
+    std::lock_guard lock(mu);
+    open.clear();
+  }
+};
+
+curl_socket_t on_open_socket(void* set, curlsocktype, curl_sockaddr* address) {
+  auto& s = *static_cast<SocketSet*>(set);
+  const curl_socket_t fd =
+      ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+  if (fd == CURL_SOCKET_BAD) return fd;
+  std::lock_guard lock(s.mu);
+  s.open.push_back(fd);
+  return fd;
+}
+
+int on_close_socket(void* set, curl_socket_t fd) {
+  auto& s = *static_cast<SocketSet*>(set);
+  std::lock_guard lock(s.mu);
+  std::erase(s.open, fd);
+  return ::close(fd);
+}
+
+void track_sockets(const CurlApi& api, CURL* handle, SocketSet* set) {
+  api.easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, &on_open_socket);
+  api.easy_setopt(handle, CURLOPT_OPENSOCKETDATA, set);
+  api.easy_setopt(handle, CURLOPT_CLOSESOCKETFUNCTION, &on_close_socket);
+  api.easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, set);
+}
+
+// A transfer the watcher looks after while it runs: none outside a cancellable request.
+struct Watched {
+  explicit Watched(SocketSet* s);
+  ~Watched();
+  Watched(const Watched&) = delete;
+  Watched& operator=(const Watched&) = delete;
+  const std::atomic<bool>* flag;
+  SocketSet* set;
+  bool shut = false;  // under the watcher's mutex
+};
+
+// One per process (a child made by fork() makes its own: its parent's thread is not there).
+class Watcher {
+ public:
+  static Watcher& get() {
+    static std::atomic<Watcher*> current{nullptr};
+    Watcher* w = current.load();
+    if (w != nullptr && w->pid_ == ::getpid()) return *w;
+    auto* fresh = new Watcher;  // never destroyed, as its thread never ends
+    if (current.compare_exchange_strong(w, fresh)) return *fresh;
+    delete fresh;
+    return *w;
+  }
+  void add(Watched* t) {
+    std::lock_guard lock(mu_);
+    if (!started_) {
+      std::thread(&Watcher::run, this).detach();
+      started_ = true;
+    }
+    watched_.push_back(t);
+    wake_.notify_one();
+  }
+  void remove(Watched* t) {
+    std::lock_guard lock(mu_);
+    std::erase(watched_, t);
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [this] { return !watched_.empty(); });
+      for (Watched* t : watched_) {
+        if (t->shut || !t->flag->load(std::memory_order_relaxed)) continue;
+        std::lock_guard sockets(t->set->mu);
+        for (curl_socket_t fd : t->set->open) ::shutdown(fd, SHUT_RDWR);
+        t->shut = true;
+      }
+      wake_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+  pid_t pid_ = ::getpid();
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<Watched*> watched_;  // under mu_
+  bool started_ = false;           // under mu_
+};
+
+Watched::Watched(SocketSet* s) : flag(io::cancel_flag()), set(s) {
+  if (flag != nullptr) Watcher::get().add(this);
+}
+Watched::~Watched() {
+  if (flag != nullptr) Watcher::get().remove(this);
+}
+
 // The calling thread's handle. Its connections stay open between requests (keep-alive); a child
 // made by fork() leaves its parent's handle alone (the sockets are shared with the parent) and
 // makes its own.
@@ -31,15 +144,21 @@ struct ThreadHandle {
   CURL* handle = nullptr;
   pid_t pid = 0;
   const CurlApi* api = nullptr;
+  SocketSet sockets;
   ~ThreadHandle() {
     if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
   }
 };
 
+thread_local ThreadHandle this_thread;
+
 CURL* thread_handle(const CurlApi& api) {
-  thread_local ThreadHandle t;
+  ThreadHandle& t = this_thread;
   const pid_t me = ::getpid();
-  if (t.handle != nullptr && t.pid != me) t.handle = nullptr;
+  if (t.handle != nullptr && t.pid != me) {
+    t.handle = nullptr;
+    t.sockets.forget();
+  }
   if (t.handle == nullptr) {
     t.handle = api.easy_init();
     t.pid = me;
@@ -47,6 +166,7 @@ CURL* thread_handle(const CurlApi& api) {
   } else {
     api.easy_reset(t.handle);  // options go; the connection cache stays
   }
+  track_sockets(api, t.handle, &t.sockets);
   return t.handle;
 }
 
@@ -341,7 +461,11 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_HEADERDATA, &x);
     api.easy_setopt(handle, CURLOPT_WRITEFUNCTION, &on_body);
     api.easy_setopt(handle, CURLOPT_WRITEDATA, &x);
-    const CURLcode rc = api.easy_perform(handle);
+    CURLcode rc;
+    {
+      const Watched watch(&this_thread.sockets);
+      rc = api.easy_perform(handle);
+    }
     long connects = 0;
     api.easy_getinfo(handle, CURLINFO_NUM_CONNECTS, &connects);
     a.new_connections = connects;
@@ -423,6 +547,7 @@ struct DirectConnection {
   pid_t pid = 0;
   std::string origin;
   curl_socket_t socket = CURL_SOCKET_BAD;
+  SocketSet sockets;
   char error[CURL_ERROR_SIZE] = {};
 
   ~DirectConnection() {
@@ -462,7 +587,12 @@ struct DirectConnection {
     a.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
     if (ca != nullptr) a.easy_setopt(handle, CURLOPT_CAINFO, ca);
-    const CURLcode rc = a.easy_perform(handle);
+    track_sockets(a, handle, &sockets);
+    CURLcode rc;
+    {
+      const Watched watch(&sockets);
+      rc = a.easy_perform(handle);
+    }
     if (rc == CURLE_OK) a.easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &socket);
     if (rc != CURLE_OK || socket == CURL_SOCKET_BAD) {
       const CURLcode why = rc == CURLE_OK ? CURLE_COULDNT_CONNECT : rc;
@@ -584,7 +714,10 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   std::string origin, authority, path;
   if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
   thread_local DirectConnection c;
-  if (c.handle != nullptr && c.pid != ::getpid()) c.handle = nullptr;  // the parent's
+  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
+    c.handle = nullptr;
+    c.sockets.forget();
+  }
   const std::string precondition = if_match(etag);
   const std::string request = fmt::format(
       "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}-{}"

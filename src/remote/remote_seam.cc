@@ -425,6 +425,12 @@ class RemoteObjects final : public io::IoSeam {
             n == 0 ? std::string("cancelled") : fmt::format("cancelled after {} attempts", n));
       }
       HttpAnswer a = once();
+      if (io::cancel_requested()) {
+        // Its failure is the cancellation's (a socket shut down under it), not a fault to count.
+        throw IoError(
+            ECANCELED, op, o.target.shown, offset, size, 0,
+            n == 0 ? std::string("cancelled") : fmt::format("cancelled after {} attempts", n + 1));
+      }
       o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
                               std::memory_order_relaxed);
       Verdict v = judge(a, o.retry_statuses);

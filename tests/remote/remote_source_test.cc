@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/checkpoint.h"
@@ -698,6 +701,54 @@ TEST_F(RemoteSource, ASignedRequestIsNotRedirectedOffItsHostWithItsCredentials) 
   const auto headers = server_->request_headers();
   EXPECT_EQ(headers.back().at("x-amz-security-token"), "the-session-token");
   EXPECT_TRUE(headers.back().contains("authorization"));
+}
+
+TEST_F(RemoteSource, CancellingStopsAnOpenOrAReadAtOnce) {
+  // Issue 45 B4: a cancelled request waited for its GETs in flight (libcurl looks at its
+  // progress callback about once a second) and for their retry waits (a Retry-After of 20 s).
+  put("bucket/c.bin", 1000);
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");  // signed: libcurl's own transfers
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", "secret");
+  ScopedEnv patient("FERRY_REMOTE_TIMEOUT", "600");
+  const auto quickly = std::chrono::milliseconds(300);
+  File f("s3://bucket/c.bin", "r");
+  server_->stall_next(1, std::chrono::seconds(30));
+  std::vector<char> got(1000);
+  IoFuture read = f.pread(got.data(), got.size(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(read.cancel());
+  EXPECT_THROW(read.get(), IoError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, quickly) << "the GET in flight went on";
+
+  for (const bool retry_wait : {false, true}) {
+    server_->fault_head_requests(true);
+    if (retry_wait) {
+      server_->fail_next(100, 503, "", "20");
+    } else {
+      server_->stall_next(1, std::chrono::seconds(30));
+    }
+    std::atomic<bool> cancel{false};
+    FileOptions options;
+    options.cancel = &cancel;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      start = std::chrono::steady_clock::now();
+      cancel = true;
+    });
+    try {
+      File g("s3://bucket/c.bin", "r", options);
+      ADD_FAILURE() << "opened";
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.error_code(), ECANCELED) << e.what();
+      EXPECT_NE(std::string(e.what()).find("/bucket/c.bin: cancelled"), std::string::npos)
+          << e.what();
+    }
+    stopper.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, quickly) << "retry wait: " << retry_wait;
+    server_->clear_faults();
+  }
 }
 
 }  // namespace
