@@ -2,21 +2,17 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <string_view>
-#include <thread>
-#include <vector>
+
+#include "remote/transfer_watch.h"
 
 namespace ferry::remote {
 
@@ -29,113 +25,6 @@ namespace {
 constexpr const char* kEmptyPayloadSha256 =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 constexpr std::size_t kErrorBodyMax = 16 << 10;
-
-// ---- Cancelling libcurl's transfers at once ----
-// libcurl looks at its progress callback (on_progress) only about once a second while nothing
-// arrives (curl_easy_perform polls for up to 1000 ms at a time), so a cancelled request would
-// wait up to that long. While a transfer of a cancellable request runs, a watcher thread looks
-// at the request's stop flag every 20 ms and, once it is set, shuts down the sockets of the
-// transfer's handle: libcurl's poll wakes at once and the transfer fails.
-
-// The sockets a handle has open, kept by libcurl's open and close callbacks. The watcher shuts
-// them down under the mutex that closing takes, so never a descriptor number already reused.
-struct SocketSet {
-  std::mutex mu;
-  std::vector<curl_socket_t> open;  // under mu
-  void forget() {                   // a child made by fork(): these are its parent's
-    std::lock_guard lock(mu);
-    open.clear();
-  }
-};
-
-curl_socket_t on_open_socket(void* set, curlsocktype, curl_sockaddr* address) {
-  auto& s = *static_cast<SocketSet*>(set);
-  const curl_socket_t fd =
-      ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
-  if (fd == CURL_SOCKET_BAD) return fd;
-  std::lock_guard lock(s.mu);
-  s.open.push_back(fd);
-  return fd;
-}
-
-int on_close_socket(void* set, curl_socket_t fd) {
-  auto& s = *static_cast<SocketSet*>(set);
-  std::lock_guard lock(s.mu);
-  std::erase(s.open, fd);
-  return ::close(fd);
-}
-
-void track_sockets(const CurlApi& api, CURL* handle, SocketSet* set) {
-  api.easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, &on_open_socket);
-  api.easy_setopt(handle, CURLOPT_OPENSOCKETDATA, set);
-  api.easy_setopt(handle, CURLOPT_CLOSESOCKETFUNCTION, &on_close_socket);
-  api.easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, set);
-}
-
-// A transfer the watcher looks after while it runs: none outside a cancellable request.
-struct Watched {
-  explicit Watched(SocketSet* s);
-  ~Watched();
-  Watched(const Watched&) = delete;
-  Watched& operator=(const Watched&) = delete;
-  const std::atomic<bool>* flag;
-  SocketSet* set;
-  bool shut = false;  // under the watcher's mutex
-};
-
-// One per process (a child made by fork() makes its own: its parent's thread is not there).
-class Watcher {
- public:
-  static Watcher& get() {
-    static std::atomic<Watcher*> current{nullptr};
-    Watcher* w = current.load();
-    if (w != nullptr && w->pid_ == ::getpid()) return *w;
-    auto* fresh = new Watcher;  // never destroyed, as its thread never ends
-    if (current.compare_exchange_strong(w, fresh)) return *fresh;
-    delete fresh;
-    return *w;
-  }
-  void add(Watched* t) {
-    std::lock_guard lock(mu_);
-    if (!started_) {
-      std::thread(&Watcher::run, this).detach();
-      started_ = true;
-    }
-    watched_.push_back(t);
-    wake_.notify_one();
-  }
-  void remove(Watched* t) {
-    std::lock_guard lock(mu_);
-    std::erase(watched_, t);
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      wake_.wait(lock, [this] { return !watched_.empty(); });
-      for (Watched* t : watched_) {
-        if (t->shut || !t->flag->load(std::memory_order_relaxed)) continue;
-        std::lock_guard sockets(t->set->mu);
-        for (curl_socket_t fd : t->set->open) ::shutdown(fd, SHUT_RDWR);
-        t->shut = true;
-      }
-      wake_.wait_for(lock, std::chrono::milliseconds(20));
-    }
-  }
-  pid_t pid_ = ::getpid();
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::vector<Watched*> watched_;  // under mu_
-  bool started_ = false;           // under mu_
-};
-
-Watched::Watched(SocketSet* s) : flag(io::cancel_flag()), set(s) {
-  if (flag != nullptr) Watcher::get().add(this);
-}
-Watched::~Watched() {
-  if (flag != nullptr) Watcher::get().remove(this);
-}
 
 // The calling thread's handle. Its connections stay open between requests (keep-alive); a child
 // made by fork() leaves its parent's handle alone (the sockets are shared with the parent) and
