@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -33,7 +34,7 @@ struct ThreadHandle {
   CURL* handle = nullptr;
   pid_t pid = 0;
   const CurlApi* api = nullptr;
-  SocketSet sockets;
+  std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
   ~ThreadHandle() {
     if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
   }
@@ -46,7 +47,7 @@ CURL* thread_handle(const CurlApi& api) {
   const pid_t me = ::getpid();
   if (t.handle != nullptr && t.pid != me) {
     t.handle = nullptr;
-    t.sockets.forget();
+    t.sockets = SocketSet::after_fork(std::move(t.sockets));
   }
   if (t.handle == nullptr) {
     t.handle = api.easy_init();
@@ -55,7 +56,7 @@ CURL* thread_handle(const CurlApi& api) {
   } else {
     api.easy_reset(t.handle);  // options go; the connection cache stays
   }
-  track_sockets(api, t.handle, &t.sockets);
+  track_sockets(api, t.handle, t.sockets.get());
   return t.handle;
 }
 
@@ -352,7 +353,7 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_WRITEDATA, &x);
     CURLcode rc;
     {
-      const Watched watch(&this_thread.sockets);
+      const Watched watch(this_thread.sockets.get());
       rc = api.easy_perform(handle);
     }
     long connects = 0;
@@ -436,7 +437,7 @@ struct DirectConnection {
   pid_t pid = 0;
   std::string origin;
   curl_socket_t socket = CURL_SOCKET_BAD;
-  SocketSet sockets;
+  std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
   char error[CURL_ERROR_SIZE] = {};
 
   ~DirectConnection() {
@@ -476,10 +477,10 @@ struct DirectConnection {
     a.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
     if (ca != nullptr) a.easy_setopt(handle, CURLOPT_CAINFO, ca);
-    track_sockets(a, handle, &sockets);
+    track_sockets(a, handle, sockets.get());
     CURLcode rc;
     {
-      const Watched watch(&sockets);
+      const Watched watch(sockets.get());
       rc = a.easy_perform(handle);
     }
     if (rc == CURLE_OK) a.easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &socket);
@@ -605,7 +606,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   thread_local DirectConnection c;
   if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
     c.handle = nullptr;
-    c.sockets.forget();
+    c.sockets = SocketSet::after_fork(std::move(c.sockets));
   }
   const std::string precondition = if_match(etag);
   const std::string request = fmt::format(

@@ -81,9 +81,9 @@ class Watcher {
 
 }  // namespace
 
-void SocketSet::forget() {
-  std::lock_guard lock(mu);
-  open.clear();
+std::unique_ptr<SocketSet> SocketSet::after_fork(std::unique_ptr<SocketSet> parent) {
+  (void)parent.release();
+  return std::make_unique<SocketSet>();
 }
 
 void track_sockets(const CurlApi& api, CURL* handle, SocketSet* set) {

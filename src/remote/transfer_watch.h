@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -21,8 +22,10 @@ namespace ferry::remote {
 struct SocketSet {
   std::mutex mu;
   std::vector<curl_socket_t> open;  // under mu
-  // A child made by fork(): the sockets are its parent's, never to be shut down from here.
-  void forget();
+  // In a child made by fork(): a new, empty set in place of `parent`'s, which is left alone
+  // (never freed: its mutex may have been held by another of the parent's threads at the fork,
+  // and its sockets are the parent's, never to be shut down from here).
+  static std::unique_ptr<SocketSet> after_fork(std::unique_ptr<SocketSet> parent);
 };
 
 // Has libcurl open and close `handle`'s sockets through `set` (set again after each easy_reset).
