@@ -418,23 +418,21 @@ class RemoteObjects final : public io::IoSeam {
   HttpAnswer attempt(Object& o, const char* op, std::uint64_t offset, std::size_t size, Once&& once,
                      HttpAnswer* failed = nullptr) {
     const auto start = std::chrono::steady_clock::now();
+    auto cancelled = [&](int attempts) {
+      return IoError(ECANCELED, op, o.target.shown, offset, size, 0,
+                     attempts == 0 ? std::string("cancelled")
+                                   : fmt::format("cancelled after {} attempts", attempts));
+    };
     for (int n = 0;; ++n) {
-      if (io::cancel_requested()) {
-        throw IoError(
-            ECANCELED, op, o.target.shown, offset, size, 0,
-            n == 0 ? std::string("cancelled") : fmt::format("cancelled after {} attempts", n));
-      }
+      if (io::cancel_requested()) throw cancelled(n);
       HttpAnswer a = once();
-      if (io::cancel_requested()) {
-        // Its failure is the cancellation's (a socket shut down under it), not a fault to count.
-        throw IoError(
-            ECANCELED, op, o.target.shown, offset, size, 0,
-            n == 0 ? std::string("cancelled") : fmt::format("cancelled after {} attempts", n + 1));
-      }
       o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
                               std::memory_order_relaxed);
       Verdict v = judge(a, o.retry_statuses);
       if (v.kind == Verdict::kOk) return a;
+      // A failure under a cancelled request is the cancellation's (its socket shut down under
+      // it), not a fault to retry or count.
+      if (io::cancel_requested()) throw cancelled(n + 1);
       if (v.kind == Verdict::kRetry && n < o.retries) {
         o.retried.fetch_add(1, std::memory_order_relaxed);
         {
