@@ -5,6 +5,7 @@
 // threads use it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -92,6 +93,11 @@ struct FileOptions {
   // waiting), so the disk works while later bytes are still coming and the fsync waits for the
   // last of them only. save_file/save_checkpoint (durable) and `ferry write` set it.
   bool write_behind = false;
+  // Set from another thread while the File is being opened, it stops the open: a remote
+  // object's requests and retry waits end soon after (within about a second), and the
+  // constructor throws IoError ECANCELED. Null: the open runs to its end. Read during the
+  // constructor only.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class File {

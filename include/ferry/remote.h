@@ -32,13 +32,17 @@ bool is_remote_url(std::string_view path);
 // How a remote object's GETs are retried, read when the object is opened. A field left empty
 // takes its variable, then KvikIO's, then ferry's default:
 //   retries         FERRY_REMOTE_RETRIES, KVIKIO_HTTP_MAX_ATTEMPTS - 1, 8 (0..100)
-//   stall_seconds   FERRY_REMOTE_TIMEOUT, KVIKIO_HTTP_TIMEOUT, 30: seconds without a byte before
-//                   a GET is abandoned and retried (1..3600; KvikIO's timeout bounds the whole GET)
+//   stall_seconds   FERRY_REMOTE_TIMEOUT, 30: seconds without a byte before a request is abandoned
+//                   and retried (1..3600)
+//   request_seconds FERRY_REMOTE_DEADLINE, KVIKIO_HTTP_TIMEOUT, 0: seconds one request (a HEAD or
+//                   a GET, each attempt) may take in all before it is abandoned and retried, as
+//                   KvikIO's http_timeout (CURLOPT_TIMEOUT); 0: no bound (0..86400)
 //   retry_statuses  KVIKIO_HTTP_STATUS_CODES ("429,500"), 429 500 502 503 504 (100..599)
 // Resets and stalls are retried whatever the statuses. ferry.kvikio's http_* settings set it.
 struct RemotePolicy {
   std::optional<int> retries;
   std::optional<long> stall_seconds;
+  std::optional<long> request_seconds;
   std::optional<std::vector<int>> retry_statuses;
 };
 

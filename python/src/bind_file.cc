@@ -6,11 +6,15 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <map>
 #include <optional>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "bindings.h"
@@ -238,6 +242,57 @@ std::vector<ByteRange> ranges_arg(const py::handle& ranges) {
 
 const char* const kModes[] = {"r", "r+", "w", "w+", "a"};
 
+// http://, https:// or s3:// in any case (ferry's test for a URL, io::is_remote_url).
+bool remote_url(std::string_view name) {
+  for (std::string_view scheme : {"http://", "https://", "s3://"}) {
+    if (name.size() >= scheme.size() &&
+        std::equal(scheme.begin(), scheme.end(), name.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Opening a remote object waits on the network, for minutes where it retries: the open runs in
+// a helper thread while this one waits in slices, GIL released, looking for signals between
+// them. A signal whose handler raises (Ctrl-C) cancels the open (FileOptions::cancel: its GETs
+// and retry waits end within about a second), waits for the helper, and raises.
+File open_interruptibly(const std::string& name, const std::string& mode, FileOptions options) {
+  struct Opening {
+    std::atomic<bool> cancel{false};
+    std::promise<File> opened;
+  };
+  auto state = std::make_shared<Opening>();
+  options.cancel = &state->cancel;
+  std::future<File> result = state->opened.get_future();
+  std::thread([state, name, mode, options = std::move(options)]() mutable {
+    try {
+      state->opened.set_value(File(name, mode, std::move(options)));
+    } catch (...) {
+      state->opened.set_exception(std::current_exception());
+    }
+  }).detach();
+  const auto slice = std::chrono::duration<double>(kSignalSlice);
+  for (;;) {
+    {
+      py::gil_scoped_release release;
+      if (result.wait_for(slice) == std::future_status::ready) break;
+    }
+    if (PyErr_CheckSignals() != 0) {
+      py::error_already_set signal;
+      state->cancel.store(true);
+      {
+        py::gil_scoped_release release;
+        result.wait();
+      }
+      throw signal;
+    }
+  }
+  return result.get();
+}
+
 class PyFile {
  public:
   PyFile(const py::object& path, const std::string& mode, bool direct,
@@ -251,6 +306,11 @@ class PyFile {
     FileOptions options;
     options.direct = direct;
     for (const auto& [key, value] : settings) options.settings.set(key, value);
+    remote_ = remote_url(name);
+    if (remote_) {
+      file_ = open_interruptibly(name, mode, std::move(options));
+      return;
+    }
     py::gil_scoped_release release;
     file_ = File(name, mode, std::move(options));
   }
@@ -340,7 +400,8 @@ class PyFile {
     const std::uint64_t at = *index_arg(offset, "file_offset");
     std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
     const std::size_t n = checked_size(*view, size);
-    if (n > kSmallSync) {
+    // A remote object's GETs can wait on the network whatever their size: an interruptible wait.
+    if (n > kSmallSync || remote_) {
       std::size_t done = submit_view(op, std::move(view), n, at)->get();
       any_done_ = true;
       return done;
@@ -437,6 +498,7 @@ class PyFile {
 
   File file_;
   std::string mode_;
+  bool remote_ = false;
   bool any_done_ = false;
   std::vector<std::shared_ptr<Pending>> pending_;  // guarded by the GIL
 };

@@ -186,29 +186,33 @@ void bind_report(py::module_& m) {
     py::dict d;
     d["retries"] = p.retries ? py::cast(*p.retries) : py::none();
     d["stall_seconds"] = p.stall_seconds ? py::cast(*p.stall_seconds) : py::none();
+    d["request_seconds"] = p.request_seconds ? py::cast(*p.request_seconds) : py::none();
     d["retry_statuses"] = p.retry_statuses ? py::cast(*p.retry_statuses) : py::none();
     return d;
   };
   m.def(
       "set_remote_policy",
       [](std::optional<int> retries, std::optional<long> stall_seconds,
-         std::optional<std::vector<int>> retry_statuses) {
+         std::optional<std::vector<int>> retry_statuses, std::optional<long> request_seconds) {
         RemotePolicy p;
         p.retries = retries;
         p.stall_seconds = stall_seconds;
         p.retry_statuses = std::move(retry_statuses);
+        p.request_seconds = request_seconds;
         set_remote_policy(p);
       },
       py::arg("retries") = py::none(), py::arg("stall_seconds") = py::none(),
-      py::arg("retry_statuses") = py::none(),
+      py::arg("retry_statuses") = py::none(), py::arg("request_seconds") = py::none(),
       "How remote objects opened from now on retry their GETs, process-wide; None leaves a "
       "field to its variable or default (ferry::set_remote_policy).");
   m.def(
       "remote_policy", [policy_dict] { return policy_dict(remote_policy()); },
-      "The remote policy as set: {retries, stall_seconds, retry_statuses}, None where unset.");
+      "The remote policy as set: {retries, stall_seconds, request_seconds, retry_statuses}, "
+      "None where unset.");
   m.def(
       "effective_remote_policy", [policy_dict] { return policy_dict(effective_remote_policy()); },
-      "What a remote object opened now gets: {retries, stall_seconds, retry_statuses}.");
+      "What a remote object opened now gets: {retries, stall_seconds, request_seconds, "
+      "retry_statuses}.");
 
   Record<PageCacheResidency>(m, "PageCacheResidency",
                              "How much of a read's range was in the page cache before it.")

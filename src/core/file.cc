@@ -9,6 +9,7 @@
 #include "core/request.h"
 #include "ferry/error.h"
 #include "ferry/route.h"
+#include "io/io_seam.h"
 
 namespace ferry {
 
@@ -45,8 +46,10 @@ bool IoFuture::cancel() {
 }
 
 File::File() = default;
-File::File(const std::filesystem::path& path, std::string_view mode, FileOptions options)
-    : file_(std::make_shared<core::OpenFile>(path, mode, std::move(options))) {}
+File::File(const std::filesystem::path& path, std::string_view mode, FileOptions options) {
+  const io::CancelScope cancel(options.cancel);
+  file_ = std::make_shared<core::OpenFile>(path, mode, std::move(options));
+}
 File::File(std::shared_ptr<core::OpenFile> file) : file_(std::move(file)) {}
 File::~File() = default;
 File::File(File&&) noexcept = default;

@@ -31,6 +31,21 @@ class SystemIo final : public IoSeam {
 
 }  // namespace
 
+namespace {
+thread_local const std::atomic<bool>* current_cancel = nullptr;
+}  // namespace
+
+CancelScope::CancelScope(const std::atomic<bool>* flag) : outer_(current_cancel) {
+  current_cancel = flag;
+}
+CancelScope::~CancelScope() { current_cancel = outer_; }
+
+const std::atomic<bool>* cancel_flag() { return current_cancel; }
+
+bool cancel_requested() {
+  return current_cancel != nullptr && current_cancel->load(std::memory_order_relaxed);
+}
+
 bool is_remote_url(std::string_view path) {
   auto scheme = [path](std::string_view prefix) {
     if (path.size() < prefix.size()) return false;

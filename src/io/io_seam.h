@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,6 +44,25 @@ class IoSeam {
 
 // The real system calls.
 IoSeam& system_io();
+
+// The stop flag of the request whose I/O the calling thread is doing now (a task of a request,
+// or a File's open), for the length of the scope. A seam whose calls can wait long (remote
+// objects: GETs, retry waits) looks at it and gives up with ECANCELED soon after it is set.
+class CancelScope {
+ public:
+  explicit CancelScope(const std::atomic<bool>* flag);
+  ~CancelScope();
+  CancelScope(const CancelScope&) = delete;
+  CancelScope& operator=(const CancelScope&) = delete;
+
+ private:
+  const std::atomic<bool>* outer_;
+};
+
+// Whether the calling thread's request (CancelScope) has been cancelled; false outside a scope.
+bool cancel_requested();
+// The calling thread's stop flag (CancelScope), or null outside a scope.
+const std::atomic<bool>* cancel_flag();
 
 // Whether `path` names a remote object rather than a file: http://, https:// or s3:// (the scheme
 // in any case). Such paths go to the environment's remote seam.

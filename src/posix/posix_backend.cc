@@ -71,6 +71,7 @@ class PosixWorker final : public core::Worker {
   }
 
   std::size_t run(const core::Task& task) override {
+    const io::CancelScope cancel(&c_.cancelled);  // a remote GET or retry wait stops with it
     moved_ = 0;
     if (c_.op == Op::kRead) {
       read_task(task);
@@ -85,6 +86,7 @@ class PosixWorker final : public core::Worker {
   // (bench/NOTES.md §4).
   bool looks_ahead() const override { return gpu_ && c_.op == Op::kWrite && dfd_ < 0; }
   std::size_t run_then(const core::Task& task, const core::Task& next) override {
+    const io::CancelScope cancel(&c_.cancelled);
     moved_ = 0;
     write_task(task, &next);
     return moved_;

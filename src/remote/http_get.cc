@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
+
+#include "remote/transfer_watch.h"
 
 namespace ferry::remote {
 
@@ -30,15 +34,21 @@ struct ThreadHandle {
   CURL* handle = nullptr;
   pid_t pid = 0;
   const CurlApi* api = nullptr;
+  std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
   ~ThreadHandle() {
     if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
   }
 };
 
+thread_local ThreadHandle this_thread;
+
 CURL* thread_handle(const CurlApi& api) {
-  thread_local ThreadHandle t;
+  ThreadHandle& t = this_thread;
   const pid_t me = ::getpid();
-  if (t.handle != nullptr && t.pid != me) t.handle = nullptr;
+  if (t.handle != nullptr && t.pid != me) {
+    t.handle = nullptr;
+    t.sockets = SocketSet::after_fork(std::move(t.sockets));
+  }
   if (t.handle == nullptr) {
     t.handle = api.easy_init();
     t.pid = me;
@@ -46,6 +56,7 @@ CURL* thread_handle(const CurlApi& api) {
   } else {
     api.easy_reset(t.handle);  // options go; the connection cache stays
   }
+  track_sockets(api, t.handle, t.sockets.get());
   return t.handle;
 }
 
@@ -59,6 +70,22 @@ std::string trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return std::string(s);
+}
+
+// libcurl's error text for one attempt, without the " after N ms" it puts in some ("Failed to
+// connect to host port 80 after 0 ms: ..."): the attempt's time, which read beside ferry's count
+// of attempts passed for the time of them all.
+std::string curl_words(std::string text) {
+  for (std::size_t at = text.find(" after "); at != std::string::npos;
+       at = text.find(" after ", at + 1)) {
+    std::size_t end = at + 7;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (end > at + 7 && text.compare(end, 3, " ms") == 0) {
+      text.erase(at, end + 3 - at);
+      break;
+    }
+  }
+  return text;
 }
 
 struct Exchange {
@@ -95,6 +122,14 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   if (name == "etag") x.answer->etag = value;
   if (name == "retry-after") x.answer->retry_after = value;
   return size * n;
+}
+
+// The If-Match header for `etag`, or nothing: If-Match compares strongly (RFC 9110 13.1.1), so
+// a weak ETag (W/"...") would make an RFC-strict server answer 412 to every GET. With a weak one
+// no precondition is sent and each answer's ETag is compared with it instead (check_status).
+std::string if_match(const std::string& etag) {
+  if (etag.empty() || etag.rfind("W/", 0) == 0) return {};
+  return "If-Match: " + etag;
 }
 
 // Parses "bytes A-B/TOTAL" (or "bytes */TOTAL"); false when it is not that.
@@ -137,30 +172,33 @@ void check_status(Exchange& x, long status) {
   }
   if (x.probe) return;
   if (status == 200) {
-    if (x.offset == 0 && x.size == x.object_size) return;  // the whole object, as asked
-    a.refused = fmt::format(
-        "the server answered 200 (the whole object) to a request for bytes {}-{}: it ignored "
-        "the Range header",
-        x.offset, x.offset + x.size - 1);
-    return;
-  }
-  if (status != 206) {
+    if (x.offset != 0 || x.size != x.object_size) {
+      a.refused = fmt::format(
+          "the server answered 200 (the whole object) to a request for bytes {}-{}: it ignored "
+          "the Range header",
+          x.offset, x.offset + x.size - 1);
+      return;
+    }
+    // The whole object, as asked: its length is checked as it lands, its ETag below, as a 206's
+    // (a server that ignores Range may ignore If-Match too).
+  } else if (status != 206) {
     a.refused = fmt::format("the server answered {} to a range request", status);
     return;
-  }
-  std::uint64_t first = 0, last = 0, total = 0;
-  if (!parse_content_range(x.content_range, &first, &last, &total) || first != x.offset ||
-      last != x.offset + x.size - 1) {
-    a.refused = fmt::format("the server answered bytes {} to a request for bytes {}-{}",
-                            x.content_range.empty() ? "(no Content-Range)" : x.content_range,
-                            x.offset, x.offset + x.size - 1);
-    return;
-  }
-  if (total != x.object_size) {
-    a.refused = fmt::format(
-        "the object is now {} B, not the {} B it was when opened: it changed during the read",
-        total, x.object_size);
-    return;
+  } else {
+    std::uint64_t first = 0, last = 0, total = 0;
+    if (!parse_content_range(x.content_range, &first, &last, &total) || first != x.offset ||
+        last != x.offset + x.size - 1) {
+      a.refused = fmt::format("the server answered bytes {} to a request for bytes {}-{}",
+                              x.content_range.empty() ? "(no Content-Range)" : x.content_range,
+                              x.offset, x.offset + x.size - 1);
+      return;
+    }
+    if (total != x.object_size) {
+      a.refused = fmt::format(
+          "the object is now {} B, not the {} B it was when opened: it changed during the read",
+          total, x.object_size);
+      return;
+    }
   }
   if (x.etag != nullptr && !x.etag->empty() && !a.etag.empty() && a.etag != *x.etag) {
     a.refused = fmt::format("the object's ETag is now {}, not {}: it changed during the read",
@@ -202,14 +240,66 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   return bytes;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// What one request may still wait: each byte at most the stall timeout, all of it until the
+// deadline (none where request_seconds is 0).
+struct Budget {
+  explicit Budget(const Timeouts& t)
+      : stall_seconds(t.stall_seconds),
+        request_seconds(t.request_seconds),
+        deadline(t.request_seconds > 0 ? Clock::now() + std::chrono::seconds(t.request_seconds)
+                                       : Clock::time_point::max()) {}
+  std::string timeout_words() const { return timeout_words_for(past_deadline); }
+  std::string timeout_words_for(bool whole) const {
+    return whole ? fmt::format(
+                       "the request took more than its deadline of {} s "
+                       "(FERRY_REMOTE_DEADLINE or KvikIO's http_timeout)",
+                       request_seconds)
+                 : fmt::format("no byte for {} s (FERRY_REMOTE_TIMEOUT)", stall_seconds);
+  }
+  long stall_seconds;
+  long request_seconds;
+  Clock::time_point deadline;
+  bool past_deadline = false;
+  bool cancelled = false;  // the request was cancelled while it waited (io::cancel_requested)
+};
+
+// libcurl's timers may fire this much before the time asked: a timeout this near the deadline is
+// the deadline's.
+constexpr auto kTimerSlack = std::chrono::milliseconds(200);
+
+// How often a wait looks at io::cancel_requested(): Ctrl-C in Python cancels a request, and its
+// GETs end within this much.
+constexpr long long kCancelSliceMs = 50;
+
+// libcurl's progress callback: a nonzero answer aborts the transfer (CURLE_ABORTED_BY_CALLBACK)
+// once its request is cancelled. libcurl calls it at least once a second while it waits.
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return io::cancel_requested() ? 1 : 0;
+}
+
+// The CA certificates that https answers are verified against, or null for the system's store:
+// for s3:// AWS_CA_BUNDLE first (as boto3 and the AWS CLI read it), then CURL_CA_BUNDLE and
+// SSL_CERT_FILE for every URL.
+const char* ca_bundle(const RemoteTarget& target) {
+  for (const char* name : {"AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
+    if (!target.s3 && std::string_view(name) == "AWS_CA_BUNDLE") continue;
+    const char* ca = std::getenv(name);
+    if (ca != nullptr && *ca != '\0') return ca;
+  }
+  return nullptr;
+}
+
 struct Request {
   const CurlApi& api;
   CURL* handle;
   curl_slist* headers = nullptr;
   char error[CURL_ERROR_SIZE] = {};
+  Budget budget;
 
   Request(const CurlApi& a, const RemoteTarget& target, const Timeouts& timeouts)
-      : api(a), handle(thread_handle(a)) {
+      : api(a), handle(thread_handle(a)), budget(timeouts) {
     api.easy_setopt(handle, CURLOPT_URL, target.url.c_str());
     api.easy_setopt(handle, CURLOPT_ERRORBUFFER, error);
     api.easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
@@ -218,22 +308,22 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, timeouts.connect_ms);
     api.easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, 1L);
     api.easy_setopt(handle, CURLOPT_LOW_SPEED_TIME, timeouts.stall_seconds);
-    api.easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 1L);
+    if (timeouts.request_seconds > 0) {
+      api.easy_setopt(handle, CURLOPT_TIMEOUT, timeouts.request_seconds);
+    }
+    // A signed request's redirects are followed by follow_signed, not by libcurl.
+    api.easy_setopt(handle, CURLOPT_FOLLOWLOCATION, target.credentials ? 0L : 1L);
     api.easy_setopt(handle, CURLOPT_MAXREDIRS, 5L);
     api.easy_setopt(handle, CURLOPT_USERAGENT, "ferry");
+    api.easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &on_progress);
+    api.easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
     // The largest receive buffer libcurl takes: fewer, larger copies into the destination.
     api.easy_setopt(handle, CURLOPT_BUFFERSIZE, 512L << 10);
 #if LIBCURL_VERSION_NUM >= 0x075500
     api.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
     api.easy_setopt(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 #endif
-    for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
-      const char* ca = std::getenv(name);
-      if (ca != nullptr && *ca != '\0') {
-        api.easy_setopt(handle, CURLOPT_CAINFO, ca);
-        break;
-      }
-    }
+    if (const char* ca = ca_bundle(target)) api.easy_setopt(handle, CURLOPT_CAINFO, ca);
     if (target.credentials) {
       const std::string sigv4 = fmt::format("aws:amz:{}:s3", target.region);
       api.easy_setopt(handle, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -261,18 +351,35 @@ struct Request {
     api.easy_setopt(handle, CURLOPT_HEADERDATA, &x);
     api.easy_setopt(handle, CURLOPT_WRITEFUNCTION, &on_body);
     api.easy_setopt(handle, CURLOPT_WRITEDATA, &x);
-    const CURLcode rc = api.easy_perform(handle);
+    CURLcode rc;
+    {
+      const Watched watch(this_thread.sockets.get());
+      rc = api.easy_perform(handle);
+    }
     long connects = 0;
     api.easy_getinfo(handle, CURLINFO_NUM_CONNECTS, &connects);
     a.new_connections = connects;
     if (a.status == 0) api.easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &a.status);
+    if (a.status >= 300 && a.status <= 399) {
+      // Only where libcurl does not follow (a signed request): where it would have gone.
+      const char* location = nullptr;
+      api.easy_getinfo(handle, CURLINFO_REDIRECT_URL, &location);
+      if (location != nullptr) a.location = location;
+    }
     if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && (!a.refused.empty() || x.probe_stopped))) {
       a.transport_ok = true;
       return;
     }
     a.curl_code = static_cast<int>(rc);
-    a.transport_error = error[0] != '\0' ? fmt::format("{} ({})", api.easy_strerror(rc), error)
-                                         : std::string(api.easy_strerror(rc));
+    a.transport_error = error[0] != '\0'
+                            ? fmt::format("{} ({})", api.easy_strerror(rc), curl_words(error))
+                            : std::string(api.easy_strerror(rc));
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+      // libcurl's words say how long, not which bound: the deadline where it has passed.
+      a.transport_error =
+          fmt::format("{} ({})", api.easy_strerror(rc),
+                      budget.timeout_words_for(Clock::now() + kTimerSlack >= budget.deadline));
+    }
   }
 };
 
@@ -330,6 +437,7 @@ struct DirectConnection {
   pid_t pid = 0;
   std::string origin;
   curl_socket_t socket = CURL_SOCKET_BAD;
+  std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
   char error[CURL_ERROR_SIZE] = {};
 
   ~DirectConnection() {
@@ -342,7 +450,8 @@ struct DirectConnection {
     origin.clear();
     socket = CURL_SOCKET_BAD;
   }
-  CURLcode connect(const CurlApi& a, const std::string& to, const Timeouts& timeouts) {
+  CURLcode connect(const CurlApi& a, const std::string& to, const Timeouts& timeouts,
+                   const char* ca) {
     drop();
     api = &a;
     pid = ::getpid();
@@ -362,17 +471,18 @@ struct DirectConnection {
     a.easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
     a.easy_setopt(handle, CURLOPT_TCP_NODELAY, 1L);
     a.easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, timeouts.connect_ms);
+    a.easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &on_progress);
+    a.easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500
     a.easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
-    for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
-      const char* ca = std::getenv(name);
-      if (ca != nullptr && *ca != '\0') {
-        a.easy_setopt(handle, CURLOPT_CAINFO, ca);
-        break;
-      }
+    if (ca != nullptr) a.easy_setopt(handle, CURLOPT_CAINFO, ca);
+    track_sockets(a, handle, sockets.get());
+    CURLcode rc;
+    {
+      const Watched watch(sockets.get());
+      rc = a.easy_perform(handle);
     }
-    const CURLcode rc = a.easy_perform(handle);
     if (rc == CURLE_OK) a.easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &socket);
     if (rc != CURLE_OK || socket == CURL_SOCKET_BAD) {
       const CURLcode why = rc == CURLE_OK ? CURLE_COULDNT_CONNECT : rc;
@@ -381,22 +491,37 @@ struct DirectConnection {
     origin = to;
     return CURLE_OK;
   }
-  // Waits until the socket is ready for `events`; false after `seconds` without.
-  bool wait(short events, long seconds) const {
+  // Waits until the socket is ready for `events`; false after the budget's stall timeout
+  // without, or at its deadline.
+  bool wait(short events, Budget& budget) const {
     pollfd p{socket, events, 0};
+    const Clock::time_point stalled = Clock::now() + std::chrono::seconds(budget.stall_seconds);
     for (;;) {
-      const int n = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+      const Clock::time_point now = Clock::now();
+      const Clock::time_point end = std::min(stalled, budget.deadline);
+      if (io::cancel_requested()) {
+        budget.cancelled = true;
+        return false;
+      }
+      if (now >= end) {
+        budget.past_deadline = now >= budget.deadline;
+        return false;
+      }
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(end - now).count();
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, kCancelSliceMs)));
       if (n > 0) return true;
-      if (n == 0) return false;
-      if (errno != EINTR) return true;  // the next call says what is wrong
+      if (n < 0 && errno != EINTR) return true;  // the next call says what is wrong
     }
   }
-  CURLcode send_all(std::string_view bytes, long seconds) {
+  static CURLcode timed_out(const Budget& budget) {
+    return budget.cancelled ? CURLE_ABORTED_BY_CALLBACK : CURLE_OPERATION_TIMEDOUT;
+  }
+  CURLcode send_all(std::string_view bytes, Budget& budget) {
     while (!bytes.empty()) {
       std::size_t sent = 0;
       const CURLcode rc = api->easy_send(handle, bytes.data(), bytes.size(), &sent);
       if (rc == CURLE_AGAIN) {
-        if (!wait(POLLOUT, seconds)) return CURLE_OPERATION_TIMEDOUT;
+        if (!wait(POLLOUT, budget)) return timed_out(budget);
         continue;
       }
       if (rc != CURLE_OK) return rc;
@@ -405,11 +530,11 @@ struct DirectConnection {
     return CURLE_OK;
   }
   // Up to `size` bytes into `into`; *n == 0 with CURLE_OK: the server closed the connection.
-  CURLcode recv_some(char* into, std::size_t size, std::size_t* n, long seconds) {
+  CURLcode recv_some(char* into, std::size_t size, std::size_t* n, Budget& budget) {
     for (;;) {
       const CURLcode rc = api->easy_recv(handle, into, size, n);
       if (rc != CURLE_AGAIN) return rc;
-      if (!wait(POLLIN, seconds)) return CURLE_OPERATION_TIMEDOUT;
+      if (!wait(POLLIN, budget)) return timed_out(budget);
     }
   }
 };
@@ -466,8 +591,9 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
 void transport_failure(HttpAnswer& a, const CurlApi& api, CURLcode rc, std::string words) {
   a.transport_ok = false;
   a.curl_code = static_cast<int>(rc);
-  a.transport_error = words.empty() ? std::string(api.easy_strerror(rc))
-                                    : fmt::format("{} ({})", api.easy_strerror(rc), words);
+  a.transport_error = words.empty()
+                          ? std::string(api.easy_strerror(rc))
+                          : fmt::format("{} ({})", api.easy_strerror(rc), curl_words(words));
 }
 
 // The GET through this path, or nothing where libcurl's own transfer must take it.
@@ -478,13 +604,17 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   std::string origin, authority, path;
   if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
   thread_local DirectConnection c;
-  if (c.handle != nullptr && c.pid != ::getpid()) c.handle = nullptr;  // the parent's
+  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
+    c.handle = nullptr;
+    c.sockets = SocketSet::after_fork(std::move(c.sockets));
+  }
+  const std::string precondition = if_match(etag);
   const std::string request = fmt::format(
       "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}-{}"
       "\r\n{}\r\n",
       path, authority, offset, offset + size - 1,
-      etag.empty() ? std::string() : "If-Match: " + etag + "\r\n");
-  const long stall = timeouts.stall_seconds;
+      precondition.empty() ? std::string() : precondition + "\r\n");
+  Budget budget(timeouts);
   HttpAnswer a;
   Exchange x;
   x.api = &api;
@@ -499,7 +629,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   for (int attempt = 0;; ++attempt) {
     const bool reused = c.handle != nullptr && c.origin == origin;
     if (!reused) {
-      const CURLcode rc = c.connect(api, origin, timeouts);
+      const CURLcode rc = c.connect(api, origin, timeouts, ca_bundle(target));
       if (rc != CURLE_OK) {
         transport_failure(a, api, rc, c.error);
         c.drop();
@@ -507,13 +637,13 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       }
       ++a.new_connections;
     }
-    CURLcode rc = c.send_all(request, stall);
+    CURLcode rc = c.send_all(request, budget);
     std::string head;
     std::size_t head_end = std::string::npos;
     char chunk[16 << 10];
     while (rc == CURLE_OK && head_end == std::string::npos) {
       std::size_t n = 0;
-      rc = c.recv_some(chunk, sizeof chunk, &n, stall);
+      rc = c.recv_some(chunk, sizeof chunk, &n, budget);
       if (rc != CURLE_OK) break;
       if (n == 0) {
         rc = head.empty() ? CURLE_GOT_NOTHING : CURLE_RECV_ERROR;
@@ -533,9 +663,12 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
     }
     if (rc != CURLE_OK) {
       c.drop();
-      if (reused && head.empty() && rc != CURLE_OPERATION_TIMEDOUT && attempt == 0) continue;
+      if (reused && head.empty() && rc != CURLE_OPERATION_TIMEDOUT &&
+          rc != CURLE_ABORTED_BY_CALLBACK && attempt == 0) {
+        continue;
+      }
       transport_failure(a, api, rc,
-                        rc == CURLE_OPERATION_TIMEDOUT ? fmt::format("no byte for {} s", stall)
+                        rc == CURLE_OPERATION_TIMEDOUT ? budget.timeout_words()
                         : rc == CURLE_GOT_NOTHING      ? "the server closed the connection"
                                                        : "");
       return a;
@@ -560,7 +693,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       while (body.size() < length) {
         std::size_t n = 0;
         rc = c.recv_some(chunk, std::min<std::size_t>(sizeof chunk, length - body.size()), &n,
-                         stall);
+                         budget);
         if (rc != CURLE_OK || n == 0) break;
         body.append(chunk, n);
       }
@@ -587,13 +720,13 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
     a.landed = early.size();
     while (a.landed < size) {
       std::size_t n = 0;
-      rc = c.recv_some(buffer + a.landed, size - a.landed, &n, stall);
+      rc = c.recv_some(buffer + a.landed, size - a.landed, &n, budget);
       if (rc != CURLE_OK || n == 0) {
         c.drop();
         transport_failure(
             a, api, rc == CURLE_OK ? CURLE_PARTIAL_FILE : rc,
             rc == CURLE_OPERATION_TIMEDOUT
-                ? fmt::format("no byte for {} s", stall)
+                ? budget.timeout_words()
                 : fmt::format("the connection ended after {} of {} B", a.landed, size));
         return a;
       }
@@ -606,7 +739,9 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
 
 }  // namespace
 
-HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+namespace {
+
+HttpAnswer head_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
                      bool probe_range) {
   HttpAnswer a;
   Request r(api, target, timeouts);
@@ -622,25 +757,32 @@ HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeo
   if (probe_range) {
     std::uint64_t first = 0, last = 0, total = 0;
     if (a.status == 206 || a.status == 416) {
-      if (parse_content_range(x.content_range, &first, &last, &total)) a.length = a.total = total;
+      if (parse_content_range(x.content_range, &first, &last, &total)) {
+        a.length = a.total = total;
+        a.length_known = true;
+      }
     } else if (a.status == 200) {
       // The whole object instead of its first byte: its length is the object's size.
       curl_off_t length = -1;
       api.easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
       a.length = length < 0 ? 0 : static_cast<std::uint64_t>(length);
+      a.length_known = length >= 0;
     }
     if (a.status == 416 && !x.content_range.empty()) a.status = 206;
     return a;
   }
+  // No Content-Length (a chunked or compressed HEAD answer): length_known stays false and the
+  // caller learns the size another way, never taking it for 0.
   curl_off_t length = -1;
   api.easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
   a.length = length < 0 ? 0 : static_cast<std::uint64_t>(length);
+  a.length_known = length >= 0;
   return a;
 }
 
-HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
-                          std::uint64_t object_size, const std::string& etag, char* buffer,
-                          std::uint64_t offset, std::size_t size) {
+HttpAnswer get_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                    std::uint64_t object_size, const std::string& etag, char* buffer,
+                    std::uint64_t offset, std::size_t size) {
   if (size > 0 && !target.credentials && !proxy_in_environment()) {
     if (std::optional<HttpAnswer> direct =
             direct_get_range(api, target, timeouts, object_size, etag, buffer, offset, size)) {
@@ -651,7 +793,7 @@ HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const 
   Request r(api, target, timeouts);
   const std::string range = fmt::format("{}-{}", offset, offset + size - 1);
   api.easy_setopt(r.handle, CURLOPT_RANGE, range.c_str());
-  if (!etag.empty()) r.add("If-Match: " + etag);
+  if (const std::string precondition = if_match(etag); !precondition.empty()) r.add(precondition);
   Exchange x;
   x.buffer = buffer;
   x.offset = offset;
@@ -668,6 +810,66 @@ HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const 
     }
   }
   return a;
+}
+
+// "scheme://host:port", lowercase, with the scheme's port where none is given.
+std::string origin_of(std::string_view url) {
+  const std::size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return {};
+  const std::string scheme = lower(url.substr(0, scheme_end));
+  std::string_view authority = url.substr(scheme_end + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    authority.remove_prefix(at + 1);
+  }
+  std::string host = lower(authority);
+  const std::size_t colon = host.rfind(':');
+  if (colon == std::string::npos || host.find(']', colon) != std::string::npos) {
+    host += scheme == "https" ? ":443" : ":80";
+  }
+  return scheme + "://" + host;
+}
+
+// Runs `once` on `target` and, for a signed request, on the redirects it is answered with.
+// libcurl, following a redirect itself, would send every header given to it (x-amz-security-
+// token) to wherever it leads; so ferry follows a signed request's redirects here, on the same
+// scheme, host and port only (as many as libcurl would: 5), and refuses one that leads off them.
+// Unsigned requests carry no credential header: libcurl follows theirs (Request).
+template <class Once>
+HttpAnswer follow_signed(const RemoteTarget& target, Once&& once) {
+  RemoteTarget hop = target;
+  for (int redirects = 0;; ++redirects) {
+    HttpAnswer a = once(hop);
+    if (!hop.credentials || !a.transport_ok || a.location.empty()) return a;
+    if (origin_of(a.location) != origin_of(target.url)) {
+      a.refused = fmt::format(
+          "the server redirected a signed request to {}, another host or scheme: not followed, "
+          "since the request's credentials would go with it",
+          shown_url(a.location));
+      return a;
+    }
+    if (redirects == 5) {
+      a.refused = "more than 5 redirects";
+      return a;
+    }
+    hop.url = a.location;
+  }
+}
+
+}  // namespace
+
+HttpAnswer http_head(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                     bool probe_range) {
+  return follow_signed(
+      target, [&](const RemoteTarget& t) { return head_once(api, t, timeouts, probe_range); });
+}
+
+HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
+                          std::uint64_t object_size, const std::string& etag, char* buffer,
+                          std::uint64_t offset, std::size_t size) {
+  return follow_signed(target, [&](const RemoteTarget& t) {
+    return get_once(api, t, timeouts, object_size, etag, buffer, offset, size);
+  });
 }
 
 #else

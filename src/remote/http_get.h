@@ -15,7 +15,8 @@ namespace ferry::remote {
 // How long a transfer may take before it is given up (each attempt; retries are counted apart).
 struct Timeouts {
   long connect_ms = 10'000;
-  long stall_seconds = 30;  // no byte received for this long: CURLE_OPERATION_TIMEDOUT
+  long stall_seconds = 30;   // no byte received for this long: CURLE_OPERATION_TIMEDOUT
+  long request_seconds = 0;  // the whole request took this long (0: no bound): the same
 };
 
 struct HttpAnswer {
@@ -23,10 +24,12 @@ struct HttpAnswer {
   int curl_code = 0;            // CURLcode; 0 when transport_ok
   std::string transport_error;  // curl's words where !transport_ok
   long status = 0;
-  std::uint64_t length = 0;  // HEAD: Content-Length
-  std::uint64_t total = 0;   // a 206's Content-Range total (the object's size)
+  std::uint64_t length = 0;   // HEAD: Content-Length (the probe: the size it learnt)
+  bool length_known = false;  // HEAD: the answer said its length
+  std::uint64_t total = 0;    // a 206's Content-Range total (the object's size)
   std::string etag;
   std::string retry_after;
+  std::string location;    // a redirect libcurl did not follow (a signed request's): where to
   std::string body;        // an error answer's first 16 KiB
   std::size_t landed = 0;  // GET: bytes written to the buffer
   std::string refused;     // GET: why the answer was refused before a byte landed

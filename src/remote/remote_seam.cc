@@ -30,6 +30,7 @@ namespace {
 
 constexpr int kDefaultRetries = 8;
 constexpr long kDefaultStallSeconds = 30;
+constexpr long kMaxRequestSeconds = 86400;
 constexpr auto kBackoffBase = std::chrono::milliseconds(100);
 constexpr auto kBackoffCap = std::chrono::milliseconds(5000);
 constexpr auto kRetryAfterCap = std::chrono::seconds(20);
@@ -77,6 +78,8 @@ Verdict judge(const HttpAnswer& a, const std::vector<int>& retry_statuses) {
         return {Verdict::kRetry, EIO, a.transport_error};
       case 6:  // CURLE_COULDNT_RESOLVE_HOST
         return {Verdict::kFail, EHOSTUNREACH, a.transport_error};
+      case 42:  // CURLE_ABORTED_BY_CALLBACK: the request was cancelled (io::cancel_requested)
+        return {Verdict::kFail, ECANCELED, "cancelled"};
       default:
         return {Verdict::kFail, EIO, a.transport_error};
     }
@@ -117,6 +120,17 @@ std::chrono::milliseconds backoff(int attempt, const std::string& retry_after) {
       std::min<std::chrono::milliseconds>(kBackoffBase * (1 << std::min(attempt, 10)), kBackoffCap);
   std::uniform_int_distribution<long> share(step.count() / 2, step.count());
   return std::chrono::milliseconds(share(random));
+}
+
+// Sleeps `d`, or less where the calling thread's request is cancelled meanwhile (a Retry-After
+// may ask for 20 s; Ctrl-C must not wait for it).
+void sleep_unless_cancelled(std::chrono::milliseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  for (auto now = std::chrono::steady_clock::now(); now < end && !io::cancel_requested();
+       now = std::chrono::steady_clock::now()) {
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(20)));
+  }
 }
 
 long parse_variable(const char* (*getenv)(const char*), const char* name, long fallback, long low,
@@ -177,9 +191,14 @@ RemotePolicy resolve_policy(RemotePolicy policy, const char* (*getenv)(const cha
   }
   if (!policy.stall_seconds) {
     policy.stall_seconds =
-        set("FERRY_REMOTE_TIMEOUT")
-            ? parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", 0, 1, 3600)
-            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+        parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+  }
+  if (!policy.request_seconds) {
+    // KvikIO's http_timeout bounds a whole request (CURLOPT_TIMEOUT), as ferry's deadline does.
+    policy.request_seconds =
+        set("FERRY_REMOTE_DEADLINE")
+            ? parse_variable(getenv, "FERRY_REMOTE_DEADLINE", 0, 0, kMaxRequestSeconds)
+            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", 0, 1, kMaxRequestSeconds);
   }
   if (!policy.retry_statuses) {
     policy.retry_statuses =
@@ -267,6 +286,7 @@ class RemoteObjects final : public io::IoSeam {
       const RemotePolicy policy = resolve_policy(remote_policy(), getenv_);
       o->retries = *policy.retries;
       o->timeouts.stall_seconds = *policy.stall_seconds;
+      o->timeouts.request_seconds = *policy.request_seconds;
       o->retry_statuses = *policy.retry_statuses;
       o->timeouts.connect_ms = std::min<long>(10'000, o->timeouts.stall_seconds * 1000);
     } catch (const IoError&) {
@@ -278,25 +298,54 @@ class RemoteObjects final : public io::IoSeam {
     }
     // A presigned URL signs one method (GET): its size comes from a GET of its first byte.
     const bool presigned = o->target.auth.rfind("presigned", 0) == 0;
+    auto probe = [&] { return http_head(*api, o->target, o->timeouts, true); };
     HttpAnswer a;
+    HttpAnswer failed;
     try {
-      a = attempt(*o, "open", 0, 0,
-                  [&] { return http_head(*api, o->target, o->timeouts, presigned); });
+      a = attempt(
+          *o, "open", 0, 0, [&] { return http_head(*api, o->target, o->timeouts, presigned); },
+          &failed);
     } catch (const IoError& head) {
-      if (presigned) throw;
-      // A HEAD's error has no body: one GET of the first byte brings the server's words (S3's
-      // Code and Message) and its error replaces the HEAD's; should it succeed, it serves.
+      // A HEAD's error has no body: where the server refused for good (a 4xx not retried), one
+      // GET of the first byte brings its words (S3's Code and Message) and its error replaces
+      // the HEAD's; should it succeed (a server that refuses HEAD), it serves. Never after a
+      // failure that was retried or could have been: that GET would be one attempt beyond the
+      // limit, and could succeed on a status the policy says not to retry.
+      const bool refused_for_good = failed.transport_ok && failed.status >= 400 &&
+                                    failed.status <= 499 &&
+                                    judge(failed, o->retry_statuses).kind == Verdict::kFail;
+      if (presigned || !refused_for_good) throw;
       const int retries = std::exchange(o->retries, 0);
       try {
-        a = attempt(*o, "open", 0, 0,
-                    [&] { return http_head(*api, o->target, o->timeouts, true); });
+        a = attempt(*o, "open", 0, 0, probe);
       } catch (const IoError& get) {
         // The GET is asked for the HEAD's failure in words. A server that answered it otherwise
-        // (a 503 to the HEAD, then a 404) changed its answer: the open failed with the first.
+        // changed its answer: the open failed with the first.
         if (get.error_code() != head.error_code()) throw head;
         throw;
       }
       o->retries = retries;
+    }
+    if (!a.length_known && !presigned) {
+      // A HEAD answer without Content-Length (chunked, or a server that leaves it out) says
+      // nothing of the size: the Content-Range of a GET of the first byte does.
+      a = attempt(*o, "open", 0, 0, probe);
+    }
+    if (!a.length_known) {
+      throw IoError(EPROTO, "open", shown, 0, 0, 0,
+                    "the server did not say the object's size (no Content-Length to HEAD, no "
+                    "Content-Range or Content-Length to a GET of bytes 0-0)");
+    }
+    // The ETag goes back to the server in If-Match: a control character in it (a bare CR or LF)
+    // would split that request's head, so such an answer is refused rather than reused.
+    for (const char c : a.etag) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u == 0x7f) {
+        throw IoError(EPROTO, "open", shown, 0, 0, 0,
+                      fmt::format("the server's ETag holds a control character (0x{:02x}): "
+                                  "refused rather than sent back in If-Match",
+                                  static_cast<unsigned>(u)));
+      }
     }
     o->size = a.length;
     o->etag = a.etag;
@@ -370,17 +419,27 @@ class RemoteObjects final : public io::IoSeam {
     return it->second;
   }
 
-  // Runs `once` until it succeeds, fails for good, or has been retried o.retries times; throws
-  // the IoError of the last answer.
+  // Runs `once` until it succeeds, fails for good, or has been retried o.retries times: at most
+  // o.retries + 1 requests. Throws the IoError of the last answer, which it leaves in *failed.
   template <class Once>
-  HttpAnswer attempt(Object& o, const char* op, std::uint64_t offset, std::size_t size,
-                     Once&& once) {
+  HttpAnswer attempt(Object& o, const char* op, std::uint64_t offset, std::size_t size, Once&& once,
+                     HttpAnswer* failed = nullptr) {
+    const auto start = std::chrono::steady_clock::now();
+    auto cancelled = [&](int attempts) {
+      return IoError(ECANCELED, op, o.target.shown, offset, size, 0,
+                     attempts == 0 ? std::string("cancelled")
+                                   : fmt::format("cancelled after {} attempts", attempts));
+    };
     for (int n = 0;; ++n) {
+      if (io::cancel_requested()) throw cancelled(n);
       HttpAnswer a = once();
       o.connections.fetch_add(static_cast<std::uint64_t>(std::max(0L, a.new_connections)),
                               std::memory_order_relaxed);
       Verdict v = judge(a, o.retry_statuses);
       if (v.kind == Verdict::kOk) return a;
+      // A failure under a cancelled request is the cancellation's (its socket shut down under
+      // it), not a fault to retry or count.
+      if (io::cancel_requested()) throw cancelled(n + 1);
       if (v.kind == Verdict::kRetry && n < o.retries) {
         o.retried.fetch_add(1, std::memory_order_relaxed);
         {
@@ -388,16 +447,20 @@ class RemoteObjects final : public io::IoSeam {
           ++o.why[a.transport_ok ? fmt::format("HTTP {}", a.status)
                                  : a.transport_error.substr(0, a.transport_error.find(" ("))];
         }
-        std::this_thread::sleep_for(backoff(n, a.retry_after));
+        sleep_unless_cancelled(backoff(n, a.retry_after));
         continue;
       }
       std::string words = v.words;
-      if (n > 0) words += fmt::format(" (after {} attempts)", n + 1);
+      if (n > 0) {
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        words += fmt::format(" (after {} attempts in {:.1f} s)", n + 1, took.count());
+      }
       if (v.kind == Verdict::kRetry) {
         words +=
             "; FERRY_REMOTE_RETRIES (or ferry::set_remote_policy, or KvikIO's "
             "http_max_attempts) sets how many times a GET is retried";
       }
+      if (failed != nullptr) *failed = std::move(a);
       throw IoError(v.err, op, o.target.shown, offset, size, 0, words);
     }
   }
@@ -433,6 +496,12 @@ void set_remote_policy(const RemotePolicy& policy) {
     throw SettingError(
         "stall_seconds", std::to_string(*policy.stall_seconds),
         fmt::format("remote stall timeout {} s: expected 1 to 3600", *policy.stall_seconds));
+  }
+  if (policy.request_seconds &&
+      (*policy.request_seconds < 0 || *policy.request_seconds > remote::kMaxRequestSeconds)) {
+    throw SettingError("request_seconds", std::to_string(*policy.request_seconds),
+                       fmt::format("remote request deadline {} s: expected 0 (none) to {}",
+                                   *policy.request_seconds, remote::kMaxRequestSeconds));
   }
   if (policy.retry_statuses) {
     for (int code : *policy.retry_statuses) {

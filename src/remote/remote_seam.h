@@ -15,9 +15,10 @@
 namespace ferry::remote {
 
 // The process's seam of remote objects (made once, never destroyed). Variables read at each
-// open(): AWS_* (remote_url.h), FERRY_REMOTE_RETRIES (retries of one GET, default 8),
-// FERRY_REMOTE_TIMEOUT (seconds without a byte before a GET is abandoned and retried, default
-// 30), CURL_CA_BUNDLE or SSL_CERT_FILE (the CA certificates for https).
+// open(): AWS_* (remote_url.h), the policy's (ferry/remote.h: FERRY_REMOTE_RETRIES,
+// FERRY_REMOTE_TIMEOUT, FERRY_REMOTE_DEADLINE, KVIKIO_HTTP_*), AWS_CA_BUNDLE (s3:// only),
+// CURL_CA_BUNDLE or SSL_CERT_FILE (the CA certificates for https). A call made under a cancelled
+// io::CancelScope ends with ECANCELED: its GETs and retry waits stop within about a second.
 io::IoSeam& remote_objects();
 
 // A new seam (tests): `getenv` reads the environment.

@@ -371,7 +371,7 @@ def test_http_settings_are_ferrys_remote_policy():
     from ferry import _ferry
     effective = _ferry.effective_remote_policy()
     assert kvikio.defaults.get("http_max_attempts") == effective["retries"] + 1
-    assert kvikio.defaults.get("http_timeout") == effective["stall_seconds"]
+    assert kvikio.defaults.get("http_timeout") == effective["request_seconds"]
     before = kvikio.defaults.get("http_status_codes")
     assert before == effective["retry_statuses"]
     with kvikio.defaults.set({"http_status_codes": [500], "http_max_attempts": 5,
@@ -379,17 +379,18 @@ def test_http_settings_are_ferrys_remote_policy():
         assert kvikio.defaults.get("http_status_codes") == [500]
         assert kvikio.defaults.get("http_max_attempts") == 5
         assert kvikio.defaults.get("http_timeout") == 1
-        assert _ferry.remote_policy() == {"retries": 4, "stall_seconds": 1,
-                                          "retry_statuses": [500]}
+        assert _ferry.remote_policy() == {"retries": 4, "stall_seconds": None,
+                                          "request_seconds": 1, "retry_statuses": [500]}
         with kvikio.defaults.set("http_max_attempts", 2):
             assert _ferry.remote_policy()["retries"] == 1
             assert _ferry.remote_policy()["retry_statuses"] == [500]
         assert _ferry.remote_policy()["retries"] == 4
     assert kvikio.defaults.get("http_status_codes") == before
     assert _ferry.remote_policy() == {"retries": None, "stall_seconds": None,
-                                      "retry_statuses": None}, "ferry's own values again"
+                                      "request_seconds": None, "retry_statuses": None}, \
+        "ferry's own values again"
     for name, value, words in (("http_max_attempts", 102, "101 attempts"),
-                               ("http_timeout", 3601, "3600 s"),
+                               ("http_timeout", 86401, "86400 s"),
                                ("http_status_codes", [500, 42], "100 to 599")):
         with pytest.raises(ferry.SettingError, match=words):
             kvikio.defaults.set({"http_max_attempts": 3, name: value})

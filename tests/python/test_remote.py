@@ -298,6 +298,102 @@ def test_https_is_verified_and_read_exactly(tmp_path, monkeypatch):
         cm.__exit__(None, None, None)
 
 
+def test_s3_over_https_is_verified_against_aws_ca_bundle(tmp_path, monkeypatch):
+    # Issue 45 B14: AWS_CA_BUNDLE, the CA file boto3 and the AWS CLI verify S3 endpoints with,
+    # was ignored. It serves s3:// only; CURL_CA_BUNDLE still serves every URL.
+    data = _bytes(5000, 23)
+    root = tmp_path / "tls"
+    (root / "bucket").mkdir(parents=True)
+    (root / "bucket" / "k.bin").write_bytes(data)
+    try:
+        cm = rs.nginx_tls_server(root)
+        base, ca = cm.__enter__()
+    except rs.ServerUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        for name in ("CURL_CA_BUNDLE", "SSL_CERT_FILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL_S3",
+                     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", base)
+        with pytest.raises(ferry.IoError, match=r"k\.bin.*(certificate|SSL)"):
+            ferry.open("s3://bucket/k.bin")
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
+        got, route = _read_all("s3://bucket/k.bin")
+        assert got == data and "anonymous" in route.source.auth
+        with pytest.raises(ferry.IoError, match=r"k\.bin.*(certificate|SSL)"):
+            ferry.open(base + "/bucket/k.bin")
+        monkeypatch.delenv("AWS_CA_BUNDLE")
+        monkeypatch.setenv("CURL_CA_BUNDLE", str(ca))
+        assert _read_all("s3://bucket/k.bin")[0] == data
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def test_a_signed_request_is_not_redirected_from_https_to_http(tmp_path, monkeypatch):
+    # Issue 45 B2: a signed request redirected from https to http (same host) went there with
+    # its x-amz-security-token; ferry follows a signed request's redirects on its own scheme,
+    # host and port only.
+    import http.server
+    import shutil
+    import ssl
+    import threading
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed: apt-get install openssl")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    seen: list[dict[str, str]] = []
+
+    class Plain(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+            pass
+
+        def do_HEAD(self):
+            seen.append(dict(self.headers))
+            self.send_response(200)
+            self.send_header("Content-Length", "10")
+            self.end_headers()
+
+        do_GET = do_HEAD
+
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    downgrade = f"http://127.0.0.1:{plain.server_address[1]}"
+
+    class Redirecting(Plain):
+        def do_HEAD(self):
+            self.send_response(307)
+            self.send_header("Location", downgrade + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD
+
+    tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    tls.socket = context.wrap_socket(tls.socket, server_side=True)
+    servers = [plain, tls]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"https://127.0.0.1:{tls.server_address[1]}")
+        monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+        monkeypatch.setenv("AWS_SESSION_TOKEN", "the-session-token")
+        with pytest.raises(ferry.IoError, match="redirected a signed request to " + downgrade):
+            ferry.open("s3://bucket/k.bin")
+        assert seen == [], "a request went to http"
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
 ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo"
 
 

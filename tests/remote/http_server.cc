@@ -74,6 +74,7 @@ const char* reason_phrase(int status) {
   static constexpr std::pair<int, const char*> kPhrases[] = {
       {200, "OK"},
       {206, "Partial Content"},
+      {307, "Temporary Redirect"},
       {400, "Bad Request"},
       {403, "Forbidden"},
       {404, "Not Found"},
@@ -227,10 +228,10 @@ ByteRange parse_range(std::string_view value, std::uint64_t size) {
 
 struct HttpServer::Faults {
   bool fail = false, reset = false, abort = false, ignore_range = false, wrong_range = false;
-  bool short_body = false;
+  bool short_body = false, redirect = false, ignore_if_match = false;
   int fail_status = 0;
-  std::string fail_body, retry_after;
-  std::chrono::milliseconds stall{0};
+  std::string fail_body, retry_after, redirect_origin;
+  std::chrono::milliseconds stall{0}, trickle{0};
 };
 
 namespace {
@@ -434,6 +435,33 @@ void HttpServer::short_body_next(int count) {
   pending_.short_body = count;
 }
 
+void HttpServer::trickle_next(int count, std::chrono::milliseconds interval) {
+  std::lock_guard lock(mutex_);
+  pending_.trickle = count;
+  pending_.trickle_interval = interval;
+}
+
+void HttpServer::redirect_next(int count, std::string origin) {
+  std::lock_guard lock(mutex_);
+  pending_.redirect = count;
+  pending_.redirect_origin = std::move(origin);
+}
+
+void HttpServer::ignore_if_match_next(int count) {
+  std::lock_guard lock(mutex_);
+  pending_.ignore_if_match = count;
+}
+
+void HttpServer::set_weak_etags(bool on) {
+  std::lock_guard lock(mutex_);
+  weak_etags_ = on;
+}
+
+void HttpServer::set_head_without_length(bool on) {
+  std::lock_guard lock(mutex_);
+  head_without_length_ = on;
+}
+
 void HttpServer::fault_head_requests(bool on) {
   std::lock_guard lock(mutex_);
   pending_.head = on;
@@ -561,6 +589,10 @@ HttpServer::Faults HttpServer::take_faults(const std::string& method) {
   faults.ignore_range = take(pending_.ignore_range);
   faults.wrong_range = take(pending_.wrong_range);
   faults.short_body = take(pending_.short_body);
+  if (take(pending_.trickle)) faults.trickle = pending_.trickle_interval;
+  if ((faults.redirect = take(pending_.redirect)))
+    faults.redirect_origin = pending_.redirect_origin;
+  faults.ignore_if_match = take(pending_.ignore_if_match);
   return faults;
 }
 
@@ -584,6 +616,11 @@ bool HttpServer::answer(int fd, const Request& request) {
     linger abort_on_close{1, 0};  // close() then sends RST, not FIN
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
     return false;
+  }
+  if (faults.redirect) {
+    return send_small(fd, head_only, 307, {"Location: " + faults.redirect_origin + request.target},
+                      "", request.keep_alive) &&
+           request.keep_alive;
   }
   if (faults.fail) {
     std::vector<std::string> fields;
@@ -616,7 +653,14 @@ bool HttpServer::serve_file(int fd, const Request& request, const Faults& faults
   auto size = static_cast<std::uint64_t>(st.st_size);
   auto mtime_ns = static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u +
                   static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
+  bool weak = false, head_without_length = false;
+  {
+    std::lock_guard lock(mutex_);
+    weak = weak_etags_;
+    head_without_length = head_without_length_;
+  }
   std::string etag = "\"" + hex(size) + "-" + hex(mtime_ns) + etag_suffix() + "\"";
+  if (weak) etag = "W/" + etag;
   std::vector<std::string> fields = {"ETag: " + etag, "Accept-Ranges: bytes",
                                      "Last-Modified: " + http_date(st.st_mtim.tv_sec)};
 
@@ -626,7 +670,9 @@ bool HttpServer::serve_file(int fd, const Request& request, const Faults& faults
   ByteRange range{ByteRange::Kind::kRange, 0, size == 0 ? 0 : size - 1};
   bool partial = !range_value.empty();
   if (partial) range = parse_range(range_value, size);
-  if (!if_match.empty() && if_match != "*" && !has_token(if_match, etag)) {
+  // If-Match compares strongly (RFC 9110 13.1.1): a weak ETag matches nothing.
+  const bool if_match_holds = weak ? false : has_token(if_match, etag);
+  if (!faults.ignore_if_match && !if_match.empty() && if_match != "*" && !if_match_holds) {
     std::string body = s3_error("PreconditionFailed",
                                 "At least one of the pre-conditions you specified did not hold");
     sent = send_small(fd, head_only, 412, std::move(fields), body, keep_alive);
@@ -651,12 +697,22 @@ bool HttpServer::serve_file(int fd, const Request& request, const Faults& faults
                        std::to_string(range.last) + "/" + std::to_string(size));
     }
     fields.push_back("Content-Type: application/octet-stream");
-    fields.push_back("Content-Length: " + std::to_string(length));
+    if (!(head_only && head_without_length)) {
+      fields.push_back("Content-Length: " + std::to_string(length));
+    }
     bool short_body = faults.short_body && !head_only;
     std::string head = response_head(partial ? 206 : 200, fields, keep_alive && !short_body);
     std::uint64_t body = head_only ? 0 : short_body ? length / 2 : length;
-    sent = send_all(fd, head, body > 0 ? MSG_MORE : 0) &&
-           send_file_range(fd, file, range.first, body) && !short_body;
+    if (faults.trickle.count() > 0 && body > 0) {
+      sent = send_all(fd, head);
+      for (std::uint64_t i = 0; sent && i < body; ++i) {
+        sent =
+            sleep_unless_stopped(faults.trickle) && send_file_range(fd, file, range.first + i, 1);
+      }
+    } else {
+      sent = send_all(fd, head, body > 0 ? MSG_MORE : 0) &&
+             send_file_range(fd, file, range.first, body) && !short_body;
+    }
   }
   ::close(file);
   return sent && keep_alive;

@@ -52,11 +52,21 @@ class HttpServer {
   // object's end), and the Content-Range that says so. A GET without Range counts as 0-(SIZE-1);
   // an object of 0 or 1 byte is served as asked.
   void wrong_range_next(int count);
-  void short_body_next(int count);    // sends half the body promised by Content-Length, then closes
-  void fault_head_requests(bool on);  // off at first
-  void clear_faults();                // every count to 0, HEAD requests unfaulted
+  void short_body_next(int count);  // sends half the body promised by Content-Length, then closes
+  // Sends the body one byte every `interval` (the head at once): a GET that never stalls long.
+  void trickle_next(int count, std::chrono::milliseconds interval);
+  // Answers 307 with Location: `origin` (as "http://127.0.0.1:PORT") + the request target.
+  void redirect_next(int count, std::string origin);
+  void ignore_if_match_next(int count);  // serves the object whatever If-Match says
+  void fault_head_requests(bool on);     // off at first
+  void clear_faults();                   // every count to 0, HEAD requests unfaulted
   // Appended to every object's ETag from now on, as if each object had been replaced.
   void set_etag_suffix(std::string s);
+  // From now on ETags are weak (W/"..."), and If-Match compares strongly as RFC 9110 says: a weak
+  // ETag never matches, so every GET with If-Match is answered 412.
+  void set_weak_etags(bool on);
+  // From now on a HEAD answer has no Content-Length (a GET's keeps it).
+  void set_head_without_length(bool on);
 
   // What it saw. A request is recorded once its header is read, before it is answered.
   std::size_t requests() const;     // requests read, of any method, faulted or not
@@ -96,13 +106,17 @@ class HttpServer {
   std::vector<std::map<std::string, std::string>> request_headers_;
   struct FaultCounts {
     int fail = 0, reset = 0, abort = 0, stall = 0, ignore_range = 0, wrong_range = 0;
-    int short_body = 0;
+    int short_body = 0, trickle = 0, redirect = 0, ignore_if_match = 0;
     int fail_status = 500;
+    std::string redirect_origin;
+    std::chrono::milliseconds trickle_interval{0};
     std::string fail_body, retry_after;
     std::chrono::milliseconds stall_delay{0};
     bool head = false;
   } pending_;
   std::string etag_suffix_;
+  bool weak_etags_ = false;
+  bool head_without_length_ = false;
 
   std::thread accept_thread_;  // started at the end of the constructor, once all above is set
 };

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/checkpoint.h"
@@ -17,6 +20,7 @@
 #include "ferry/error.h"
 #include "ferry/file.h"
 #include "ferry/remote.h"
+#include "ferry/runtime.h"
 #include "ferry/settings.h"
 #include "http_server.h"
 
@@ -486,9 +490,13 @@ namespace {
 
 TEST_F(RemoteSource, ConnectionsAreKeptAliveAcrossRequests) {
   // Plain GETs land straight in the buffer over connections ferry's workers keep (http_get.cc):
-  // a second read of the object opens none. One worker, so that the same thread serves both.
+  // a second read of the object opens none. One worker, so that the same thread serves both:
+  // a runtime of its own, since the process's has as many threads as earlier tests grew, any
+  // of which may take the second read's tasks.
   const std::vector<char> data = put("k.bin", std::size_t{20} << 20);
+  Runtime runtime;
   FileOptions one_worker;
+  one_worker.runtime = &runtime;
   one_worker.settings.host_nthreads = 1;
   File f(url("k.bin"), "r", one_worker);
   std::vector<char> got(data.size());
@@ -503,6 +511,244 @@ TEST_F(RemoteSource, ConnectionsAreKeptAliveAcrossRequests) {
   EXPECT_EQ(second.route().source.connections, 0u);
   EXPECT_EQ(server_->connections(), connections);
   EXPECT_EQ(second.route().source.gets, second.route().tasks);
+}
+
+}  // namespace
+}  // namespace ferry
+
+// Issue 45 part B: what servers say is checked before it is believed or sent back.
+namespace ferry {
+namespace {
+
+TEST_F(RemoteSource, AWholeObjectAnswerIgnoringRangeAndIfMatchHasItsETagChecked) {
+  // Issue 45 B11: a 200 whole-object answer to a range over the whole object was taken
+  // without comparing its ETag with the one seen at open.
+  const std::vector<char> data = put("w.bin", 1000);
+  File f(url("w.bin"), "r");
+  server_->set_etag_suffix("-v2");
+  server_->ignore_range_next(1);
+  server_->ignore_if_match_next(1);
+  std::vector<char> got(data.size(), 'x');
+  try {
+    f.read(got.data(), got.size(), 0);
+    FAIL() << "read a replaced object";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed during the read"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(url("w.bin")), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::count(got.begin(), got.end(), 'x'), 1000) << "bytes landed";
+}
+
+TEST_F(RemoteSource, AWeakETagIsNotSentInIfMatchButEachAnswersETagIsCompared) {
+  // Issue 45 B8: If-Match compares strongly, so an RFC-strict server answers 412 to every GET
+  // that carries a weak ETag.
+  const std::vector<char> data = put("weak.bin", 300000);
+  server_->set_weak_etags(true);
+  File f(url("weak.bin"), "r");
+  std::vector<char> got(data.size());
+  EXPECT_EQ(f.read(got.data(), got.size(), 0), data.size());
+  EXPECT_EQ(got, data);
+  for (const auto& h : server_->request_headers()) EXPECT_FALSE(h.contains("if-match"));
+  server_->set_etag_suffix("-v2");
+  try {
+    f.read(got.data(), got.size(), 0);
+    FAIL() << "read a replaced object";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed during the read"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RemoteSource, AnETagWithAControlCharacterIsRefusedNotSentBack) {
+  // Issue 45 B12: a bare CR in a server's ETag went into later requests' If-Match.
+  put("cr.bin", 1000);
+  server_->set_etag_suffix("\rX-Injected: 1");
+  try {
+    File f(url("cr.bin"), "r");
+    std::vector<char> got(1000);
+    f.read(got.data(), got.size(), 0);
+    FAIL() << "opened and read with an ETag holding a CR";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("control character"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(url("cr.bin")), std::string::npos) << e.what();
+  }
+  for (const auto& h : server_->request_headers()) {
+    for (const auto& [name, value] : h) {
+      EXPECT_EQ(value.find('\r'), std::string::npos) << name;
+      EXPECT_NE(name, "x-injected");
+    }
+  }
+}
+
+TEST_F(RemoteSource, AHeadWithoutContentLengthLearnsTheSizeFromARangedGet) {
+  // Issue 45 B1: a HEAD answer without Content-Length was taken for an empty object: a 0-byte
+  // read that succeeded.
+  const std::vector<char> data = put("nolen.bin", 5000);
+  server_->set_head_without_length(true);
+  File f(url("nolen.bin"), "r");
+  EXPECT_EQ(f.size(), data.size());
+  std::vector<char> got(data.size());
+  EXPECT_EQ(f.read(got.data(), got.size(), 0), data.size());
+  EXPECT_EQ(got, data);
+  const std::vector<std::string> lines = server_->request_lines();
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[1], "GET /nolen.bin bytes=0-0");
+}
+
+TEST_F(RemoteSource, TheOpenErrorSaysTheAttemptsAndTheirTimeAndSendsNoMore) {
+  // Issue 45 B15: a HEAD that failed was followed by one more GET beyond the retries, whose
+  // error hid the count (and libcurl's "after 0 ms" read as the time of them all) or which
+  // succeeded on a status the policy said not to retry.
+  PolicyReset reset;
+  put("h.bin", 100);
+  server_->fault_head_requests(true);
+  server_->fail_next(100, 500);
+  try {
+    File f(url("h.bin"), "r");
+    FAIL() << "opened";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("HTTP 500 (after 4 attempts in "), std::string::npos) << m;
+    EXPECT_NE(m.find(url("h.bin")), std::string::npos) << m;
+    EXPECT_NE(m.find("FERRY_REMOTE_RETRIES"), std::string::npos) << m;
+  }
+  EXPECT_EQ(server_->requests(), 4u) << "FERRY_REMOTE_RETRIES=3: four requests in all";
+
+  set_remote_policy(policy({}, {}, std::vector<int>{500}));
+  const std::size_t before = server_->requests();
+  server_->fail_next(1, 503);
+  EXPECT_THROW(File(url("h.bin"), "r"), IoError) << "503 is not retried: no GET may follow";
+  EXPECT_EQ(server_->requests(), before + 1);
+
+  // Nothing listens on a port just closed: every attempt is refused at once.
+  std::string refused;
+  {
+    HttpServer gone(root_);
+    refused = gone.url("h.bin");
+  }
+  set_remote_policy(RemotePolicy{});
+  try {
+    File f(refused, "r");
+    FAIL() << "opened";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("(after 4 attempts in "), std::string::npos) << m;
+    EXPECT_EQ(m.find(" ms"), std::string::npos) << m;
+  }
+}
+
+TEST_F(RemoteSource, ADeadlineBoundsAWholeRequestThatKeepsTrickling) {
+  // Issue 45 B5: a GET whose bytes keep coming, one a tenth of a second, was never cut: only a
+  // stall (no byte at all) was. KvikIO's http_timeout, and ferry's deadline, bound it in all.
+  put("t.bin", 100);
+  put("bucket/t.bin", 100);
+  ScopedEnv no_retries("FERRY_REMOTE_RETRIES", "0");
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", "secret");
+  // Plain HTTP (received straight into place) and signed S3 (libcurl's transfer).
+  for (const std::string& where : {url("t.bin"), std::string("s3://bucket/t.bin")}) {
+    for (const char* name : {"KVIKIO_HTTP_TIMEOUT", "FERRY_REMOTE_DEADLINE"}) {
+      ScopedEnv deadline(name, "1");
+      File f(where, "r");
+      server_->trickle_next(1, std::chrono::milliseconds(100));  // 100 B in 10 s
+      std::vector<char> got(100);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        f.read(got.data(), got.size(), 0);
+        FAIL() << where << " " << name << ": read in full";
+      } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("deadline of 1 s"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("FERRY_REMOTE_DEADLINE"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3)) << where;
+      server_->clear_faults();
+    }
+  }
+  EXPECT_EQ(effective_remote_policy().request_seconds, 0) << "no deadline unless one is set";
+}
+
+TEST_F(RemoteSource, ASignedRequestIsNotRedirectedOffItsHostWithItsCredentials) {
+  // Issue 45 B2: libcurl followed a signed request's redirect to another host (or from https to
+  // http) and sent its x-amz-security-token there.
+  put("bucket/k.bin", 4000);
+  HttpServer elsewhere(root_);
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
+  ScopedEnv token("AWS_SESSION_TOKEN", "the-session-token");
+  const std::string other = "http://127.0.0.1:" + std::to_string(elsewhere.port());
+  server_->fault_head_requests(true);
+  server_->redirect_next(1, other);
+  try {
+    File f("s3://bucket/k.bin", "r");
+    FAIL() << "followed the redirect";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("redirected a signed request to " + other + "/bucket/k.bin"),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("the-session-token"), std::string::npos) << m;
+  }
+  EXPECT_EQ(elsewhere.requests(), 0u) << "a request went to the other host";
+  // On its own host a redirect is followed, signed again for where it leads.
+  const std::string self = "http://127.0.0.1:" + std::to_string(server_->port());
+  server_->redirect_next(1, self);
+  File f("s3://bucket/k.bin", "r");
+  server_->redirect_next(1, self);
+  std::vector<char> got(4000);
+  EXPECT_EQ(f.read(got.data(), got.size(), 0), got.size());
+  const auto headers = server_->request_headers();
+  EXPECT_EQ(headers.back().at("x-amz-security-token"), "the-session-token");
+  EXPECT_TRUE(headers.back().contains("authorization"));
+}
+
+TEST_F(RemoteSource, CancellingStopsAnOpenOrAReadAtOnce) {
+  // Issue 45 B4: a cancelled request waited for its GETs in flight (libcurl looks at its
+  // progress callback about once a second) and for their retry waits (a Retry-After of 20 s).
+  put("bucket/c.bin", 1000);
+  ScopedEnv endpoint("AWS_ENDPOINT_URL", server_->url("").c_str());
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");  // signed: libcurl's own transfers
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", "secret");
+  ScopedEnv patient("FERRY_REMOTE_TIMEOUT", "600");
+  const auto quickly = std::chrono::milliseconds(300);
+  File f("s3://bucket/c.bin", "r");
+  server_->stall_next(1, std::chrono::seconds(30));
+  std::vector<char> got(1000);
+  IoFuture read = f.pread(got.data(), got.size(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(read.cancel());
+  EXPECT_THROW(read.get(), IoError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, quickly) << "the GET in flight went on";
+
+  for (const bool retry_wait : {false, true}) {
+    server_->fault_head_requests(true);
+    if (retry_wait) {
+      server_->fail_next(100, 503, "", "20");
+    } else {
+      server_->stall_next(1, std::chrono::seconds(30));
+    }
+    std::atomic<bool> cancel{false};
+    FileOptions options;
+    options.cancel = &cancel;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      start = std::chrono::steady_clock::now();
+      cancel = true;
+    });
+    try {
+      File g("s3://bucket/c.bin", "r", options);
+      ADD_FAILURE() << "opened";
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.error_code(), ECANCELED) << e.what();
+      EXPECT_NE(std::string(e.what()).find("/bucket/c.bin: cancelled"), std::string::npos)
+          << e.what();
+    }
+    stopper.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, quickly) << "retry wait: " << retry_wait;
+    server_->clear_faults();
+  }
 }
 
 }  // namespace

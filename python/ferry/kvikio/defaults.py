@@ -19,10 +19,10 @@ over 64 GiB, over 256 threads, a bounce buffer over 1 GiB) are refused with
 ``ferry.SettingError`` (a ValueError). The ``http_*`` settings are ferry's remote policy
 (``ferry::set_remote_policy``), read when a remote object is opened, by ``RemoteFile`` and every
 other way in alike: ``http_max_attempts`` counts the first GET (1 to 101), ``http_status_codes``
-are the answers retried (resets and stalls are retried too), and ``http_timeout`` is how long a
-GET may go without a byte (1 to 3600 s; KvikIO bounds the whole GET). Until one is set, ``get``
-says what ferry does: FERRY_REMOTE_RETRIES, FERRY_REMOTE_TIMEOUT, KvikIO's KVIKIO_HTTP_*
-variables, or ferry's defaults (9 attempts, 30 s, 429 500 502 503 504; docs/remote.md). KvikIO's
+are the answers retried (resets and stalls are retried too), and ``http_timeout`` bounds each
+request in all, as KvikIO's does (1 to 86400 s). Until one is set, ``get`` says what ferry does:
+FERRY_REMOTE_RETRIES, FERRY_REMOTE_DEADLINE, KvikIO's KVIKIO_HTTP_* variables, or ferry's
+defaults (9 attempts, no deadline: 0, 429 500 502 503 504; docs/remote.md). KvikIO's
 settings for what ferry does not do raise NotImplementedError naming the setting.
 """
 
@@ -198,9 +198,9 @@ def _set_http_timeout(c: _Change, value: Any) -> None:
                         f"{type(value).__name__}") from None
     if n <= 0:
         raise ValueError("timeout_seconds must be a positive integer")
-    if n > 3600:
-        raise _beyond("http_timeout", n, "ferry waits at most 3600 s for a GET's next byte")
-    c.remote["stall_seconds"] = n
+    if n > 86400:
+        raise _beyond("http_timeout", n, "ferry bounds a request at most at 86400 s")
+    c.remote["request_seconds"] = n
 
 
 def _ferry_value(name: str) -> int:
@@ -231,7 +231,7 @@ _GETTERS: dict[str, Callable[[], Any]] = {
     "bounce_buffer_size": lambda: _ferry_value("bounce_buffer_size"),
     "http_max_attempts": lambda: int(_ferry.effective_remote_policy()["retries"]) + 1,
     "http_status_codes": lambda: list(_ferry.effective_remote_policy()["retry_statuses"]),
-    "http_timeout": lambda: int(_ferry.effective_remote_policy()["stall_seconds"]),
+    "http_timeout": lambda: int(_ferry.effective_remote_policy()["request_seconds"]),
 }
 
 _ALIASES = {"thread_pool_nthreads": "num_threads"}  # KvikIO's C++ name
