@@ -164,13 +164,11 @@ int run(const WriteArgs& a) {
     future.get();
     cpu = cpu_seconds() - cpu0;
     route = future.route();
-    // The attributes of the file replaced, then the fsync that makes them durable with the bytes.
+    // The attributes of the file replaced, then (unless --no-sync) the fsyncs of the file and of
+    // its folder around the rename: durability's time, reported apart from the write request's.
     const auto synced_at = std::chrono::steady_clock::now();
-    saved->finish(!a.no_sync);
-    sync_seconds = seconds_since(synced_at);
-    const auto renamed_at = std::chrono::steady_clock::now();
     saved->commit(!a.no_sync);
-    sync_seconds += seconds_since(renamed_at);
+    if (!a.no_sync) sync_seconds = seconds_since(synced_at);
   } catch (...) {
     g_temp[0] = 0;
     throw;  // the AtomicFile removes its temporary file

@@ -138,12 +138,13 @@ def _open_without_retries(url: str) -> File:
     through ferry's own API at that instant gets no retries either (docs/kvikio.md)."""
     with _policy_lock:
         before = _ferry.remote_policy()
-        _ferry.set_remote_policy(0, before["stall_seconds"], before["retry_statuses"])
+        _ferry.set_remote_policy(0, before["stall_seconds"], before["retry_statuses"],
+                                 before["request_seconds"])
         try:
             return File(url, "r")
         finally:
             _ferry.set_remote_policy(before["retries"], before["stall_seconds"],
-                                     before["retry_statuses"])
+                                     before["retry_statuses"], before["request_seconds"])
 
 
 class _RemoteIOFuture(IOFuture):
