@@ -61,8 +61,8 @@ def test_plot_command_writes_a_png(bench_results, tmp_path):
 def test_axes_are_labelled_with_a_line_per_route_and_memory(bench_results):
     fig = plot.figure(plot.load([str(bench_results)]))
     by_size, by_threads = fig.axes[:2]
-    assert by_size.get_xlabel() == "request size"
-    assert by_threads.get_xlabel() == "threads"
+    # The x labels sit under each column's lowest panel: the ratio panels here (--compare).
+    assert [ax.get_xlabel() for ax in fig.axes[2:]] == ["request size", "threads"]
     for ax in (by_size, by_threads):
         assert ax.get_ylabel() == "throughput (GB/s)"
         assert ax.get_title()
@@ -93,6 +93,94 @@ def test_one_ceiling_value_is_drawn_across(tmp_path):
     ceiling = [l for l in fig.axes[0].get_lines() if l.get_label().startswith("ceiling")]
     assert len(ceiling) == 1
     assert list(ceiling[0].get_ydata()) == [9.0, 9.0], "a horizontal line at the ceiling"
+    # The ceiling does not set the scale: the reads fill the panel, the ceiling is named.
+    assert fig.axes[0].get_ylim()[1] < 4.0
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any("above the scale" in t and "9.0 GB/s" in t for t in texts), texts
+
+
+def test_a_ceiling_within_the_scale_is_not_named(tmp_path):
+    records = [_record(gbps=3.0), _record(case="ceiling", route="memcpy", gbps=3.2)]
+    fig = plot.figure(records)
+    assert fig.axes[0].get_ylim()[1] >= 3.2
+    assert not fig.axes[0].texts
+
+
+def test_ferry_and_its_baseline_share_a_colour_and_the_ratio_is_drawn_below(bench_results):
+    fig = plot.figure(plot.load([str(bench_results)]))
+    by_size, _, size_ratio, threads_ratio = fig.axes
+    lines = {l.get_label(): l for l in by_size.get_lines()}
+    for threads in (1, 2):
+        ferry = lines[f"ferry auto, host, threads {threads}"]
+        assert lines[f"pread baseline, host, threads {threads}"].get_color() == ferry.get_color()
+        assert lines[f"ceiling (memcpy), host, threads {threads}"].get_color() == ferry.get_color()
+        assert lines[f"ferry posix, host, threads {threads}"].get_color() == ferry.get_color()
+    assert lines["ferry auto, host, threads 1"].get_color() != \
+        lines["ferry auto, host, threads 2"].get_color()
+    assert size_ratio.get_ylabel() == threads_ratio.get_ylabel() == "ferry / baseline"
+    records = plot.load([str(bench_results)])
+    want = sorted(r["ratio"] for r in records if r["case"] == "ferry" and r["threads"] == 1
+                  and r["route"] == "auto")
+    ratio = next(l for l in size_ratio.get_lines() if l.get_label() == "ferry auto, host, threads 1")
+    assert sorted(ratio.get_ydata()) == pytest.approx(want)
+    assert any(list(l.get_ydata()) == [1.0, 1.0] for l in size_ratio.get_lines()), "the 1.0 line"
+
+
+def test_without_a_baseline_there_is_no_ratio_panel():
+    fig = plot.figure([_record(io_size=4096), _record(io_size=1 << 20, gbps=2.0)])
+    assert len(fig.axes) == 2
+
+
+def _bench(*args, env=None):
+    tool = cli.find_cli()
+    if tool is None:
+        pytest.skip("no ferry tool built or on PATH")
+    return subprocess.run([tool, "bench", *args], capture_output=True, text=True, timeout=180,
+                          env=env)
+
+
+def test_bench_plot_draws_the_run_and_keeps_its_results(tmp_path):
+    out = tmp_path / "run.png"
+    done = _bench("-D", str(tmp_path), "-s", "4MiB", "--total", "2MiB", "-i", "64KiB,1MiB",
+                  "--memory", "host", "--compare", "--ceiling", "--plot", str(out))
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = plot.load([str(tmp_path / "run.jsonl")])
+    assert sorted(r["case"] for r in results) == ["baseline"] * 2 + ["ceiling"] * 2 + ["ferry"] * 2
+    assert f"plot: {out} (its results: {tmp_path / 'run.jsonl'})" in done.stdout
+    assert "GB/s" in done.stdout  # the table is still printed
+    assert not list(tmp_path.glob("ferry-bench.*")), "the temporary file is removed"
+
+
+def test_bench_plot_with_json_keeps_stdout_for_the_json_lines(tmp_path):
+    out = tmp_path / "run.svg"
+    done = _bench("-D", str(tmp_path), "-s", "4MiB", "--total", "2MiB", "--memory", "host",
+                  "--json", "--plot", str(out))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines and all(json.loads(line)["case"] == "ferry" for line in lines)
+    assert "plot: " in done.stderr and out.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("name, env_python, message", [
+    ("run.txt", None, "--plot '{out}': expected a file name ending in .png, .svg or .pdf"),
+    ("missing/run.png", None, "--plot '{out}': no folder"),
+    ("run.png", "/bin/false", "--plot needs a Python interpreter with matplotlib, and "
+                              "FERRY_PYTHON=/bin/false has none"),
+])
+def test_bench_plot_that_cannot_be_drawn_fails_before_measuring(tmp_path, name, env_python,
+                                                                message):
+    out = tmp_path / name
+    env = dict(os.environ)
+    env.pop("FERRY_PYTHON", None)
+    if env_python:
+        env["FERRY_PYTHON"] = env_python
+    done = _bench("-D", str(tmp_path), "-s", "4MiB", "--memory", "host", "--plot", str(out),
+                  env=env)
+    assert done.returncode != 0
+    assert message.format(out=out) in done.stderr
+    assert "GB/s" not in done.stdout, "nothing was measured"
+    assert not out.exists() and not list(tmp_path.glob("ferry-bench.*"))
 
 
 def test_failed_cases_and_blank_lines_are_left_out(tmp_path):

@@ -29,6 +29,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "plot.h"
 
 namespace ferry::cli {
 namespace {
@@ -65,8 +66,9 @@ Warm or cold: warm reads find the file in the page cache (it is read once first)
   its pages with posix_fadvise(DONTNEED) before every run (no root needed) and says how much of
   the file the kernel kept anyway (tmpfs, pages mapped elsewhere), measured page by page.
 Latency is per request, from the call to its completion as the thread sees it (in order).
-Output: a table on a terminal, one JSON object per case with --json (python -m ferry.plot
-  draws them). --compare adds, per case, a plain loop of pread (into a pinned buffer and a copy
+Output: a table on a terminal, one JSON object per case with --json. --plot FILE.png draws
+  them (ferry and its baseline in one colour, the ratio below, the ceiling marked), as python -m
+  ferry.plot does. --compare adds, per case, a plain loop of pread (into a pinned buffer and a copy
   to the GPU for GPU memory) by the same threads, and the ratio.)";
 
 enum class Mode { kRead, kWrite, kRandRead, kRandWrite };
@@ -186,6 +188,7 @@ struct BenchArgs {
   bool compare = false;
   bool ceiling = false;
   bool json = false;
+  std::string plot;  // --plot FILE: also draw the results (plot.h)
   std::string file;
   std::string dir = ".";
   std::string file_size = "1GiB";
@@ -776,6 +779,13 @@ int run(const BenchArgs& a) {
         format_size(planned), planned / largest, format_size(largest),
         is_random(sweep.mode) ? "one" : "one per thread"));
   }
+  // Before the file is made and anything measured: a plot that cannot be drawn fails now.
+  const std::string python = a.plot.empty() ? std::string() : check_plot(a.plot);
+  std::vector<nlohmann::json> records;  // what --plot draws: every line --json would print
+  auto emit = [&](const nlohmann::json& j) {
+    a.json ? fmt::print("{}\n", json_text(j)) : print_row(j);
+    if (!a.plot.empty()) records.push_back(j);
+  };
   BenchFile file(a, write);
   if (!file.note().empty()) sweep.notes.push_back(file.note());
   const std::uint64_t total = a.total.empty() ? file.size() : size_option(a.total, "--total");
@@ -892,14 +902,13 @@ int run(const BenchArgs& a) {
               }
               if (baselines[key] > 0) j["ratio"] = j["gbps"].get<double>() / baselines[key];
             }
-            a.json ? fmt::print("{}\n", json_text(j)) : print_row(j);
+            emit(j);
             if (!a.json) {
               fmt::print("  route: {}\n", j["verdict"].get<std::string>());
               if (j.contains("cold_note"))
                 fmt::print("  note: {}\n", j["cold_note"].get<std::string>());
             }
-            if (!baseline.is_null())
-              a.json ? fmt::print("{}\n", json_text(baseline)) : print_row(baseline);
+            if (!baseline.is_null()) emit(baseline);
             if (a.ceiling && !baselines.count("ceiling/" + key)) {
               Slots own(memory, threads, 1, io, write);
               PlainEngine engine(PlainEngine::What::kCopyOnly, file.path(), false, own, memory,
@@ -918,13 +927,14 @@ int run(const BenchArgs& a) {
               warm_up(engine, threads);
               c.update(measured_json(run_load(engine, copy, label + " ceiling")));
               baselines["ceiling/" + key] = c["gbps"].get<double>();
-              a.json ? fmt::print("{}\n", json_text(c)) : print_row(c);
+              emit(c);
             }
           } catch (const CudaError&) {
             throw;  // the machine, not the case: as `ferry read` says it
           } catch (const std::exception& e) {
             ++failures;
             j["error"] = e.what();
+            if (!a.plot.empty()) records.push_back(j);
             if (a.json) {
               fmt::print("{}\n", json_text(j));
             } else {
@@ -936,6 +946,12 @@ int run(const BenchArgs& a) {
         }
       }
     }
+  }
+  if (!a.plot.empty()) {
+    std::fflush(stdout);
+    draw_plot(python, a.plot, records);
+    fmt::print(a.json ? stderr : stdout, "plot: {} (its results: {})\n", a.plot,
+               plot_results_path(a.plot));
   }
   return failures == 0 ? 0 : 1;
 }
@@ -991,6 +1007,10 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
       "--ceiling", a->ceiling,
       "Also measure the copy alone into that memory (memcpy, or a pinned copy to the GPU)");
   cmd->add_flag("--json", a->json, "One JSON object per case (JSON lines), no table");
+  cmd->add_option("--plot", a->plot,
+                  "Also draw the results into FILE (.png, .svg or .pdf; needs Python's "
+                  "matplotlib), with their JSON lines beside it as FILE.jsonl")
+      ->type_name("FILE");
   auto* file = cmd->add_option(
       "-f,--file", a->file, "File to use (writes overwrite it; made of --file-size when missing)");
   auto* dir =
