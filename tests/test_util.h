@@ -1,5 +1,5 @@
-// Helpers shared by ferry's tests: temporary folders that clean up, files of random content,
-// and a reference pread. Not thread-safe unless stated.
+// Helpers shared by ferry's tests: temporary folders that clean up, environment variables set
+// for a scope, files of random content, and a reference pread. Not thread-safe unless stated.
 #pragma once
 
 #include <fcntl.h>
@@ -86,6 +86,35 @@ inline int fake_cuda_queues() {
   return lib != nullptr && std::string_view(lib).find("one_queue") != std::string_view::npos ? 1
                                                                                              : 8;
 }
+
+// Sets (or, with nullptr, unsets) an environment variable for one scope, restoring it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), before_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::string before_;
+  bool had_ = false;
+};
 
 inline std::vector<unsigned char> random_bytes(std::size_t size, std::uint64_t seed) {
   std::mt19937_64 rng(seed);

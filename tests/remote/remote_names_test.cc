@@ -18,39 +18,14 @@
 #include "ferry/file.h"
 #include "ferry/remote.h"
 #include "http_server.h"
+#include "test_util.h"
 
 namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
 using test::HttpServer;
-
-// Sets a variable for one test, restoring it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* before = std::getenv(name);
-    had_ = before != nullptr;
-    if (had_) before_ = before;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), before_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::string before_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 class RemoteNames : public ::testing::Test {
  protected:
