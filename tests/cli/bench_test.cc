@@ -152,7 +152,8 @@ TEST_F(CliBench, WriteCasesStartFromCleanPages) {
 TEST_F(CliBench, GpuMemoryWithoutADriverFailsAsReadDoes) {
   CliRun read = run_cli("read --gpu 0 " + std::string(FERRY_CLI_PATH));
   if (read.status == 0) GTEST_SKIP() << "a GPU is usable here: nothing to refuse";
-  for (const char* args : {"--memory gpu:0", "-x 0", "-x 2", "--memory host,gpu:0"}) {
+  for (const char* args :
+       {"--memory gpu:0", "-x 0", "-x 2", "--memory host,gpu:0", "--gpu 0", "-d 0"}) {
     CliRun r = run_cli(std::string("bench -s 1MiB -D ") + dir_.string() + " " + args);
     EXPECT_EQ(r.status, read.status) << args;
     EXPECT_EQ(r.out, read.out) << args;
