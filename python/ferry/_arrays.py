@@ -346,7 +346,9 @@ def _missing(who: str, path: PathLike) -> None:
     if b"\0" in os.fsencode(path):
         raise ValueError(f"{who}: embedded null byte in the path {os.fsdecode(path)!r}")
     if not os.path.exists(path):
-        error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file", _shown(path))
+        # The path in the message too: ferry's IoError prints its message, not `filename`.
+        error = _io_class(errno.ENOENT)(errno.ENOENT, f"{who}: no such file: {_shown(path)}",
+                                        _shown(path))
         error.op = "open"
         raise error
 

@@ -152,10 +152,16 @@ TEST_F(CliBench, WriteCasesStartFromCleanPages) {
 TEST_F(CliBench, GpuMemoryWithoutADriverFailsAsReadDoes) {
   CliRun read = run_cli("read --gpu 0 " + std::string(FERRY_CLI_PATH));
   if (read.status == 0) GTEST_SKIP() << "a GPU is usable here: nothing to refuse";
-  for (const char* args : {"--memory gpu:0", "-x 0", "-x 2", "--memory host,gpu:0"}) {
+  // read's message with bench's name and bench's way to host memory: "ferry: read: no CUDA
+  // driver: ...; to read into host memory, pass --host".
+  const std::string cause = read.out.substr(0, read.out.find(';')).substr(read.out.find(": ", 7));
+  for (const char* args :
+       {"--memory gpu:0", "-x 0", "-x 2", "--memory host,gpu:0", "--gpu 0", "-d 0"}) {
     CliRun r = run_cli(std::string("bench -s 1MiB -D ") + dir_.string() + " " + args);
     EXPECT_EQ(r.status, read.status) << args;
-    EXPECT_EQ(r.out, read.out) << args;
+    EXPECT_EQ(r.out,
+              "ferry: bench" + cause + "; to measure host memory, pass --memory host (or -x 1)\n")
+        << args;
   }
   EXPECT_TRUE(fs::is_empty(dir_)) << "refused before the file is made";
 }

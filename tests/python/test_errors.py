@@ -104,3 +104,19 @@ def test_errors_cross_a_process_pool(tmp_path):
         with pytest.raises(FileNotFoundError) as info:
             pool.submit(_open_missing, str(missing)).result(timeout=60)
     assert isinstance(info.value, ferry.IoError) and info.value.filename == str(missing)
+
+
+@pytest.mark.parametrize("helper", [
+    lambda p: ferry.fromfile(p, "float32"),
+    lambda p: ferry.fromfile(p, "float32", device="cpu"),
+    lambda p: ferry.load(p),
+    lambda p: ferry.read_into(p, np.empty(4, np.uint8)),
+    lambda p: ferry.open(p),
+], ids=["fromfile", "fromfile-cpu", "load", "read_into", "open"])
+def test_a_missing_file_is_named_in_the_message_by_every_helper(tmp_path, helper):
+    # Issue 47: ferry.fromfile said "[Errno 2] ferry.fromfile: no such file", naming no file.
+    missing = str(tmp_path / "nope.bin")
+    with pytest.raises(FileNotFoundError) as info:
+        helper(missing)
+    assert missing in str(info.value), str(info.value)
+    assert isinstance(info.value, ferry.IoError) and info.value.filename == missing

@@ -172,6 +172,7 @@ struct BenchArgs {
   std::string mode = "read";
   int transfer = -1;
   int gpu = 0;
+  bool gpu_given = false;  // -d/--gpu on the command line: that GPU, never host memory
   std::string sizes = "1MiB";
   std::string jobs = "1";
   int depth = 1;
@@ -706,6 +707,9 @@ Sweep make_sweep(const BenchArgs& a) {
   }
   std::vector<std::string> memories = split_list(a.memory);
   std::vector<std::string> routes = split_list(a.routes);
+  // -d N alone is --memory gpu:N: a GPU asked for by number is measured or refused, never
+  // replaced by host memory as --memory auto may be.
+  if (a.gpu_given) memories = {fmt::format("gpu:{}", a.gpu)};
   if (a.transfer >= 0) {
     const std::string gpu = fmt::format("gpu:{}", a.gpu);
     switch (a.transfer) {
@@ -971,9 +975,11 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
                             "gdsio transfer type: 0 cuFile into GPU memory, 1 host memory, 2 or 3 "
                             "POSIX into GPU memory (see below)")
                 ->check(whole_number("a gdsio transfer type", 0, 7));
-  cmd->add_option("-d,--gpu", a->gpu, "GPU ordinal for -x 0, 2 and 3")
-      ->check(whole_number("a GPU ordinal", 0, 9999))
-      ->capture_default_str();
+  auto* gpu = cmd->add_option("-d,--gpu", a->gpu,
+                              "GPU ordinal: for -x 0, 2 and 3, else alone the same as --memory "
+                              "gpu:N (an error without a driver, never host memory)")
+                  ->check(whole_number("a GPU ordinal", 0, 9999))
+                  ->capture_default_str();
   cmd->add_option("-i,--io-size", a->sizes, "Request size, or several: 4KiB,64KiB,1MiB (a sweep)")
       ->capture_default_str();
   cmd->add_option("-w,--jobs", a->jobs, "Threads issuing requests, or several: 1,2,4 (a sweep)")
@@ -995,6 +1001,7 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
   auto* route = cmd->add_option("--route", a->routes, "auto, posix, cufile, gds, or several")
                     ->capture_default_str();
   x->excludes(memory)->excludes(route);
+  gpu->excludes(memory);
   cmd->add_option("--threads", a->threads,
                   "ferry's worker threads, for GPU and host memory alike, as in ferry read "
                   "(FERRY_NTHREADS and FERRY_HOST_NTHREADS); the issuing threads are -w/--jobs");
@@ -1020,7 +1027,8 @@ void add_bench_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("-s,--file-size", a->file_size, "Size of the file made")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random offsets and the file's bytes")
       ->capture_default_str();
-  cmd->callback([a, &action] {
+  cmd->callback([a, gpu, &action] {
+    a->gpu_given = gpu->count() > 0;
     if (a->threads.find(',') != std::string::npos) {
       throw CLI::ValidationError(
           "--threads",

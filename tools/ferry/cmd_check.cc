@@ -44,9 +44,10 @@ void merge_gpus(PlatformReport& p, const CudaStatus& cuda) {
   }
 }
 
-// What ferry will do for GPU reads on this machine, in one sentence.
+// What ferry will do for GPU reads on this machine, in one sentence; `fails` is set when those
+// reads would fail under these settings.
 std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const CufileStatus& c,
-                    const Settings& s) {
+                    const Settings& s, bool& fails) {
   std::string gds;
   if (!p.nvfs.loaded) {
     gds = "not available (nvidia-fs not loaded)";
@@ -83,6 +84,7 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
   } else if (s.compat_mode == CompatMode::kOff || s.require != Require::kAny) {
     const std::string why =
         s.compat_mode == CompatMode::kOff ? "compat_mode=off" : "require=" + to_string(s.require);
+    fails = !cufile_usable;
     ferry = cufile_usable ? fmt::format(
                                 "ferry will send GPU reads to cuFile ({}), failing where it cannot "
                                 "serve them",
@@ -98,6 +100,7 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
     std::string why;
     for (const RouteReason& r : o.reasons) why += (why.empty() ? "" : "; ") + r.text;
     if (o.failure) {
+      fails = true;
       ferry = "ferry cannot read into GPU memory (" + *o.failure + ")";
     } else if (o.path == Path::kPosix) {
       ferry = "ferry will read into GPU memory through its own POSIX path, cuFile is not called: " +
@@ -135,7 +138,11 @@ int run(const CheckArgs& a) {
   const std::string process_note =
       own_root ? fmt::format("libcuda and libcufile are this process's, not {}'s", a.root) : "";
   std::vector<std::string> verdicts;
-  std::string common = verdict(p, cuda, cufile, s);
+  bool gpu_reads_fail = false;
+  std::string common = verdict(p, cuda, cufile, s, gpu_reads_fail);
+  // As explain and plan do for the read they predict: the read `ferry read` makes by default
+  // (into GPU 0 where the driver sees one) would fail, so the status says so after the report.
+  const bool default_read_fails = gpu_reads_fail && cuda.available && !cuda.gpus.empty();
   // Measured on the GPU machine (device.md): containers and VMs without udev hit 5027.
   if (storage.udev_fs_usage == false)
     common += fmt::format("; files under {} cannot be registered with cuFile ({})", a.path,
@@ -173,7 +180,7 @@ int run(const CheckArgs& a) {
         {"process_note", process_note},
     };
     fmt::print("{}\n", out.dump(2));
-    return checked.errors.empty() ? 0 : 1;
+    return checked.errors.empty() && !default_read_fails ? 0 : 1;
   }
   fmt::print("{}", format_platform_report(p, storage));
   auto line = [](std::string_view label, const std::string& value) {
@@ -211,7 +218,9 @@ int run(const CheckArgs& a) {
   for (const auto& v : verdicts) fmt::print("verdict: {}\n", v);
   for (const SettingError& e : checked.errors)
     fmt::print(stderr, "ferry: check: {}; its default is shown above\n", e.what());
-  return checked.errors.empty() ? 0 : 1;
+  if (default_read_fails)
+    fmt::print(stderr, "ferry: check: a read into GPU memory would fail (the verdict says why)\n");
+  return checked.errors.empty() && !default_read_fails ? 0 : 1;
 }
 
 }  // namespace

@@ -34,7 +34,9 @@ int run(const ExplainArgs& a) {
   r.root = a.root;
   Explanation e = explain(a.path, r);
   fmt::print("{}", a.json ? e.to_json() + "\n" : e.to_text());
-  return 0;
+  // The read's own exit status, after the whole report (docs/cli.md, "Errors and exit status"):
+  // `ferry explain F --gpu 0 && ferry read F --gpu 0` reads only what would not fail.
+  return e.failure ? 1 : 0;
 }
 
 }  // namespace

@@ -21,14 +21,16 @@ void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus) 
                          "GPU ordinal to use (default: 0 when a GPU exists); several (0,1) or "
                          "all: the range is split into one contiguous part per GPU, read at once")
               ->type_name("N|N,M,...|all")
-              ->check([](const std::string& text) {
-                try {
-                  parse_gpu_list(text);
-                  return std::string();
-                } catch (const std::exception& e) {
-                  return std::string(e.what());
-                }
-              });
+              ->check(
+                  [](const std::string& text) {
+                    try {
+                      parse_gpu_list(text);
+                      return std::string();
+                    } catch (const std::exception& e) {
+                      return std::string(e.what());
+                    }
+                  },
+                  "", "a GPU ordinal, a list such as 0,1, or all");
   } else {
     gpu = cmd.add_option("--gpu", choice.gpu, "GPU ordinal to use (default: 0 when a GPU exists)")
               ->check(whole_number("a GPU ordinal", 0, 9999));
@@ -293,7 +295,7 @@ CLI::Validator whole_number(const std::string& what, long long low, long long hi
         if (ec == std::errc() && at == end && value >= low && value <= high) return {};
         return fmt::format("must be {} from {} to {}, not '{}'", what, low, high, text);
       },
-      fmt::format("{}..{}", low, high));
+      fmt::format("{}..{}", low, high), fmt::format("{} from {} to {}", what, low, high));
 }
 
 CLI::Validator seconds_above_zero(double most) {
@@ -307,7 +309,7 @@ CLI::Validator seconds_above_zero(double most) {
         return fmt::format("must be a number of seconds above 0 and at most {:g}, not '{}'", most,
                            text);
       },
-      "SECONDS");
+      "SECONDS", fmt::format("a number of seconds above 0 and at most {:g}", most));
 }
 
 double gbps(std::uint64_t bytes, double seconds) {

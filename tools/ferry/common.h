@@ -94,7 +94,8 @@ std::string cpu_words(double cpu_seconds, std::uint64_t bytes);
 std::uint64_t offset_option(const std::string& text, const char* option);
 
 // CLI11 checks whose failure says the accepted range in words, never a bound such as DBL_MAX:
-// "--pid must be a process id from 1 to 4194304, not 'abc'". `what` names the quantity.
+// "--pid must be a process id from 1 to 4194304, not 'abc'". `what` names the quantity. The
+// check's name is the same words ("a process id from 1 to 4194304"), for a missing value.
 CLI::Validator whole_number(const std::string& what, long long low, long long high);
 // A finite number of seconds above 0 and at most `most`.
 CLI::Validator seconds_above_zero(double most);
