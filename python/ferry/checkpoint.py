@@ -16,6 +16,7 @@ every framework the packed MX kinds (F4, F6_E2M3, F6_E3M2) are flat uint8 arrays
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -406,7 +407,7 @@ class Checkpoint:
             return self._c.read_into(targets)
         counter = _ferry.ByteCounter()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-load") as pool:
-            future = pool.submit(self._c.read_into, targets, counter)
+            future = pool.submit(self._c.read_into, targets, counter=counter)
             meter.wait([future], lambda: counter.done)  # leaving the block waits for the read
         return future.result()
 
@@ -432,7 +433,8 @@ class Checkpoint:
         futures = []
         # The reads add their bytes to it as they land; this thread reports them (`meter`).
         counter = _ferry.ByteCounter()
-        watched = counter if meter is not None else None
+        read = (self._c.read_into if meter is None
+                else functools.partial(self._c.read_into, counter=counter))
         with ThreadPoolExecutor(max_workers=max(1, min(_PARTS_AT_ONCE, len(parts))),
                                 thread_name_prefix="ferry-load") as pool:
             # Leaving the block, on success or on a failed allocation (or a progress callback's
@@ -446,7 +448,7 @@ class Checkpoint:
                         if chosen[k].nbytes:
                             targets.append((chosen[k].index, raws[k]))
                     if targets:
-                        futures.append(pool.submit(self._c.read_into, targets, watched))
+                        futures.append(pool.submit(read, targets))
                     if meter is not None:
                         meter.poll(counter.done)
                 if meter is not None:
