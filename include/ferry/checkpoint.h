@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -118,6 +119,20 @@ struct LoadedTensor {
   std::uint64_t nbytes = 0;
 };
 
+// How a load or a save tells its caller how far it has got (LoadOptions::progress,
+// Checkpoint::read_into, SaveOptions::progress). `callback(done, total)`: `done` of `total` bytes
+// have landed (a load) or been written (a save: every shard's bytes, headers included). It is
+// called from the thread that called the load or save, while that thread waits for its requests:
+// at most once per `interval_seconds`, `done` never going down, and once with done == total when
+// every byte is in place (a save: written and, when durable, synced, before the commit). Never
+// after a failure. An exception it throws ends the call: the requests in flight are waited for,
+// the memory a load allocated is freed, nothing of a save is committed (the old file or
+// checkpoint stays whole), and the exception propagates. No callback: no cost.
+struct ProgressOptions {
+  std::function<void(std::uint64_t done, std::uint64_t total)> callback;
+  double interval_seconds = 0.1;
+};
+
 struct LoadOptions {
   MemoryKind memory = MemoryKind::kDevice;
   int device = 0;
@@ -125,6 +140,7 @@ struct LoadOptions {
   // One allocation behind every tensor instead of one each (fewer allocator calls; the tensors
   // can then only be freed together).
   bool one_allocation = false;
+  ProgressOptions progress;  // total: the chosen tensors' bytes
 };
 
 struct LoadResult {
@@ -153,8 +169,9 @@ class Checkpoint {
   std::uint64_t total_bytes() const;
 
   // Reads every target's tensor into its buffer: one gathered request per shard, the shards at
-  // once. Buffers must all be host memory or all on one GPU.
-  LoadReport read_into(std::span<const TensorTarget> targets) const;
+  // once. Buffers must all be host memory or all on one GPU. `progress`: over the targets' bytes.
+  LoadReport read_into(std::span<const TensorTarget> targets,
+                       const ProgressOptions& progress = {}) const;
   // Allocates and reads: the tensors named in `options` (all when none), in file order, a part
   // (a shard's tensors, cut at 1 GiB) at a time: each part's read starts once its memory exists.
   LoadResult load(const LoadOptions& options = {}) const;

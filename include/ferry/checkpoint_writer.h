@@ -54,7 +54,8 @@ struct SaveOptions {
   // save_checkpoint: the most bytes of tensor data in one shard (0: one shard). A tensor larger
   // than this gets a shard of its own.
   std::uint64_t max_shard_size = 0;
-  FileOptions file;  // settings of the writes (task_size, compat...)
+  FileOptions file;          // settings of the writes (task_size, compat...)
+  ProgressOptions progress;  // total: the bytes of every shard (the index is not counted)
 };
 
 struct SaveReport {

@@ -1,7 +1,7 @@
 # Type stubs for the C++ extension. The public names are re-exported by `ferry`. Report fields
 # are read-only properties; records compare with == and pickle.
 import os
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 __version__: str
 cli_path: Optional[str]
@@ -324,7 +324,13 @@ class Checkpoint:
     def tensors(self) -> list[tuple[str, str, tuple[int, ...], int, int, int]]: ...
     def metadata(self, shard: int = 0) -> dict[str, str]: ...
     # [(tensor_index, destination[, begin, length]), ...], read with the GIL released.
-    def read_into(self, targets: list[tuple[Any, ...]]) -> LoadReport: ...
+    def read_into(self, targets: list[tuple[Any, ...]],
+                  counter: Optional[ByteCounter] = None) -> LoadReport: ...
+
+class ByteCounter:
+    def __init__(self) -> None: ...
+    @property
+    def done(self) -> int: ...
 
 class SaveReport:
     @property
@@ -345,8 +351,10 @@ def safetensors_parse(data: bytes) -> tuple[dict[str, str],
                                              list[tuple[str, str, list[int], int, int]]]: ...
 def save_file(tensors: list[tuple[str, str, tuple[int, ...], int, int]], path: str,
               metadata: Optional[dict[str, str]], durable: bool = True,
-              settings: dict[str, str] = ...) -> SaveReport: ...
+              settings: dict[str, str] = ...,
+              progress: Optional[Callable[[int, int], None]] = None) -> SaveReport: ...
 def save_checkpoint(tensors: list[tuple[str, str, tuple[int, ...], int, int]], directory: str,
                     metadata: Optional[dict[str, str]], durable: bool = True,
-                    max_shard_size: int = 0, settings: dict[str, str] = ...) -> SaveReport: ...
+                    max_shard_size: int = 0, settings: dict[str, str] = ...,
+                    progress: Optional[Callable[[int, int], None]] = None) -> SaveReport: ...
 

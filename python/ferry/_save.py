@@ -23,7 +23,7 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from . import _ferry
+from . import _ferry, _progress
 
 PathLike = Union[str, "os.PathLike[str]"]
 Row = Tuple[str, str, Tuple[int, ...], int, int]
@@ -279,8 +279,20 @@ def parse_size(size: Union[int, str, None]) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
+def _with_progress(progress: Any, write: Any) -> Any:
+    """write(callback) with the callback behind a ``progress=`` argument (ferry._progress); a bar
+    it drew is erased when the write ends, however it ends."""
+    callback = _progress.reporter(progress, "saving")
+    try:
+        return write(callback)
+    finally:
+        _progress.close(callback)
+
+
 def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *,
-              durable: bool, asynchronous: bool, snapshot_first: bool) -> Any:
+              durable: bool, asynchronous: bool, snapshot_first: bool,
+              progress: Any = None) -> Any:
+    _progress.check(progress)
     metadata = check_metadata(metadata)
     path = _path_arg(filename)
     if snapshot_first:
@@ -290,7 +302,8 @@ def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *
     rows = rows_of(tensors, framework, keep)
 
     def call() -> Any:
-        report = _ferry.save_file(rows, path, metadata, durable)
+        report = _with_progress(progress, lambda callback: _ferry.save_file(
+            rows, path, metadata, durable, progress=callback))
         del keep[:]
         return report
 
@@ -300,7 +313,8 @@ def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *
 
 def save_checkpoint(tensors: Any, directory: PathLike, *, max_shard_size: Any = None,
                     metadata: Any = None, durable: bool = True, asynchronous: bool = False,
-                    snapshot_first: bool = False) -> Any:
+                    snapshot_first: bool = False, progress: Any = None) -> Any:
+    _progress.check(progress)
     metadata = check_metadata(metadata)
     limit = parse_size(max_shard_size)
     path = _path_arg(directory)
@@ -311,7 +325,8 @@ def save_checkpoint(tensors: Any, directory: PathLike, *, max_shard_size: Any = 
     rows = rows_of(tensors, "any", keep)
 
     def call() -> Any:
-        report = _ferry.save_checkpoint(rows, path, metadata, durable, limit)
+        report = _with_progress(progress, lambda callback: _ferry.save_checkpoint(
+            rows, path, metadata, durable, limit, progress=callback))
         del keep[:]
         return report
 

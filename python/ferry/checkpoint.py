@@ -16,13 +16,14 @@ every framework the packed MX kinds (F4, F6_E2M3, F6_E3M2) are flat uint8 arrays
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _ferry
+from . import _ferry, _progress
 from ._errors import CudaError, Error
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -364,7 +365,8 @@ class Checkpoint:
 
     def load(self, framework: str = "pt", device: Any = "cpu",
              names: Optional[Iterable[str]] = None, dtype: Any = None,
-             one_allocation: bool = False) -> Dict[str, Any]:
+             one_allocation: bool = False, progress: Any = None) -> Dict[str, Any]:
+        callback = _progress.reporter(progress, "loading")
         fw = _framework(framework, device)
         dtype = _target_dtype(fw, dtype)
         if names is None:
@@ -372,27 +374,45 @@ class Checkpoint:
         else:
             chosen = sorted({self.entry(n).index: self.entry(n) for n in names}.values(),
                             key=lambda e: e.index)
+        meter = _progress.Meter(callback, sum(e.nbytes for e in chosen)) if callback else None
         out: Dict[str, Any] = {}
-        if one_allocation:
-            offsets, total = [], 0
-            for e in chosen:
-                offsets.append(total)
-                total += -(-e.nbytes // _ALIGN) * _ALIGN
-            backing = fw.raw(total)
-            raws = [backing[o:o + e.nbytes] for o, e in zip(offsets, chosen)]
-            targets = [(e.index, raw) for e, raw in zip(chosen, raws) if e.nbytes]
-            self.last_report = _last[0] = self._c.read_into(targets)
-        else:
-            raws, self.last_report = self._allocate_and_read(fw, chosen)
-            _last[0] = self.last_report
+        try:
+            if one_allocation:
+                offsets, total = [], 0
+                for e in chosen:
+                    offsets.append(total)
+                    total += -(-e.nbytes // _ALIGN) * _ALIGN
+                backing = fw.raw(total)
+                raws = [backing[o:o + e.nbytes] for o, e in zip(offsets, chosen)]
+                targets = [(e.index, raw) for e, raw in zip(chosen, raws) if e.nbytes]
+                self.last_report = _last[0] = self._read_one(targets, meter)
+            else:
+                raws, self.last_report = self._allocate_and_read(fw, chosen, meter)
+                _last[0] = self.last_report
+            if meter:
+                meter.finish()
+        finally:
+            _progress.close(callback)
         for e, raw in zip(chosen, raws):
             out[e.name] = fw.view(raw, e)
         if dtype is not None:
             _convert(out, fw, dtype, {e.name: e.dtype for e in chosen})
         return out
 
-    def _allocate_and_read(self, fw: _Framework,
-                           chosen: List[_Entry]) -> Tuple[List[Any], Any]:
+    def _read_one(self, targets: List[Tuple[Any, ...]],
+                  meter: Optional[_progress.Meter]) -> Any:
+        """One read_into call: in this thread, or (to report progress) on another while this
+        one reports."""
+        if meter is None:
+            return self._c.read_into(targets)
+        counter = _ferry.ByteCounter()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-load") as pool:
+            future = pool.submit(self._c.read_into, targets, counter=counter)
+            meter.wait([future], lambda: counter.done)  # leaving the block waits for the read
+        return future.result()
+
+    def _allocate_and_read(self, fw: _Framework, chosen: List[_Entry],
+                           meter: Optional[_progress.Meter] = None) -> Tuple[List[Any], Any]:
         """One destination per tensor; each part's read starts once its destinations exist (on
         a thread of a small pool, the GIL released in the read). GPU memory is allocated a part
         at a time, so that allocating the next part overlaps the reads; pageable host memory all
@@ -411,18 +431,32 @@ class Checkpoint:
         if fw.host:
             raws = [fw.raw(e.nbytes) for e in chosen]
         futures = []
+        # The reads add their bytes to it as they land; this thread reports them (`meter`).
+        counter = _ferry.ByteCounter()
+        read = (self._c.read_into if meter is None
+                else functools.partial(self._c.read_into, counter=counter))
         with ThreadPoolExecutor(max_workers=max(1, min(_PARTS_AT_ONCE, len(parts))),
                                 thread_name_prefix="ferry-load") as pool:
-            # Leaving the block, on success or on a failed allocation, waits for every read.
-            for part in parts:
-                targets = []
-                for k in part:
-                    if raws[k] is None:
-                        raws[k] = fw.raw(chosen[k].nbytes)
-                    if chosen[k].nbytes:
-                        targets.append((chosen[k].index, raws[k]))
-                if targets:
-                    futures.append(pool.submit(self._c.read_into, targets))
+            # Leaving the block, on success or on a failed allocation (or a progress callback's
+            # exception), waits for every read started; those not started are cancelled first.
+            try:
+                for part in parts:
+                    targets = []
+                    for k in part:
+                        if raws[k] is None:
+                            raws[k] = fw.raw(chosen[k].nbytes)
+                        if chosen[k].nbytes:
+                            targets.append((chosen[k].index, raws[k]))
+                    if targets:
+                        futures.append(pool.submit(read, targets))
+                    if meter is not None:
+                        meter.poll(counter.done)
+                if meter is not None:
+                    meter.wait(futures, lambda: counter.done)
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
         reports = [f.result() for f in futures]  # the first failure, if any, raises here
         return raws, _ferry.merge_load_reports(reports, time.perf_counter() - start)
 
@@ -440,13 +474,15 @@ class Checkpoint:
 
 def load_checkpoint(path_or_index: PathLike, device: Any = "cpu", framework: str = "pt",
                     dtype: Any = None, names: Optional[Iterable[str]] = None,
-                    one_allocation: bool = False, **settings: Any) -> Dict[str, Any]:
+                    one_allocation: bool = False, progress: Any = None,
+                    **settings: Any) -> Dict[str, Any]:
     """Every tensor (or those in `names`) of a checkpoint: a .safetensors file, a
     model.safetensors.index.json, or a directory of shards. `device` is "cpu", "cuda", "cuda:N"
-    or an ordinal; `dtype` converts floating-point tensors where they land; keyword arguments
-    override ferry's settings (task_size="8MiB"...)."""
+    or an ordinal; `dtype` converts floating-point tensors where they land; `progress`: True for
+    a bar on a terminal, or a callable progress(done_bytes, total_bytes), called from this thread
+    (ferry._progress); keyword arguments override ferry's settings (task_size="8MiB"...)."""
     return Checkpoint(path_or_index, **settings).load(framework, device, names, dtype,
-                                                      one_allocation)
+                                                      one_allocation, progress)
 
 
 def load_bytes(data: Any, framework: str = "pt") -> Dict[str, Any]:
@@ -483,15 +519,18 @@ __all__: Sequence[str] = ["Checkpoint", "CheckpointError", "last_load_report", "
 def save_checkpoint(tensors: Dict[str, Any], directory: PathLike, *,
                     max_shard_size: Union[int, str, None] = None,
                     metadata: Optional[Dict[str, str]] = None, durable: bool = True,
-                    asynchronous: bool = False, snapshot: bool = False) -> Any:
+                    asynchronous: bool = False, snapshot: bool = False,
+                    progress: Any = None) -> Any:
     """Saves `tensors` (torch tensors on CPU or CUDA, or NumPy arrays) into `directory` as
     transformers' save_pretrained lays them out: shards of at most `max_shard_size` (bytes, or
     "5GB", "500MiB"; None: one shard) named model-00001-of-0000N.safetensors (model.safetensors
     for one), and model.safetensors.index.json written last (also for one shard). A checkpoint
     already in `directory` stays loadable, whole, until the new index replaces it
     (docs/checkpoints.md). Returns a ``SaveReport``; with ``asynchronous=True`` a Future of it
-    (see ferry.safetensors.torch.save_file for ``snapshot``)."""
+    (see ferry.safetensors.torch.save_file for ``snapshot``). ``progress``: True for a bar on a
+    terminal, or a callable progress(done_bytes, total_bytes), called from the thread that runs
+    the save; an exception it raises ends the save, the old checkpoint whole (ferry._progress)."""
     from . import _save
     return _save.save_checkpoint(tensors, directory, max_shard_size=max_shard_size,
                                  metadata=metadata, durable=durable, asynchronous=asynchronous,
-                                 snapshot_first=snapshot)
+                                 snapshot_first=snapshot, progress=progress)

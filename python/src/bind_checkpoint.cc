@@ -4,6 +4,7 @@
 // shard. CheckpointError becomes ferry.CheckpointError (a ValueError).
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <map>
 #include <vector>
 
@@ -25,8 +26,15 @@ py::tuple tensor_tuple(const TensorInfo& t) {
                         t.nbytes, t.shard);
 }
 
+// Bytes landed so far, added to by read_into calls on other threads (with the GIL released) and
+// read by the thread that reports a load's progress (ferry/_progress.py).
+struct ByteCounter {
+  std::atomic<std::uint64_t> done{0};
+};
+
 // `targets`: (tensor index, destination, begin, length) with length -1 for "to the end".
-LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
+// `counter`: where the read adds its bytes as they land (None: nowhere).
+LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounter* counter) {
   std::vector<std::shared_ptr<BufferView>> views;
   std::vector<TensorTarget> plan;
   views.reserve(targets.size());
@@ -52,8 +60,31 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
     target.buffer = views.back()->data();
     plan.push_back(target);
   }
+  ProgressOptions progress;
+  std::uint64_t told = 0;  // what this call has added to the counter
+  if (counter != nullptr) {
+    progress.callback = [counter, &told](std::uint64_t done, std::uint64_t) {
+      counter->done.fetch_add(done - told, std::memory_order_relaxed);
+      told = done;
+    };
+    progress.interval_seconds = 0.02;  // Python reads the counter at its own pace
+  }
   py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
-  return ckpt.read_into(plan);
+  return ckpt.read_into(plan, progress);
+}
+
+// A save's progress for Python: `callback(done, total)` called with the GIL taken, from the thread
+// running the save. It holds a reference to `callback`, which the caller keeps alive (the
+// std::function may be copied without the GIL: a py::object in it could not be).
+ProgressOptions save_progress(const py::object& callback) {
+  ProgressOptions progress;
+  if (callback.is_none()) return progress;
+  const py::object* fn = &callback;
+  progress.callback = [fn](std::uint64_t done, std::uint64_t total) {
+    py::gil_scoped_acquire gil;
+    (*fn)(done, total);  // a Python exception: py::error_already_set, through the save, to Python
+  };
+  return progress;
 }
 
 // (name, dtype, shape, data pointer, nbytes) rows from Python, as TensorSources.
@@ -198,29 +229,35 @@ void bind_checkpoint(py::module_& m) {
       "save_file",
       [](const py::list& rows, const std::string& path,
          std::optional<std::map<std::string, std::string>> metadata, bool durable,
-         const std::map<std::string, std::string>& settings) {
+         const std::map<std::string, std::string>& settings, const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
-        const SaveOptions o = save_options(std::move(metadata), durable, 0, settings);
+        SaveOptions o = save_options(std::move(metadata), durable, 0, settings);
+        o.progress = save_progress(progress);
         py::gil_scoped_release release;
         return save_file(tensors, path, o);
       },
       arg("tensors"), arg("path"), arg("metadata"), arg("durable") = true,
-      arg("settings") = std::map<std::string, std::string>{},
+      arg("settings") = std::map<std::string, std::string>{}, arg("progress") = py::none(),
       "Writes [(name, dtype, shape, ptr, nbytes), ...] to `path` with the GIL released; the "
-      "memory must stay unchanged until it returns.");
+      "memory must stay unchanged until it returns. `progress(done, total)`: called from this "
+      "thread as the bytes are written (ProgressOptions).");
   m.def(
       "save_checkpoint",
       [](const py::list& rows, const std::string& directory,
          std::optional<std::map<std::string, std::string>> metadata, bool durable,
-         std::uint64_t max_shard_size, const std::map<std::string, std::string>& settings) {
+         std::uint64_t max_shard_size, const std::map<std::string, std::string>& settings,
+         const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
-        const SaveOptions o = save_options(std::move(metadata), durable, max_shard_size, settings);
+        SaveOptions o = save_options(std::move(metadata), durable, max_shard_size, settings);
+        o.progress = save_progress(progress);
         py::gil_scoped_release release;
         return save_checkpoint(tensors, directory, o);
       },
       arg("tensors"), arg("directory"), arg("metadata"), arg("durable") = true,
       arg("max_shard_size") = 0, arg("settings") = std::map<std::string, std::string>{},
-      "Writes shards and model.safetensors.index.json into `directory` with the GIL released.");
+      arg("progress") = py::none(),
+      "Writes shards and model.safetensors.index.json into `directory` with the GIL released. "
+      "`progress(done, total)`: called from this thread as the bytes are written.");
 
   py::class_<Checkpoint>(m, "Checkpoint")
       .def(py::init([](const py::object& path_object, bool direct,
@@ -252,8 +289,15 @@ void bind_checkpoint(py::module_& m) {
           "(name, dtype, shape, file_offset, nbytes, shard) of every tensor, shard by shard in "
           "file order.")
       .def("metadata", &Checkpoint::metadata, arg("shard") = 0)
-      .def("read_into", &read_into, arg("targets"),
-           "Reads [(tensor_index, destination[, begin, length]), ...] with the GIL released.");
+      .def("read_into", &read_into, arg("targets"), arg("counter") = nullptr,
+           "Reads [(tensor_index, destination[, begin, length]), ...] with the GIL released, "
+           "adding the bytes to `counter` (a ByteCounter) as they land.");
+
+  py::class_<ByteCounter>(m, "ByteCounter",
+                          "Bytes landed so far by the read_into calls given it (any thread).")
+      .def(py::init<>())
+      .def_property_readonly(
+          "done", [](const ByteCounter& c) { return c.done.load(std::memory_order_relaxed); });
 }
 
 }  // namespace ferry::python

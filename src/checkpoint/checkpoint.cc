@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "checkpoint/progress_meter.h"
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/shard_index.h"
 #include "io/io_seam.h"
@@ -186,11 +187,13 @@ std::size_t Checkpoint::find(std::string_view name) const {
   return it->second;
 }
 
-LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
+LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets,
+                                 const ProgressOptions& progress) const {
   const State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<ReadRange>> ranges(s.shard_names.size());
   LoadReport report;
+  std::uint64_t total = 0;
   for (const TensorTarget& target : targets) {
     if (target.tensor >= s.tensors.size()) {
       throw Error(
@@ -213,6 +216,7 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
     }
     ranges[t.shard].push_back(
         {t.file_offset + target.begin, static_cast<std::size_t>(length), target.buffer});
+    total += length;
   }
   // The shards' requests are submitted before any is waited for, so they run together; past
   // kShardsReadAtOnce, the oldest is waited for before the next shard is opened.
@@ -221,7 +225,14 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
     IoFuture future;
   };
   std::deque<InFlight> in_flight;
+  checkpoint::ProgressMeter meter(progress, total);
+  auto landed = [&] {
+    std::uint64_t bytes = report.bytes;
+    for (const InFlight& f : in_flight) bytes += f.future.progress();
+    return bytes;
+  };
   auto finish_oldest = [&] {
+    meter.wait(in_flight.front().future, landed);
     InFlight done = std::move(in_flight.front());
     in_flight.pop_front();
     report.bytes += done.future.get();
@@ -236,6 +247,7 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets) const {
       in_flight.push_back({std::move(file), std::move(future)});
     }
     while (!in_flight.empty()) finish_oldest();
+    meter.finish();
   } catch (...) {
     // Nothing may still write into the caller's buffers once this throws.
     for (InFlight& f : in_flight) f.future.wait();
@@ -294,7 +306,16 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   std::deque<InFlight> in_flight;
   LoadReport& report = result.report;
   report.tensors = chosen.size();
+  std::uint64_t total = 0;
+  for (std::size_t i : chosen) total += s.tensors[i].nbytes;
+  checkpoint::ProgressMeter meter(options.progress, total);
+  auto landed = [&] {
+    std::uint64_t bytes = report.bytes;
+    for (const InFlight& f : in_flight) bytes += f.future.progress();
+    return bytes;
+  };
   auto finish_oldest = [&] {
+    meter.wait(in_flight.front().future, landed);
     report.bytes += in_flight.front().future.get();
     report.routes.push_back(in_flight.front().future.route());
     in_flight.pop_front();
@@ -310,6 +331,7 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     part.clear();
     f.file = s.open_shard(shard);
     f.future = f.file->pread_gather(f.ranges);
+    meter.report(landed());  // between allocations too, not only while waiting
   };
   for (std::size_t k = 0; k < chosen.size(); ++k) {
     const TensorInfo& t = s.tensors[chosen[k]];
@@ -332,6 +354,7 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   }
   submit();
   while (!in_flight.empty()) finish_oldest();
+  meter.finish();
   // The allocations are part of what a user waits for.
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   report.allocate_seconds = std::chrono::duration<double>(allocating).count();

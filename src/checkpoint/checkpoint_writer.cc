@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/progress_meter.h"
 #include "checkpoint/temp_file.h"
 #include "ferry/atomic_file.h"
 #include "ferry/memory.h"
@@ -52,7 +53,22 @@ struct ShardWrite {
   SafetensorsLayout layout;
   std::unique_ptr<AtomicFile> out;
   std::vector<IoFuture> requests;
+  bool written = false;  // every request done and the file synced (complete())
 };
+
+// Bytes of `shards` written so far, for the progress callback: a written shard's whole file, the
+// others' requests' progress.
+std::uint64_t bytes_written(std::span<const ShardWrite> shards) {
+  std::uint64_t bytes = 0;
+  for (const ShardWrite& s : shards) {
+    if (s.written) {
+      bytes += s.layout.file_size;
+      continue;
+    }
+    for (const IoFuture& r : s.requests) bytes += r.progress();
+  }
+  return bytes;
+}
 
 // Submits the header (host memory, one write) and the tensors (one scattered write per kind of
 // memory and device they live in; empty tensors have no bytes to write).
@@ -74,12 +90,15 @@ void submit(ShardWrite& s) {
   }
 }
 
-// Waits for every request of `s` (all of them, also after a failure), then fsyncs and closes.
-void complete(ShardWrite& s, bool durable, SaveReport& report) {
+// Waits for every request of `s` (all of them, also after a failure, the progress callback's
+// included), then fsyncs and closes. `meter` is told `all` of the save's shards' progress.
+void complete(ShardWrite& s, bool durable, SaveReport& report, checkpoint::ProgressMeter& meter,
+              std::span<const ShardWrite> all) {
   std::exception_ptr failed;
   for (std::size_t i = 0; i < s.requests.size(); ++i) {
     IoFuture& r = s.requests[i];
     try {
+      meter.wait(r, [all] { return bytes_written(all); });
       r.get();
       // The header's write is reported only when there is nothing else to report.
       if (i > 0 || s.requests.size() == 1) report.routes.push_back(r.route());
@@ -98,6 +117,7 @@ void complete(ShardWrite& s, bool durable, SaveReport& report) {
   s.requests.clear();
   if (failed) std::rethrow_exception(failed);
   s.out->finish(durable);
+  s.written = true;
   report.bytes += s.layout.file_size;
   report.tensors += s.tensors.size();
 }
@@ -282,7 +302,9 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   remove_stale_temps(file.parent_path().empty() ? fs::path(".") : file.parent_path());
   s.out = std::make_unique<AtomicFile>(file, file_options(options));
   submit(s);
-  complete(s, options.durable, report);
+  checkpoint::ProgressMeter meter(options.progress, s.layout.file_size);
+  complete(s, options.durable, report, meter, std::span<const ShardWrite>(&s, 1));
+  meter.finish();  // before the rename: a callback that throws leaves `file` as it was
   {
     // The rename under the folder's save lock: a save_checkpoint there, which removes the
     // model*.safetensors files its index does not name, never runs across it.
@@ -352,15 +374,19 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     shards[s].out = std::make_unique<AtomicFile>(directory / final_names[s], file_options(options));
     submit(shards[s]);
   }
+  std::uint64_t total = 0;
+  for (const ShardWrite& s : shards) total += s.layout.file_size;
+  checkpoint::ProgressMeter meter(options.progress, total);
   std::exception_ptr failed;
   for (ShardWrite& s : shards) {
     try {
-      complete(s, options.durable, report);
+      complete(s, options.durable, report, meter, shards);
     } catch (...) {
       if (!failed) failed = std::current_exception();
     }
   }
   if (failed) std::rethrow_exception(failed);
+  meter.finish();  // before the commit: a callback that throws leaves the old checkpoint whole
 
   // 2. The commit: the index rename. When no final name is in use by the folder's checkpoint
   // (and a bare folder of shards will not see new ones appear beside its own), the shards take

@@ -8,7 +8,11 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/safetensors_writer.h"
 #include "test_util.h"
@@ -426,6 +430,93 @@ TEST(Checkpoint, AFolderOfNumberedShardsWithOneMissingIsRefusedNamingIt) {
   expect_checkpoint_error(dir.path(), "", "model-00002-of-00003.safetensors");
   write_file(dir / "model-00002-of-00003.safetensors", safetensors_bytes(shards[1]));
   EXPECT_EQ(Checkpoint(dir.path()).tensors().size(), 12u);
+}
+
+// Every call a progress callback got: (done, total).
+struct Calls {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> seen;
+  ProgressOptions options() {
+    ProgressOptions p;
+    p.callback = [this](std::uint64_t done, std::uint64_t total) {
+      seen.emplace_back(done, total);
+    };
+    p.interval_seconds = 0;  // every wait step: as many calls as the load gives
+    return p;
+  }
+  // Done never goes down, the total never changes, and the last call is at `total`.
+  void expect_finished_at(std::uint64_t total) const {
+    ASSERT_FALSE(seen.empty());
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      EXPECT_EQ(seen[i].second, total) << i;
+      if (i > 0) {
+        EXPECT_GE(seen[i].first, seen[i - 1].first) << i;
+      }
+    }
+    EXPECT_EQ(seen.back().first, total);
+  }
+};
+
+TEST(CheckpointProgress, ALoadReportsEveryChosenByteOnceDoneNeverGoingDown) {
+  TempDir dir;
+  auto shards = three_shards();
+  write_sharded(dir, shards);
+  Checkpoint ckpt(dir.path());
+  for (bool one : {false, true}) {
+    Calls calls;
+    LoadOptions o = host({}, one);
+    o.progress = calls.options();
+    LoadResult r = ckpt.load(o);
+    calls.expect_finished_at(ckpt.total_bytes());
+    for (const auto& s : shards) expect_loaded(r, s);
+  }
+  // A subset: the total is the named tensors' bytes.
+  Calls calls;
+  LoadOptions o = host({"layers.3.w", "layers.4.w"});
+  o.progress = calls.options();
+  ckpt.load(o);
+  calls.expect_finished_at(ckpt.tensors()[ckpt.find("layers.3.w")].nbytes +
+                           ckpt.tensors()[ckpt.find("layers.4.w")].nbytes);
+}
+
+TEST(CheckpointProgress, ReadIntoReportsTheTargetsBytes) {
+  TempDir dir;
+  auto written = mixed(3);
+  write_file(dir / "model.safetensors", safetensors_bytes(written));
+  Checkpoint ckpt(dir / "model.safetensors");
+  const std::size_t k = ckpt.find("layer.0.ids");
+  std::vector<char> buffer(16);
+  const TensorTarget target{k, buffer.data(), 8, 16};
+  Calls calls;
+  ckpt.read_into(std::span(&target, 1), calls.options());
+  calls.expect_finished_at(16);
+  EXPECT_EQ(std::memcmp(buffer.data(), written[4].bytes.data() + 8, 16), 0);
+}
+
+TEST(CheckpointProgress, AnExceptionFromTheCallbackEndsTheLoadAndPropagates) {
+  TempDir dir;
+  write_sharded(dir, three_shards());
+  Checkpoint ckpt(dir.path());
+  int calls = 0;
+  LoadOptions o = host();
+  o.progress.callback = [&](std::uint64_t, std::uint64_t) {
+    ++calls;
+    throw std::runtime_error("stop the load");
+  };
+  o.progress.interval_seconds = 0;
+  EXPECT_THROW(
+      {
+        try {
+          ckpt.load(o);
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "stop the load");
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_EQ(calls, 1);  // never again once it threw
+  // The checkpoint is as usable as before.
+  o.progress = {};
+  EXPECT_EQ(ckpt.load(o).report.bytes, ckpt.total_bytes());
 }
 
 }  // namespace

@@ -532,5 +532,54 @@ TEST(SaveCheckpoint, AnotherToolsSafetensorsFileInAFolderWithoutIndexStays) {
   expect_checkpoint(dir.path(), new_one);
 }
 
+TEST(SaveProgress, EveryShardByteIsReportedDoneNeverGoingDownAndOnceAtTheTotal) {
+  TempDir dir;
+  Dict d = numbered(5, 'a');
+  SaveOptions o;
+  o.max_shard_size = 32;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> seen;
+  o.progress.callback = [&](std::uint64_t done, std::uint64_t total) {
+    seen.emplace_back(done, total);
+  };
+  o.progress.interval_seconds = 0;
+  save_checkpoint(d.tensors, dir.path(), o);
+  std::uint64_t shards = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    if (e.path().extension() == ".safetensors") shards += fs::file_size(e.path());
+  }
+  ASSERT_FALSE(seen.empty());
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].second, shards) << i;
+    if (i > 0) {
+      EXPECT_GE(seen[i].first, seen[i - 1].first) << i;
+    }
+  }
+  EXPECT_EQ(seen.back().first, shards);
+  expect_checkpoint(dir.path(), d);
+}
+
+TEST(SaveProgress, ACallbackThatThrowsAtTheEndLeavesTheOldCheckpointAndNoTemporary) {
+  TempDir dir;
+  Dict old_one = numbered(4, 'a');
+  SaveOptions o;
+  o.max_shard_size = 32;
+  save_checkpoint(old_one.tensors, dir.path(), o);
+  const std::vector<std::string> before = names_in(dir.path());
+  Dict new_one = numbered(6, 'k');
+  o.progress.callback = [](std::uint64_t done, std::uint64_t total) {
+    if (done == total) throw std::runtime_error("interrupted by the progress callback");
+  };
+  EXPECT_THROW(save_checkpoint(new_one.tensors, dir.path(), o), std::runtime_error);
+  EXPECT_EQ(names_in(dir.path()), before);
+  expect_checkpoint(dir.path(), old_one);
+
+  // save_file likewise leaves the old file.
+  save_file(old_one.tensors, dir / "one.safetensors");
+  const std::string old_bytes = read_all(dir / "one.safetensors");
+  EXPECT_THROW(save_file(new_one.tensors, dir / "one.safetensors", o), std::runtime_error);
+  EXPECT_EQ(read_all(dir / "one.safetensors"), old_bytes);
+  EXPECT_EQ(names_in(dir.path()).size(), before.size() + 1);
+}
+
 }  // namespace
 }  // namespace ferry

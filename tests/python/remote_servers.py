@@ -272,11 +272,13 @@ def nginx_tls_server(root: str | os.PathLike) -> Iterator[tuple[str, Path]]:
 
 @contextlib.contextmanager
 def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
-                 tls: tuple[Path, Path] | None = None) -> Iterator[Any]:
+                 tls: tuple[Path, Path] | None = None, limit_rate: str = "") -> Iterator[Any]:
     """Serves the files under root at the yielded base URL 'http://127.0.0.1:PORT' (a file
     root/a/b.bin at base_url + '/a/b.bin'). ranges=False: nginx ignores Range headers and
     answers 200 with the whole file (max_ranges 0), as some servers do. tls=(cert, key): also
-    over HTTPS on a second port, and yields (http_url, https_url) (nginx_tls_server)."""
+    over HTTPS on a second port, and yields (http_url, https_url) (nginx_tls_server).
+    limit_rate="2m": each response is sent at that many bytes a second at most (nginx's
+    limit_rate, per connection), a slow server for progress tests."""
     nginx = find_nginx()
     root = Path(root).resolve()
     if not root.is_dir():
@@ -291,7 +293,9 @@ def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
             tls_server = (_NGINX_TLS_SERVER.format(port=tls_port, cert=tls[0], key=tls[1],
                                                    root=root) if tls else "")
             conf.write_text(_NGINX_CONF.format(tmp=tmp, port=port, root=root, token=token,
-                                               max_ranges="" if ranges else "max_ranges 0;",
+                                               max_ranges=("" if ranges else "max_ranges 0;")
+                                               + (f" limit_rate {limit_rate};"
+                                                  if limit_rate else ""),
                                                tls_server=tls_server))
             log = tmp / "error.log"
             log.write_bytes(b"")

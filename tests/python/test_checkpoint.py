@@ -182,8 +182,8 @@ def test_a_load_reads_in_parts_that_each_start_once_allocated(tmp_path, monkeypa
     calls = []
     real = ferry.checkpoint.Checkpoint._allocate_and_read
 
-    def counting(self, fw, chosen):
-        raws, report = real(self, fw, chosen)
+    def counting(self, fw, chosen, meter=None):
+        raws, report = real(self, fw, chosen, meter)
         calls.append(len(report.routes))
         return raws, report
 

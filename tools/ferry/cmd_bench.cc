@@ -30,6 +30,7 @@
 #include "commands.h"
 #include "common.h"
 #include "plot.h"
+#include "progress.h"
 
 namespace ferry::cli {
 namespace {
@@ -491,6 +492,7 @@ struct Load {
   double seconds = 0;       // a time
   std::uint64_t file_size = 0;
   std::uint64_t seed = 1;
+  bool progress = false;  // draw a progress line (progress_wanted)
 };
 
 struct Measured {
@@ -599,25 +601,18 @@ Measured run_load(Engine& engine, const Load& load, const std::string& label) {
   deadline = start + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(load.seconds));
   go.store(true, std::memory_order_release);
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  bool drawn = false;
-  // The threads time themselves: this loop only draws the bar, at most every 50 ms.
-  while (tty && running.load(std::memory_order_acquire) > 0) {
+  // The threads time themselves: this loop only draws the line.
+  ProgressBar bar(label, timed ? 0 : load.total, load.progress, load.seconds);
+  while (load.progress && running.load(std::memory_order_acquire) > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (tty && elapsed > 0.5) {
-      draw_progress(label, timed ? elapsed / load.seconds
-                                 : static_cast<double>(progress.load()) /
-                                       static_cast<double>(std::max<std::uint64_t>(load.total, 1)));
-      drawn = true;
-    }
+    bar.update(progress.load(std::memory_order_relaxed));
   }
   for (auto& th : pool) th.join();
   Measured m;
   m.cpu = cpu_seconds() - cpu0;
   m.seconds =
       std::chrono::duration<double>(*std::max_element(ended.begin(), ended.end()) - start).count();
-  if (drawn) clear_progress();
+  bar.clear();
   if (error) std::rethrow_exception(error);
   for (int t = 0; t < load.threads; ++t) {
     m.bytes += bytes[t];
@@ -846,6 +841,7 @@ int run(const BenchArgs& a) {
       for (int threads : sweep.threads) {
         for (std::size_t io : sweep.sizes) {
           Load load{sweep.mode, io, threads, a.depth, total, a.seconds, file.size(), a.seed};
+          load.progress = progress_wanted(a.json);
           nlohmann::json j = {{"case", "ferry"},
                               {"mode", mode_name(sweep.mode)},
                               {"io_size", io},

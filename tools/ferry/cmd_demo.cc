@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "progress.h"
 
 namespace ferry::cli {
 namespace {
@@ -52,7 +53,9 @@ int run(const DemoArgs& a) {
     fill_pattern(source, "random", 2026);
     written_sha = sha256(source, size);
     File out(path, "w");
-    out.write(source.data(), size);
+    IoFuture written = out.pwrite(source.data(), size, 0);
+    wait_with_progress(written, size, "writing", progress_wanted(a.json));
+    written.get();
     out.sync();
   }
 
@@ -60,7 +63,7 @@ int run(const DemoArgs& a) {
   Buffer buffer(target.kind, size, std::max(target.device, 0));
   File in(path, "r");
   IoFuture future = in.pread(buffer.data(), size, 0);
-  wait_with_progress(future, size, "reading");
+  wait_with_progress(future, size, "reading", progress_wanted(a.json));
   const std::size_t bytes = future.get();
   const RouteReport route = future.route();
   const std::string read_sha = sha256(buffer, bytes);

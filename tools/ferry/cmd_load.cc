@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "progress.h"
 
 namespace ferry::cli {
 namespace {
@@ -69,7 +70,16 @@ int run(const LoadArgs& a) {
   options.device = std::max(target.device, 0);
   options.names = a.tensors;
   options.one_allocation = a.one_allocation;
+  const bool show = progress_wanted(a.json);
+  ProgressBar bar("loading", ckpt.total_bytes(), show);
+  if (show) {
+    options.progress.callback = [&bar](std::uint64_t done, std::uint64_t total) {
+      bar.update(done, total);
+    };
+    options.progress.interval_seconds = 0.05;  // the bar keeps its own pace (0.1 s)
+  }
   const LoadResult result = ckpt.load(options);
+  bar.clear();
   const LoadReport& report = result.report;
   const double cpu = cpu_seconds() - cpu0;
   const std::vector<std::string> digests =

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "progress.h"
 
 namespace ferry::cli {
 namespace {
@@ -72,6 +73,16 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
     std::vector<IoFuture> futures;
     for (std::size_t k = 0; k < gpus.size(); ++k) {
       futures.push_back(files[k].pread(buffers[k].data(), parts[k].second, parts[k].first));
+    }
+    {
+      ProgressBar bar("reading", size, progress_wanted(a.json));
+      for (const IoFuture& f : futures) {
+        while (!f.wait_for(0.05)) {
+          std::uint64_t done = 0;
+          for (const IoFuture& g : futures) done += g.progress();
+          bar.update(std::min(done, size));
+        }
+      }
     }
     bytes = 0;
     for (std::size_t k = 0; k < gpus.size(); ++k) {
@@ -178,7 +189,7 @@ int run(const ReadArgs& a) {
   for (int r = 0; r < a.repeat; ++r) {
     const double cpu0 = cpu_seconds();
     IoFuture future = file.pread(buffer.data(), size, offset);
-    wait_with_progress(future, size, "reading");
+    wait_with_progress(future, size, "reading", progress_wanted(a.json));
     bytes = future.get();
     route = future.route();
     const double cpu = cpu_seconds() - cpu0;

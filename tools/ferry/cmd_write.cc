@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "common.h"
 #include "ferry/atomic_file.h"
+#include "progress.h"
 
 namespace ferry::cli {
 namespace {
@@ -160,7 +161,7 @@ int run(const WriteArgs& a) {
   try {
     const double cpu0 = cpu_seconds();
     IoFuture future = saved->file().pwrite(buffer.data(), size, 0);
-    wait_with_progress(future, size, "writing");
+    wait_with_progress(future, size, "writing", progress_wanted(a.json));
     future.get();
     cpu = cpu_seconds() - cpu0;
     route = future.route();

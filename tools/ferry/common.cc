@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "progress.h"
+
 namespace ferry::cli {
 
 void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus) {
@@ -213,29 +215,14 @@ void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed
   }
 }
 
-void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb) {
-  if (!isatty(STDERR_FILENO) || total < (std::uint64_t{256} << 20)) {
+void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb, bool show) {
+  if (!show) {
     future.wait();
     return;
   }
-  bool drawn = false;
-  while (!future.wait_for(0.1)) {
-    std::uint64_t done = std::min(future.progress(), total);
-    draw_progress(verb, static_cast<double>(done) / static_cast<double>(total));
-    drawn = true;
-  }
-  if (drawn) clear_progress();
+  ProgressBar bar(verb, total, true);
+  while (!future.wait_for(0.05)) bar.update(std::min(future.progress(), total));
 }
-
-void draw_progress(const std::string& label, double fraction) {
-  fraction = std::clamp(fraction, 0.0, 1.0);
-  const int width = 40;
-  const int filled = static_cast<int>(width * fraction);
-  fmt::print(stderr, "\r{} [{}{}] {:5.1f}%", label, std::string(filled, '#'),
-             std::string(width - filled, ' '), 100.0 * fraction);
-}
-
-void clear_progress() { fmt::print(stderr, "\r{}\r", std::string(80, ' ')); }
 
 std::string json_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);

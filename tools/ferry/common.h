@@ -1,5 +1,5 @@
 // Pieces shared by the ferry subcommands: choosing and allocating the target memory, checksums,
-// the progress bar, CPU time. Single-threaded use.
+// waiting with a progress line, CPU time. Single-threaded use.
 #pragma once
 
 #include <ferry/ferry.h>
@@ -67,13 +67,9 @@ std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& par
 // Fills `buffer` with a pattern: "random" (deterministic from `seed`) or "zero".
 void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed);
 
-// Waits for `future`, drawing a progress bar on stderr when it is a terminal and the request
-// takes long enough to be worth one.
-void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb);
-// One frame of that progress bar ("\rLABEL [####    ]  42.0%") on stderr, and its erasure; the
-// caller decides when stderr is a terminal and the work is long enough.
-void draw_progress(const std::string& label, double fraction);
-void clear_progress();
+// Waits for `future` of `total` bytes, drawing a progress line (progress.h) while it runs when
+// `show` (progress_wanted(json)) and the request takes long enough to be worth one.
+void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb, bool show);
 
 // `j` as JSON text for --json output: a string that is not UTF-8 (a path's bytes) has its bad
 // bytes replaced by U+FFFD instead of failing the command after its work is done.

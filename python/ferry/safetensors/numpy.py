@@ -12,21 +12,22 @@ from ..checkpoint import load_bytes, load_checkpoint
 
 
 def load_file(filename: Union[str, "os.PathLike[str]"], *,
-              one_allocation: bool = False) -> Dict[str, Any]:
+              one_allocation: bool = False, progress: Any = None) -> Dict[str, Any]:
     """Every tensor of `filename` (a .safetensors file, an index or a directory of shards) as
-    NumPy arrays in host memory."""
+    NumPy arrays in host memory. `progress`: as ferry.safetensors.torch.load_file's."""
     return load_checkpoint(filename, device="cpu", framework="numpy",
-                           one_allocation=one_allocation)
+                           one_allocation=one_allocation, progress=progress)
 
 
 def save_file(tensor_dict: Dict[str, Any], filename: Union[str, "os.PathLike[str]"],
               metadata: Optional[Dict[str, str]] = None, *, durable: bool = True,
-              asynchronous: bool = False, snapshot: bool = False) -> Any:
+              asynchronous: bool = False, snapshot: bool = False, progress: Any = None) -> Any:
     """Saves NumPy arrays (C-contiguous; big-endian ones are byte-swapped into a copy) to
     `filename` as safetensors.numpy.save_file does, durably and atomically; the options are
     those of ferry.safetensors.torch.save_file."""
     return _save.save_file(tensor_dict, filename, metadata, "numpy", durable=durable,
-                           asynchronous=asynchronous, snapshot_first=snapshot)
+                           asynchronous=asynchronous, snapshot_first=snapshot,
+                           progress=progress)
 
 
 def save(tensor_dict: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:

@@ -12,27 +12,34 @@ from ..checkpoint import load_bytes, load_checkpoint
 
 
 def load_file(filename: Union[str, "os.PathLike[str]"], device: Any = "cpu", *,
-              dtype: Any = None, one_allocation: bool = False) -> Dict[str, Any]:
+              dtype: Any = None, one_allocation: bool = False,
+              progress: Any = None) -> Dict[str, Any]:
     """Every tensor of `filename` (a .safetensors file, an index or a directory of shards) as
     torch tensors on `device` ("cpu", "cuda", "cuda:N" or an ordinal). `dtype` converts the
     floating-point tensors on the device they land on; `one_allocation` backs them all with one
-    allocation (faster to allocate, freed only all together)."""
+    allocation (faster to allocate, freed only all together). `progress`: True for a bar on a
+    terminal, or a callable progress(done_bytes, total_bytes) called from this thread while the
+    reads run (docs/checkpoints.md, "Progress")."""
     return load_checkpoint(filename, device=device, framework="pt", dtype=dtype,
-                           one_allocation=one_allocation)
+                           one_allocation=one_allocation, progress=progress)
 
 
 def save_file(tensors: Dict[str, Any], filename: Union[str, "os.PathLike[str]"],
               metadata: Optional[Dict[str, str]] = None, *, durable: bool = True,
-              asynchronous: bool = False, snapshot: bool = False) -> Any:
+              asynchronous: bool = False, snapshot: bool = False, progress: Any = None) -> Any:
     """Saves `tensors` (CPU or CUDA, contiguous, not sharing memory) to `filename`, as
     safetensors.torch.save_file does, through ferry's write engine: one gathered write from GPU
     or host memory, durable (fsync of the file and its folder) and atomic (a temporary file
     renamed over `filename`) unless ``durable=False`` (still atomic). Returns None; with
     ``asynchronous=True`` a ``concurrent.futures.Future`` (its result: a ``SaveReport``) as soon
     as the tensors are captured: do not modify them until it is done, or pass ``snapshot=True``
-    to have them copied first (on their device) so that they may change once this returns."""
+    to have them copied first (on their device) so that they may change once this returns.
+    ``progress``: True for a bar on a terminal, or a callable progress(done_bytes, total_bytes)
+    called from the thread that writes (this one, or ferry's save thread when asynchronous); an
+    exception it raises ends the save and leaves `filename` as it was."""
     return _save.save_file(tensors, filename, metadata, "pt", durable=durable,
-                           asynchronous=asynchronous, snapshot_first=snapshot)
+                           asynchronous=asynchronous, snapshot_first=snapshot,
+                           progress=progress)
 
 
 def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
