@@ -153,7 +153,8 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
     rows: List[Row] = []
     devices = set()
     # huggingface_hub's storage id, (device, storage address, storage bytes), numbered from 1 in
-    # the order first seen. Empty tensors all have address 0 and share one, as they do there.
+    # the order first seen. Empty tensors all have address 0 and share one, as they do there; a
+    # tensor without a storage it can see counts as address 0 and its own bytes there too.
     storages: Dict[Tuple[str, int, int], int] = {}
     for k, v in tensors.items():
         if not v.is_contiguous():
@@ -177,7 +178,9 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
         elif v.device.type != "cpu":
             raise ValueError(f"ferry: tensor '{k}' is on {v.device}; ferry saves from CPU and "
                              f"CUDA memory")
-        storage = storages.setdefault((str(v.device),) + _storage(v), len(storages) + 1)
+        ptr, size = _storage(v)
+        storage = storages.setdefault((str(v.device), ptr, size if ptr else nbytes),
+                                      len(storages) + 1)
         keep.append(v)
         rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes, storage))
     # ferry's copies run on its own streams: let the work queued for the tensors finish first.
