@@ -27,6 +27,10 @@ struct TensorSource {
   std::vector<std::uint64_t> shape;  // empty: a scalar
   const void* data = nullptr;
   std::uint64_t nbytes = 0;
+  // Tensors with the same nonzero `storage` are views of one block of memory (a torch storage:
+  // device, address and size). save_checkpoint puts them all in the shard of the first of them,
+  // as huggingface_hub's splitter does (assign_shards). 0: a block of its own.
+  std::uint64_t storage = 0;
 };
 
 // The safetensors header of a set of tensors: the 8-byte length, the JSON padded with spaces to a
@@ -52,7 +56,7 @@ struct SaveOptions {
   // file appear whole, but a power loss may lose what the page cache held.
   bool durable = true;
   // save_checkpoint: the most bytes of tensor data in one shard (0: one shard). A tensor larger
-  // than this gets a shard of its own.
+  // than this gets a shard of its own (assign_shards says where it goes).
   std::uint64_t max_shard_size = 0;
   FileOptions file;          // settings of the writes (task_size, compat...)
   ProgressOptions progress;  // total: the bytes of every shard (the index is not counted)
@@ -78,10 +82,28 @@ SaveReport save_file(std::span<const TensorSource> tensors, const std::filesyste
 // model-00001-of-00003.safetensors; model.safetensors when count is 1.
 std::string shard_file_name(std::size_t index, std::size_t count);
 
-// Which shard each tensor goes to (in the order given): a shard is closed when the next tensor
-// would take it past max_shard_size (0: never), and a tensor larger than that has its own.
-std::vector<std::size_t> assign_shards(std::span<const TensorSource> tensors,
-                                       std::uint64_t max_shard_size);
+// Which shard each tensor goes to, and the totals of the index: the split huggingface_hub's
+// split_torch_state_dict_into_shards makes for transformers' save_pretrained, restated in
+// src/checkpoint/shard_assignment.cc (docs/checkpoints.md, "Sharded saves").
+struct ShardAssignment {
+  std::vector<std::size_t> shard;  // per tensor (as given): its shard, 0-based
+  std::size_t count = 0;           // shards (0 only for no tensors)
+  // The index's metadata.total_size: the bytes of each storage's first tensor (a tensor whose
+  // storage came before adds nothing), as huggingface_hub counts it.
+  std::uint64_t total_size = 0;
+  // The index's metadata.total_parameters: the elements of every tensor (the product of its
+  // shape; a scalar is 1), transformers' num_parameters() for a state dict of parameters only.
+  std::uint64_t total_parameters = 0;
+};
+
+// The split of `tensors` (in the order given) under max_shard_size (0: no limit, one shard).
+ShardAssignment assign_shards(std::span<const TensorSource> tensors, std::uint64_t max_shard_size);
+
+// model.safetensors.index.json as transformers writes it for `tensors` split by `assignment`,
+// shard k named `file_names[k]`: json.dumps(index, indent=2, sort_keys=True) and a newline.
+std::string checkpoint_index_json(std::span<const TensorSource> tensors,
+                                  const ShardAssignment& assignment,
+                                  const std::vector<std::string>& file_names);
 
 // Writes `tensors` into `directory` (created if missing) as shards and
 // model.safetensors.index.json (always, even for one shard), replacing a checkpoint already

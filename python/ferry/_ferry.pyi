@@ -345,15 +345,20 @@ class SaveReport:
     def routes(self) -> list[RouteReport]: ...
     def summary(self) -> str: ...
 
-def safetensors_layout(tensors: list[tuple[str, str, tuple[int, ...], int, int]],
+# A tensor to save: (name, dtype, shape, data pointer, nbytes, storage); rows with the same
+# nonzero storage are views of one torch storage, which save_checkpoint keeps in one shard. The
+# binding also takes a row without its storage (0: a storage of its own).
+_SaveRow = tuple[str, str, tuple[int, ...], int, int, int]
+
+def safetensors_layout(tensors: list[_SaveRow],
                        metadata: Optional[dict[str, str]]) -> tuple[bytes, list[int]]: ...
 def safetensors_parse(data: bytes) -> tuple[dict[str, str],
                                              list[tuple[str, str, list[int], int, int]]]: ...
-def save_file(tensors: list[tuple[str, str, tuple[int, ...], int, int]], path: str,
+def save_file(tensors: list[_SaveRow], path: str,
               metadata: Optional[dict[str, str]], durable: bool = True,
               settings: dict[str, str] = ...,
               progress: Optional[Callable[[int, int], None]] = None) -> SaveReport: ...
-def save_checkpoint(tensors: list[tuple[str, str, tuple[int, ...], int, int]], directory: str,
+def save_checkpoint(tensors: list[_SaveRow], directory: str,
                     metadata: Optional[dict[str, str]], durable: bool = True,
                     max_shard_size: int = 0, settings: dict[str, str] = ...,
                     progress: Optional[Callable[[int, int], None]] = None) -> SaveReport: ...

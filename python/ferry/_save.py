@@ -26,7 +26,9 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from . import _ferry, _progress
 
 PathLike = Union[str, "os.PathLike[str]"]
-Row = Tuple[str, str, Tuple[int, ...], int, int]
+# (name, dtype, shape, data pointer, nbytes, storage): rows with the same nonzero storage are
+# tensors of one torch storage, which save_checkpoint keeps in one shard (TensorSource::storage).
+Row = Tuple[str, str, Tuple[int, ...], int, int, int]
 
 _TORCH_FORMAT = {
     "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
@@ -150,6 +152,10 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
             f"safetensors' save_model, which drops the duplicates), or clone the views.")
     rows: List[Row] = []
     devices = set()
+    # huggingface_hub's storage id, (device, storage address, storage bytes), numbered from 1 in
+    # the order first seen. Empty tensors all have address 0 and share one, as they do there; a
+    # tensor without a storage it can see counts as address 0 and its own bytes there too.
+    storages: Dict[Tuple[str, int, int], int] = {}
     for k, v in tensors.items():
         if not v.is_contiguous():
             raise ValueError(
@@ -172,8 +178,11 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
         elif v.device.type != "cpu":
             raise ValueError(f"ferry: tensor '{k}' is on {v.device}; ferry saves from CPU and "
                              f"CUDA memory")
+        ptr, size = _storage(v)
+        storage = storages.setdefault((str(v.device), ptr, size if ptr else nbytes),
+                                      len(storages) + 1)
         keep.append(v)
-        rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes))
+        rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes, storage))
     # ferry's copies run on its own streams: let the work queued for the tensors finish first.
     for device in devices:
         torch.cuda.current_stream(device).synchronize()
@@ -195,8 +204,9 @@ def _numpy_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
         if fmt is None:
             raise TypeError(f"ferry: array '{k}' is {v.dtype}, which safetensors has no dtype for")
         keep.append(v)
+        # No storage (0), as huggingface_hub's numpy splitter gives none.
         rows.append((k, fmt, tuple(int(d) for d in v.shape), v.ctypes.data if v.nbytes else 0,
-                     int(v.nbytes)))
+                     int(v.nbytes), 0))
     return rows
 
 

@@ -523,8 +523,11 @@ def save_checkpoint(tensors: Dict[str, Any], directory: PathLike, *,
                     progress: Any = None) -> Any:
     """Saves `tensors` (torch tensors on CPU or CUDA, or NumPy arrays) into `directory` as
     transformers' save_pretrained lays them out: shards of at most `max_shard_size` (bytes, or
-    "5GB", "500MiB"; None: one shard) named model-00001-of-0000N.safetensors (model.safetensors
-    for one), and model.safetensors.index.json written last (also for one shard). A checkpoint
+    "5GB", "500MiB"; None: one shard) cut as huggingface_hub's split_torch_state_dict_into_shards
+    cuts them (a larger tensor gets a shard of its own), named model-00001-of-0000N.safetensors
+    (model.safetensors for one), and model.safetensors.index.json, with metadata.total_size and
+    metadata.total_parameters, written last (also for one shard: docs/checkpoints.md says how
+    this and the rest differ from save_pretrained). A checkpoint
     already in `directory` stays loadable, whole, until the new index replaces it
     (docs/checkpoints.md). Returns a ``SaveReport``; with ``asynchronous=True`` a Future of it
     (see ferry.safetensors.torch.save_file for ``snapshot``). ``progress``: True for a bar on a

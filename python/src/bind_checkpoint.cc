@@ -87,7 +87,8 @@ ProgressOptions save_progress(const py::object& callback) {
   return progress;
 }
 
-// (name, dtype, shape, data pointer, nbytes) rows from Python, as TensorSources.
+// (name, dtype, shape, data pointer, nbytes[, storage]) rows from Python, as TensorSources;
+// `storage` (0 when absent) tells views of one torch storage apart (TensorSource::storage).
 std::vector<TensorSource> sources(const py::list& rows) {
   std::vector<TensorSource> out;
   out.reserve(rows.size());
@@ -102,6 +103,7 @@ std::vector<TensorSource> sources(const py::list& rows) {
     t.shape = row[2].cast<std::vector<std::uint64_t>>();
     t.data = reinterpret_cast<const void*>(row[3].cast<std::uintptr_t>());
     t.nbytes = row[4].cast<std::uint64_t>();
+    if (row.size() > 5) t.storage = row[5].cast<std::uint64_t>();
     out.push_back(std::move(t));
   }
   return out;

@@ -122,21 +122,6 @@ void complete(ShardWrite& s, bool durable, SaveReport& report, checkpoint::Progr
   report.tensors += s.tensors.size();
 }
 
-// The index transformers writes: {"metadata": {"total_size": N}, "weight_map": {...}}.
-std::string index_json(const std::vector<ShardWrite>& shards,
-                       const std::vector<std::string>& file_names) {
-  nlohmann::json map = nlohmann::json::object();
-  std::uint64_t total = 0;
-  for (std::size_t s = 0; s < shards.size(); ++s) {
-    for (const TensorSource& t : shards[s].tensors) {
-      map[t.name] = file_names[s];
-      total += t.nbytes;
-    }
-  }
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-  return index.dump(2) + "\n";
-}
-
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -316,30 +301,6 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   return report;
 }
 
-std::string shard_file_name(std::size_t index, std::size_t count) {
-  if (count == 1) return "model.safetensors";
-  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
-}
-
-std::vector<std::size_t> assign_shards(std::span<const TensorSource> tensors,
-                                       std::uint64_t max_shard_size) {
-  std::vector<std::size_t> shard(tensors.size(), 0);
-  std::size_t current = 0;
-  std::uint64_t filled = 0;
-  bool empty = true;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const std::uint64_t n = tensors[i].nbytes;
-    if (max_shard_size > 0 && !empty && filled + n > max_shard_size) {
-      ++current;
-      filled = 0;
-    }
-    shard[i] = current;
-    filled += n;
-    empty = false;
-  }
-  return shard;
-}
-
 SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path& directory,
                            const SaveOptions& options) {
   const auto t0 = Clock::now();
@@ -359,11 +320,13 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
 
   // 1. Every shard under its temporary name, written and (when durable) fsynced. A failure
   // removes them all, and nothing else changed.
-  const std::vector<std::size_t> where = assign_shards(tensors, options.max_shard_size);
-  const std::size_t count = where.back() + 1;
+  const ShardAssignment where = assign_shards(tensors, options.max_shard_size);
+  const std::size_t count = where.count;
   std::vector<ShardWrite> shards(count);
   std::vector<std::string> final_names(count);
-  for (std::size_t i = 0; i < tensors.size(); ++i) shards[where[i]].tensors.push_back(tensors[i]);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    shards[where.shard[i]].tensors.push_back(tensors[i]);
+  }
   for (std::size_t s = 0; s < count; ++s) {
     final_names[s] = shard_file_name(s, count);
     shards[s].layout = safetensors_layout(shards[s].tensors, options.metadata,
@@ -400,7 +363,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     try {
       for (; placed < count; ++placed) shards[placed].out->commit(false);
       if (options.durable) sync_folder(directory);
-      write_index(index_path, index_json(shards, final_names), options, renamed);
+      write_index(index_path, checkpoint_index_json(tensors, where, final_names), options, renamed);
     } catch (...) {
       if (renamed) rethrow_after_commit(directory, "its index's folder fsync failed");
       // The old checkpoint stands: the names placed were in use by none of it.
@@ -411,7 +374,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     std::vector<std::string> temp_names;
     for (const ShardWrite& s : shards) temp_names.push_back(s.out->temp().filename().string());
     try {
-      write_index(index_path, index_json(shards, temp_names), options, renamed);
+      write_index(index_path, checkpoint_index_json(tensors, where, temp_names), options, renamed);
     } catch (...) {
       if (!renamed) throw;  // the old index stands; the shards' temporary files are removed
       for (ShardWrite& s : shards) s.out->release();
@@ -422,7 +385,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
       for (std::size_t s = 0; s < count; ++s)
         link_over(shards[s].out->temp(), directory / final_names[s]);
       if (options.durable) sync_folder(directory);
-      write_index(index_path, index_json(shards, final_names), options, renamed);
+      write_index(index_path, checkpoint_index_json(tensors, where, final_names), options, renamed);
     } catch (...) {
       if (!renamed) {
         rethrow_after_commit(directory,
@@ -470,7 +433,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
 
   for (const std::string& name : final_names) report.files.push_back((directory / name).string());
   report.files.push_back(index_path.string());
-  report.bytes += index_json(shards, final_names).size();
+  report.bytes += checkpoint_index_json(tensors, where, final_names).size();
   report.seconds = since(t0);
   return report;
 }

@@ -339,17 +339,6 @@ TEST(SaveFile, AReadOnlyFolderFailsNamingTheFile) {
   EXPECT_TRUE(names_in(dir.path()).empty());
 }
 
-TEST(AssignShards, ClosesAShardBeforeItWouldPassTheLimitAndGivesBigTensorsTheirOwn) {
-  Dict d;
-  for (int n : {4, 4, 4, 10, 1, 1})
-    d.add("t" + std::to_string(d.tensors.size()), Dtype::kU8, {std::uint64_t(n)},
-          std::string(n, 'x'));
-  EXPECT_EQ(assign_shards(d.tensors, 8), (std::vector<std::size_t>{0, 0, 1, 2, 3, 3}));
-  EXPECT_EQ(assign_shards(d.tensors, 0), (std::vector<std::size_t>(6, 0)));
-  EXPECT_EQ(shard_file_name(0, 3), "model-00001-of-00003.safetensors");
-  EXPECT_EQ(shard_file_name(0, 1), "model.safetensors");
-}
-
 Dict numbered(int count, char fill) {
   Dict d;
   for (int i = 0; i < count; ++i) {
