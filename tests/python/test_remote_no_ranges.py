@@ -1,7 +1,8 @@
 """Issue 47: the first server anyone tries, `python3 -m http.server`, ignores Range: it answers
 every GET 200 with the whole file, and ferry refused the answer. It now reads it as curl does,
 streaming the 200 body and cutting the range asked for out of it, one GET per read, and says so
-in the route report; explain says what read will do. Every read is checked byte for byte."""
+in the route report; explain says what read will do; `ferry write URL` is refused as
+ferry.open(url, "w") is. Every read is checked byte for byte."""
 
 from __future__ import annotations
 
@@ -108,3 +109,15 @@ def test_load_checkpoint_from_http_server(python_http, tmp_path):  # noqa: F811
         assert set(got) == set(tensors)
         for name, t in tensors.items():
             assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
+
+
+def test_cli_write_refuses_a_url_as_a_usage_error(tmp_path):
+    # It was taken for a local path once ("open http://.../.x.bin.ferry-...: No such file"), then
+    # refused as a failed write (exit 1): a URL is refused as the command line is read.
+    r = _cli("write", "http://127.0.0.1:1/x", "--size", "4KiB", "--host", cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "http://127.0.0.1:1/x is a URL" in r.stderr
+    assert "remote objects are read-only in ferry" in r.stderr and "local path" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no http: folder, no temporary file
+    with pytest.raises(ferry.Error, match="remote objects are read-only in ferry"):
+        ferry.open("http://127.0.0.1:1/x", "w")
