@@ -151,9 +151,9 @@ class _RemoteIOFuture(IOFuture):
     """``IOFuture`` of a remote read, retried as KvikIO retries (``_Attempts``: the whole read
     is submitted again after KvikIO's wait, on a timer thread). A read of less than the whole
     object from a server that ignores Range is ``OverflowError`` ("maybe the server doesn't
-    support file ranges?"), as KvikIO's, though ferry's own API streams it (docs/remote.md): KvikIO's
-    tests ask for the error; also the ferry class and ``RuntimeError``, as every ferry.kvikio
-    error."""
+    support file ranges?"), as KvikIO's, though ferry's own API streams it (docs/remote.md):
+    KvikIO's tests ask for the error; also the ferry class and ``RuntimeError``, as every
+    ferry.kvikio error."""
 
     def __init__(self, submit: Callable[[], Any], attempts: _Attempts, size: int) -> None:
         self._submit = submit
