@@ -95,6 +95,11 @@ struct SourceCounts {
   std::uint64_t bytes = 0;        // bytes received into ferry's buffers
   std::string retried;            // why, e.g. "HTTP 503 x2, connection reset x1"
   bool shared_window = false;
+  // The server ignores Range (it answers a ranged GET with the whole object): the bytes were cut
+  // out of whole-object answers as they streamed, in order, on one worker; `gets` counts those
+  // GETs, and `discarded` the bytes received before the ranges asked for and thrown away.
+  bool range_ignored = false;
+  std::uint64_t discarded = 0;
 };
 
 struct RouteReport {

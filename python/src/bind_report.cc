@@ -163,6 +163,10 @@ void bind_report(py::module_& m) {
       .field("bytes", &SourceCounts::bytes)
       .field("retried", &SourceCounts::retried, "Why GETs were retried, e.g. \"HTTP 503 x2\".")
       .field("shared_window", &SourceCounts::shared_window)
+      .field("range_ignored", &SourceCounts::range_ignored,
+             "The server ignores Range: the bytes were streamed in order from whole-object GETs.")
+      .field("discarded", &SourceCounts::discarded,
+             "Bytes received before the ranges asked for and thrown away (range_ignored).")
       .done()
       .def("__repr__", [](const SourceCounts& c) {
         return "<SourceCounts: " + c.url + ": " + std::to_string(c.gets) + " GET(s), " +

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "cuda/quick_memory.h"
 #include "cuda/stream_order.h"
 #include "ferry/error.h"
+#include "io/io_seam.h"
 #include "stats/stats_recorder.h"
 
 namespace ferry::core {
@@ -391,8 +393,15 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   const bool gpu = is_gpu(plan.route_memory.kind);
   const std::size_t per_request = workers_for(plan.settings, gpu, job->file->remote());
   job->threads = gpu ? std::max(per_request, plan.settings.host_nthreads) : per_request;
-  const std::size_t jobs = std::min(
-      {per_request, std::max<std::size_t>(report.tasks, 1), backend->max_workers(job->context)});
+  // A server that ignores Range answers every ranged GET with the whole object: the tasks run
+  // in order on one worker, so that one GET streams them all (src/remote/remote_seam.cc); so
+  // do those of the first read from a server that has not said, whose GET tells.
+  const std::optional<io::RangeSupport> ranges =
+      job->file->remote() ? job->file->io().range_support(job->file->fd()) : std::nullopt;
+  const bool in_order = ranges && ranges->kind != io::RangeSupport::Kind::kServed;
+  const std::size_t jobs = in_order ? 1
+                                    : std::min({per_request, std::max<std::size_t>(report.tasks, 1),
+                                                backend->max_workers(job->context)});
   job->context.workers = jobs;
   job->claim = claim_for(job->tasks.count(), job->expected, jobs);
   report.workers = report.tasks == 0 ? 0 : jobs;
@@ -407,6 +416,16 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
           "; write-behind: each write's pages sent on to the disk as written "
           "(sync_file_range), so the fsync after waits for the last only";
     }
+  }
+  if (in_order && report.tasks > 0) {
+    engine += fmt::format(
+        "; the tasks run in order on one worker, their bytes streamed from one GET (from a "
+        "whole-object answer, the bytes before them received and discarded, the transfer cut "
+        "after the last), not ranged GETs at once: {} ({})",
+        ranges->kind == io::RangeSupport::Kind::kIgnored
+            ? "the server ignores Range"
+            : "the server has not said whether it serves ranges, and this GET's answer tells",
+        ranges->basis);
   }
   report.reasons.push_back({ReasonCode::kEngine, std::move(engine)});
   if (cufile) {

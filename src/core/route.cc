@@ -101,10 +101,17 @@ std::string RouteReport::to_text() const {
   text += fmt::format("    page cache before the request: {}\n", describe(page_cache));
   if (source.remote) {
     text += fmt::format(
-        "  source ({}): {} ranged GET(s), {} B, {} new connection(s), {} retr{}{}{}\n", source.url,
-        source.gets, source.bytes, source.connections, source.retries,
-        source.retries == 1 ? "y" : "ies", source.retried.empty() ? "" : ": " + source.retried,
+        "  source ({}): {} {}GET(s), {} B, {} new connection(s), {} retr{}{}{}\n", source.url,
+        source.gets, source.range_ignored ? "" : "ranged ", source.bytes, source.connections,
+        source.retries, source.retries == 1 ? "y" : "ies",
+        source.retried.empty() ? "" : ": " + source.retried,
         source.shared_window ? " (window shared with other requests on the object)" : "");
+    if (source.range_ignored) {
+      text += fmt::format(
+          "    the server ignores Range: streamed in order from {} GET(s) of the whole object, "
+          "{} B before the bytes asked for received and discarded\n",
+          source.gets, source.discarded);
+    }
     text += fmt::format("    authentication: {}\n", source.auth);
   }
   if (cufile.observable) {
@@ -183,7 +190,9 @@ std::string RouteReport::to_json() const {
                    {"connections", source.connections},
                    {"bytes", source.bytes},
                    {"retried", source.retried},
-                   {"shared_window", source.shared_window}};
+                   {"shared_window", source.shared_window},
+                   {"range_ignored", source.range_ignored},
+                   {"discarded", source.discarded}};
   }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -76,7 +76,7 @@ RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, s
   switch (w.rule) {
     case Layer1Rule::kRemoteSource:
       posix(ReasonCode::kRemoteSource,
-            fmt::format("a remote object: its bytes come by ranged GETs into {}; cuFile reads "
+            fmt::format("a remote object: its bytes come by HTTP GETs into {}; cuFile reads "
                         "local files only",
                         is_gpu(memory.kind) ? "pinned staging, copied to the GPU" : "the buffer"));
       if (settings.compat_mode == CompatMode::kOff && is_gpu(memory.kind)) {

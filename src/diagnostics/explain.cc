@@ -245,12 +245,36 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
     }
   }
   if (e.remote) {
-    e.source = fmt::format(
-        "ranged GETs of up to {} (task_size), {} at once", format_size(e.settings.task_size),
-        std::min<std::size_t>(
-            workers_for(e.settings, is_gpu(memory.kind), /*remote=*/true),
-            std::max<std::uint64_t>(
-                1, core::TaskSplitter(e.offset, e.size, e.settings.task_size).count())));
+    // What the open learnt of the server's ranges (a HEAD's Accept-Ranges, or a GET of bytes
+    // 0-0) is what a read goes by: the same words, the same choice as make_job's.
+    const std::optional<io::RangeSupport> ranges = file->io().range_support(file->fd());
+    const std::string basis = ranges ? ranges->basis : "unknown";
+    const std::uint64_t last = e.size == 0 ? e.offset : e.offset + e.size - 1;
+    const std::string skipped =
+        e.offset > 0
+            ? fmt::format("the {} B before offset {} received and discarded, ", e.offset, e.offset)
+            : std::string();
+    if (ranges && ranges->kind == io::RangeSupport::Kind::kIgnored) {
+      e.source = fmt::format(
+          "one GET of the whole object, streamed in order on one worker (the server ignores "
+          "Range: {}); {}the transfer cut after byte {}",
+          basis, skipped, last);
+    } else if (ranges && ranges->kind == io::RangeSupport::Kind::kUnknown) {
+      e.source = fmt::format(
+          "one GET from byte {}, streamed in order on one worker: the server has not said "
+          "whether it serves ranges ({}), and that GET's answer tells; should it be the whole "
+          "object, {}the transfer cut after byte {}",
+          e.offset, basis, skipped, last);
+    } else {
+      e.source = fmt::format(
+          "ranged GETs of up to {} (task_size), {} at once (the server serves ranges: {})",
+          format_size(e.settings.task_size),
+          std::min<std::size_t>(
+              workers_for(e.settings, is_gpu(memory.kind), /*remote=*/true),
+              std::max<std::uint64_t>(
+                  1, core::TaskSplitter(e.offset, e.size, e.settings.task_size).count())),
+          basis);
+    }
     e.direct_error = "a remote object";
   } else {
     e.storage = read_storage(path, e.platform.gpus, r.root);

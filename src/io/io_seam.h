@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,17 @@ class SourceWindow {
  public:
   virtual ~SourceWindow() = default;
   virtual void end(SourceCounts& out) = 0;
+};
+
+// How the server of a remote object serves byte ranges, as learnt at open (or since).
+struct RangeSupport {
+  enum class Kind {
+    kServed,   // it answers a ranged GET with the range (206)
+    kIgnored,  // it answers a ranged GET with the whole object (200)
+    kUnknown,  // it has not said (no Accept-Ranges): the next GET's answer tells
+  };
+  Kind kind = Kind::kUnknown;
+  std::string basis;  // how that is known, in words
 };
 
 class IoSeam {
@@ -40,6 +52,10 @@ class IoSeam {
   // A seam of remote objects (src/remote/) counts the GETs of a descriptor it opened; others
   // have no source layer (null).
   virtual std::unique_ptr<SourceWindow> observe_source(int /*fd*/) { return nullptr; }
+  // A seam of remote objects says how the server of a descriptor it opened serves ranges; others
+  // nothing. Where it ignores them, or has not said, a request's tasks run in order on one
+  // worker, so that one GET streams them all.
+  virtual std::optional<RangeSupport> range_support(int /*fd*/) { return std::nullopt; }
 };
 
 // The real system calls.

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "remote/transfer_watch.h"
 
@@ -103,6 +104,9 @@ struct Exchange {
   bool probe_stopped = false;  // the probe's answer was a success: its body is not wanted
   bool checked = false;        // the status and headers were checked at the first body byte
   bool error_answer = false;
+  std::optional<std::uint64_t> length;  // the answer's Content-Length, where it gave one
+  std::uint64_t skip = 0;               // a whole-object answer's bytes before the range: discarded
+  bool enough = false;  // the range has landed: the rest of a whole-object answer is cut
 };
 
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
@@ -112,6 +116,7 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
     x.content_range.clear();
     x.answer->etag.clear();
     x.answer->retry_after.clear();
+    x.answer->accept_ranges.clear();
     return size * n;
   }
   const std::size_t colon = line.find(':');
@@ -121,6 +126,7 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   if (name == "content-range") x.content_range = value;
   if (name == "etag") x.answer->etag = value;
   if (name == "retry-after") x.answer->retry_after = value;
+  if (name == "accept-ranges") x.answer->accept_ranges = lower(value);
   return size * n;
 }
 
@@ -172,15 +178,20 @@ void check_status(Exchange& x, long status) {
   }
   if (x.probe) return;
   if (status == 200) {
-    if (x.offset != 0 || x.size != x.object_size) {
+    // The whole object: the server ignores Range (python3 -m http.server does), or the range was
+    // all of it. The range is cut out of the body as it comes, as curl does: the bytes before it
+    // are received and discarded, and the transfer ends once it has landed. Only the object seen
+    // at open will do: a body of another length is another object. Its ETag is checked below, as
+    // a 206's (a server that ignores Range may ignore If-Match too).
+    if (x.length && *x.length != x.object_size) {
       a.refused = fmt::format(
-          "the server answered 200 (the whole object) to a request for bytes {}-{}: it ignored "
-          "the Range header",
-          x.offset, x.offset + x.size - 1);
+          "the server answered 200 (the whole object) with {} B to a request for bytes {}-{}, "
+          "but the object was {} B when opened: it changed, so no byte of it is used",
+          *x.length, x.offset, x.offset + x.size - 1, x.object_size);
       return;
     }
-    // The whole object, as asked: its length is checked as it lands, its ETag below, as a 206's
-    // (a server that ignores Range may ignore If-Match too).
+    x.skip = x.offset;
+    a.whole_object = x.offset != 0 || x.size != x.object_size;
   } else if (status != 206) {
     a.refused = fmt::format("the server answered {} to a range request", status);
     return;
@@ -209,6 +220,9 @@ void check_status(Exchange& x, long status) {
 void check_answer(Exchange& x) {
   long status = 0;
   x.api->easy_getinfo(x.handle, CURLINFO_RESPONSE_CODE, &status);
+  curl_off_t length = -1;
+  x.api->easy_getinfo(x.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+  if (length >= 0) x.length = static_cast<std::uint64_t>(length);
   check_status(x, status);
 }
 
@@ -230,13 +244,27 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
     return bytes;
   }
   if (!a.refused.empty()) return 0;  // aborts the transfer: nothing lands
-  if (a.landed + bytes > x.size) {
+  std::size_t from = 0;
+  if (x.skip > 0) {  // a whole-object answer's bytes before the range
+    from = static_cast<std::size_t>(std::min<std::uint64_t>(x.skip, bytes));
+    x.skip -= from;
+    a.discarded += from;
+    if (from == bytes) return bytes;
+  }
+  const std::size_t fresh = bytes - from;
+  if (a.landed + fresh > x.size) {
+    if (a.whole_object) {  // the range is complete: the rest of the object is not wanted
+      std::memcpy(x.buffer + a.landed, data + from, x.size - a.landed);
+      a.landed = x.size;
+      x.enough = true;
+      return 0;
+    }
     a.refused = fmt::format("the server sent more than the {} B of bytes {}-{}", x.size, x.offset,
                             x.offset + x.size - 1);
     return 0;
   }
-  std::memcpy(x.buffer + a.landed, data, bytes);
-  a.landed += bytes;
+  std::memcpy(x.buffer + a.landed, data + from, fresh);
+  a.landed += fresh;
   return bytes;
 }
 
@@ -366,7 +394,8 @@ struct Request {
       api.easy_getinfo(handle, CURLINFO_REDIRECT_URL, &location);
       if (location != nullptr) a.location = location;
     }
-    if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && (!a.refused.empty() || x.probe_stopped))) {
+    if (rc == CURLE_OK ||
+        (rc == CURLE_WRITE_ERROR && (!a.refused.empty() || x.probe_stopped || x.enough))) {
       a.transport_ok = true;
       return;
     }
@@ -558,6 +587,8 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
     status = status * 10 + (c - '0');
   }
   head->status = status;
+  // HTTP/1.0 (python3 -m http.server) closes the connection after each answer.
+  head->close = status_line.rfind("HTTP/1.0", 0) == 0;
   x.content_range.clear();
   a.etag.clear();
   a.retry_after.clear();
@@ -573,6 +604,7 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
     if (name == "content-range") x.content_range = value;
     if (name == "etag") a.etag = value;
     if (name == "retry-after") a.retry_after = value;
+    if (name == "accept-ranges") a.accept_ranges = lower(value);
     if (name == "transfer-encoding") head->chunked_or_encoded = true;
     if (name == "connection" && lower(value).find("close") != std::string::npos) head->close = true;
     if (name == "content-length") {
@@ -597,33 +629,17 @@ void transport_failure(HttpAnswer& a, const CurlApi& api, CURLcode rc, std::stri
 }
 
 // The GET through this path, or nothing where libcurl's own transfer must take it.
-std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarget& target,
-                                           const Timeouts& timeouts, std::uint64_t object_size,
-                                           const std::string& etag, char* buffer,
-                                           std::uint64_t offset, std::size_t size) {
-  std::string origin, authority, path;
-  if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
-  thread_local DirectConnection c;
-  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
-    c.handle = nullptr;
-    c.sockets = SocketSet::after_fork(std::move(c.sockets));
-  }
-  const std::string precondition = if_match(etag);
-  const std::string request = fmt::format(
-      "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}-{}"
-      "\r\n{}\r\n",
-      path, authority, offset, offset + size - 1,
-      precondition.empty() ? std::string() : precondition + "\r\n");
-  Budget budget(timeouts);
-  HttpAnswer a;
-  Exchange x;
-  x.api = &api;
-  x.answer = &a;
-  x.buffer = buffer;
-  x.offset = offset;
-  x.size = size;
-  x.object_size = object_size;
-  x.etag = &etag;
+// How a request on a direct connection went as far as its answer's head.
+enum class HeadRead { kOk, kFailed, kLibcurl };
+
+// Sends `request` on `c` (connected to `origin` first where it is not) and reads the answer's
+// head into `h`, `x` and `a`, and the body bytes read with it into *early. kFailed: a transport
+// failure, in `a`; kLibcurl: an answer this path leaves to libcurl's transfer (a redirect, a
+// chunked or unsized body, a head over kHeadMax), the connection dropped.
+HeadRead send_and_read_head(DirectConnection& c, const CurlApi& api, const RemoteTarget& target,
+                            const Timeouts& timeouts, const std::string& origin,
+                            const std::string& request, Budget& budget, Exchange& x, HttpAnswer& a,
+                            Head* h, std::string* early) {
   // A kept-alive connection the server has closed meanwhile fails before any byte of an
   // answer: then once more on a new one, as libcurl's own transfer does.
   for (int attempt = 0;; ++attempt) {
@@ -633,7 +649,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       if (rc != CURLE_OK) {
         transport_failure(a, api, rc, c.error);
         c.drop();
-        return a;
+        return HeadRead::kFailed;
       }
       ++a.new_connections;
     }
@@ -658,7 +674,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
       }
       if (head_end == std::string::npos && head.size() > kHeadMax) {
         c.drop();
-        return std::nullopt;
+        return HeadRead::kLibcurl;
       }
     }
     if (rc != CURLE_OK) {
@@ -671,73 +687,287 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
                         rc == CURLE_OPERATION_TIMEDOUT ? budget.timeout_words()
                         : rc == CURLE_GOT_NOTHING      ? "the server closed the connection"
                                                        : "");
-      return a;
+      return HeadRead::kFailed;
     }
-    Head h;
-    if (!parse_head(std::string_view(head).substr(0, head_end + 2), &h, x, a) ||
-        (h.status >= 300 && h.status <= 399) || h.chunked_or_encoded || !h.content_length) {
+    if (!parse_head(std::string_view(head).substr(0, head_end + 2), h, x, a) ||
+        (h->status >= 300 && h->status <= 399) || h->chunked_or_encoded || !h->content_length) {
       c.drop();
-      return std::nullopt;  // a redirect, or a body libcurl's transfer reads
+      return HeadRead::kLibcurl;  // a redirect, or a body libcurl's transfer reads
     }
-    std::string_view early = std::string_view(head).substr(head_end + 4);
-    check_status(x, h.status);
-    a.transport_ok = true;
-    if (x.error_answer) {
-      // The server's words (S3's Code and Message) from a body small enough to read whole.
-      const std::uint64_t length = *h.content_length;
-      if (length > kHeadMax) {
-        c.drop();
-        return a;
-      }
-      std::string body(early.substr(0, length));
-      while (body.size() < length) {
-        std::size_t n = 0;
-        rc = c.recv_some(chunk, std::min<std::size_t>(sizeof chunk, length - body.size()), &n,
-                         budget);
-        if (rc != CURLE_OK || n == 0) break;
-        body.append(chunk, n);
-      }
-      a.body = body.substr(0, kErrorBodyMax);
-      if (body.size() < length || h.close) c.drop();
-      return a;
-    }
-    if (a.refused.empty() && *h.content_length != size) {
-      a.refused = *h.content_length > size
-                      ? fmt::format("the server sent more than the {} B of bytes {}-{}", size,
-                                    offset, offset + size - 1)
-                      : fmt::format("the answer held {} B of the {} B of bytes {}-{}",
-                                    *h.content_length, size, offset, offset + size - 1);
-    }
-    if (!a.refused.empty() || early.size() > size) {
-      if (a.refused.empty()) {
-        a.refused = fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
-                                offset + size - 1);
-      }
-      c.drop();  // the body is not read: the connection cannot serve another request
-      return a;
-    }
-    std::memcpy(buffer, early.data(), early.size());
-    a.landed = early.size();
-    while (a.landed < size) {
-      std::size_t n = 0;
-      rc = c.recv_some(buffer + a.landed, size - a.landed, &n, budget);
-      if (rc != CURLE_OK || n == 0) {
-        c.drop();
-        transport_failure(
-            a, api, rc == CURLE_OK ? CURLE_PARTIAL_FILE : rc,
-            rc == CURLE_OPERATION_TIMEDOUT
-                ? budget.timeout_words()
-                : fmt::format("the connection ended after {} of {} B", a.landed, size));
-        return a;
-      }
-      a.landed += n;
-    }
-    if (h.close) c.drop();
-    return a;
+    *early = head.substr(head_end + 4);
+    return HeadRead::kOk;
   }
 }
 
+// An answer's body on a direct connection: the bytes that came with the head first, then the
+// socket's. Takes it in order, into buffers or discarded.
+struct BodyReader {
+  DirectConnection* c = nullptr;
+  std::string carry;  // received, not yet taken
+  std::size_t carry_at = 0;
+  std::uint64_t left = 0;  // the body's bytes not yet taken (the carry's among them)
+
+  // Takes `n` bytes (n <= left) into `into`, or discards them where `into` is null; *got says
+  // how many were taken. CURLE_PARTIAL_FILE where the connection ends first.
+  CURLcode take(char* into, std::uint64_t n, Budget& budget, std::uint64_t* got) {
+    *got = 0;
+    const std::size_t from_carry =
+        static_cast<std::size_t>(std::min<std::uint64_t>(n, carry.size() - carry_at));
+    if (into != nullptr) std::memcpy(into, carry.data() + carry_at, from_carry);
+    carry_at += from_carry;
+    *got = from_carry;
+    left -= from_carry;
+    thread_local std::vector<char> scratch;
+    while (*got < n) {
+      std::size_t received = 0;
+      std::size_t room = static_cast<std::size_t>(n - *got);
+      char* at = nullptr;
+      if (into != nullptr) {
+        at = into + *got;
+      } else {
+        scratch.resize(1 << 20);
+        at = scratch.data();
+        room = std::min(room, scratch.size());
+      }
+      const CURLcode rc = c->recv_some(at, room, &received, budget);
+      if (rc != CURLE_OK) return rc;
+      if (received == 0) return CURLE_PARTIAL_FILE;
+      *got += received;
+      left -= received;
+    }
+    return CURLE_OK;
+  }
+};
+
+// The words of a body that stopped short.
+std::string ended_words(const Budget& budget, CURLcode rc, std::uint64_t landed, std::size_t size) {
+  return rc == CURLE_OPERATION_TIMEDOUT
+             ? budget.timeout_words()
+             : fmt::format("the connection ended after {} of {} B", landed, size);
+}
+
+std::string request_text(const std::string& path, const std::string& authority,
+                         const std::string& range, const std::string& etag) {
+  const std::string precondition = if_match(etag);
+  return fmt::format(
+      "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}"
+      "\r\n{}\r\n",
+      path, authority, range, precondition.empty() ? std::string() : precondition + "\r\n");
+}
+
+// Reads an error answer's body (small enough to read whole) into a.body for the server's words
+// (S3's Code and Message).
+void read_error_body(BodyReader& body, const Head& h, Budget& budget, HttpAnswer& a) {
+  const std::uint64_t length = *h.content_length;
+  if (length > kHeadMax) {
+    body.c->drop();
+    return;
+  }
+  std::string text(static_cast<std::size_t>(length), '\0');
+  std::uint64_t got = 0;
+  const CURLcode rc = body.take(text.data(), length, budget, &got);
+  text.resize(static_cast<std::size_t>(got));
+  a.body = text.substr(0, kErrorBodyMax);
+  if (rc != CURLE_OK || h.close) body.c->drop();
+}
+
+// The GET through this path, or nothing where libcurl's own transfer must take it.
+std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarget& target,
+                                           const Timeouts& timeouts, std::uint64_t object_size,
+                                           const std::string& etag, char* buffer,
+                                           std::uint64_t offset, std::size_t size) {
+  std::string origin, authority, path;
+  if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
+  thread_local DirectConnection c;
+  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
+    c.handle = nullptr;
+    c.sockets = SocketSet::after_fork(std::move(c.sockets));
+  }
+  const std::string request =
+      request_text(path, authority, fmt::format("{}-{}", offset, offset + size - 1), etag);
+  Budget budget(timeouts);
+  HttpAnswer a;
+  Exchange x;
+  x.api = &api;
+  x.answer = &a;
+  x.buffer = buffer;
+  x.offset = offset;
+  x.size = size;
+  x.object_size = object_size;
+  x.etag = &etag;
+  Head h;
+  BodyReader body;
+  body.c = &c;
+  switch (send_and_read_head(c, api, target, timeouts, origin, request, budget, x, a, &h,
+                             &body.carry)) {
+    case HeadRead::kFailed:
+      return a;
+    case HeadRead::kLibcurl:
+      return std::nullopt;
+    case HeadRead::kOk:
+      break;
+  }
+  body.left = *h.content_length;
+  x.length = h.content_length;
+  check_status(x, h.status);
+  a.transport_ok = true;
+  if (x.error_answer) {
+    read_error_body(body, h, budget, a);
+    return a;
+  }
+  // A 206's body is the range; a 200's (checked to be the object's length) holds it after x.skip.
+  if (a.refused.empty() && !a.whole_object && *h.content_length != size) {
+    a.refused = *h.content_length > size
+                    ? fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
+                                  offset + size - 1)
+                    : fmt::format("the answer held {} B of the {} B of bytes {}-{}",
+                                  *h.content_length, size, offset, offset + size - 1);
+  }
+  if (a.refused.empty() && !a.whole_object && body.carry.size() > size) {
+    a.refused = fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
+                            offset + size - 1);
+  }
+  if (!a.refused.empty()) {
+    c.drop();  // the body is not read: the connection cannot serve another request
+    return a;
+  }
+  std::uint64_t got = 0;
+  CURLcode rc = CURLE_OK;
+  if (x.skip > 0) {
+    rc = body.take(nullptr, x.skip, budget, &got);
+    a.discarded = got;
+  }
+  if (rc == CURLE_OK) {
+    rc = body.take(buffer, size, budget, &got);
+    a.landed = static_cast<std::size_t>(got);
+  }
+  if (rc != CURLE_OK) {
+    c.drop();
+    transport_failure(a, api, rc == CURLE_PARTIAL_FILE ? CURLE_PARTIAL_FILE : rc,
+                      ended_words(budget, rc, a.landed, size));
+    return a;
+  }
+  // The rest of a whole object is not wanted: the connection is closed rather than drained.
+  if (h.close || body.left > 0) c.drop();
+  return a;
+}
+
 }  // namespace
+
+// ---- ObjectStream ----
+
+struct ObjectStream::State {
+  DirectConnection c;
+  BodyReader body;
+  std::uint64_t position = 0;  // the object's byte that body.take gives next
+  long status = 0;             // the open GET's (200 or 206)
+  bool open = false;
+};
+
+ObjectStream::ObjectStream() : state_(std::make_unique<State>()) {}
+ObjectStream::~ObjectStream() = default;
+
+bool ObjectStream::is_open() const { return state_->open; }
+std::uint64_t ObjectStream::position() const { return state_->position; }
+
+void ObjectStream::close() {
+  state_->c.drop();
+  state_->open = false;
+}
+
+HttpAnswer ObjectStream::read(const CurlApi& api, const RemoteTarget& target,
+                              const Timeouts& timeouts, std::uint64_t object_size,
+                              const std::string& etag, char* buffer, std::uint64_t offset,
+                              std::size_t size) {
+  State& s = *state_;
+  if (s.c.handle != nullptr && s.c.pid != ::getpid()) {  // made before a fork: the parent's
+    s.c.handle = nullptr;
+    s.c.sockets = SocketSet::after_fork(std::move(s.c.sockets));
+    s.open = false;
+  }
+  std::string origin, authority, path;
+  if (target.credentials || proxy_in_environment() ||
+      !split_url(target.url, &origin, &authority, &path)) {
+    close();
+    HttpAnswer a = http_get_range(api, target, timeouts, object_size, etag, buffer, offset, size);
+    a.new_get = true;
+    return a;
+  }
+  Budget budget(timeouts);
+  HttpAnswer a;
+  if (!s.open || s.position > offset) {
+    // A new GET from `offset`: a server that ignores Range answers 200 from byte 0.
+    s.open = false;
+    a.new_get = true;
+    Exchange x;
+    x.api = &api;
+    x.answer = &a;
+    x.offset = offset;
+    x.size = static_cast<std::size_t>(object_size - offset);
+    x.object_size = object_size;
+    x.etag = &etag;
+    const std::string request =
+        request_text(path, authority, fmt::format("{}-{}", offset, object_size - 1), etag);
+    Head h;
+    s.body = BodyReader();
+    s.body.c = &s.c;
+    switch (send_and_read_head(s.c, api, target, timeouts, origin, request, budget, x, a, &h,
+                               &s.body.carry)) {
+      case HeadRead::kFailed:
+        return a;
+      case HeadRead::kLibcurl: {
+        HttpAnswer one =
+            http_get_range(api, target, timeouts, object_size, etag, buffer, offset, size);
+        one.new_get = true;
+        one.new_connections += a.new_connections;
+        return one;
+      }
+      case HeadRead::kOk:
+        break;
+    }
+    s.body.left = *h.content_length;
+    x.length = h.content_length;
+    check_status(x, h.status);
+    a.transport_ok = true;
+    if (x.error_answer) {
+      read_error_body(s.body, h, budget, a);
+      return a;
+    }
+    if (a.refused.empty() && h.status == 206 && *h.content_length != x.size) {
+      a.refused = fmt::format("the answer held {} B of the {} B of bytes {}-{}", *h.content_length,
+                              x.size, offset, object_size - 1);
+    }
+    if (!a.refused.empty()) {
+      close();
+      return a;
+    }
+    a.whole_object = h.status == 200 && offset > 0;
+    s.position = h.status == 200 ? 0 : offset;
+    s.status = h.status;
+    s.open = true;
+  }
+  std::uint64_t got = 0;
+  CURLcode rc = CURLE_OK;
+  if (s.position < offset) {
+    rc = s.body.take(nullptr, offset - s.position, budget, &got);
+    a.discarded = got;
+    s.position += got;
+  }
+  if (rc == CURLE_OK) {
+    rc = s.body.take(buffer, size, budget, &got);
+    a.landed = static_cast<std::size_t>(got);
+    s.position += got;
+  }
+  a.transport_ok = rc == CURLE_OK;
+  a.status = s.status;
+  if (rc != CURLE_OK) {
+    close();
+    transport_failure(a, api, rc, ended_words(budget, rc, a.landed, size));
+    return a;
+  }
+  if (s.body.left == 0) close();  // the object's last byte: nothing more to come
+  return a;
+}
 
 namespace {
 
@@ -877,6 +1107,17 @@ HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const 
 HttpAnswer http_head(const CurlApi&, const RemoteTarget&, const Timeouts&, bool) { return {}; }
 HttpAnswer http_get_range(const CurlApi&, const RemoteTarget&, const Timeouts&, std::uint64_t,
                           const std::string&, char*, std::uint64_t, std::size_t) {
+  return {};
+}
+
+struct ObjectStream::State {};
+ObjectStream::ObjectStream() : state_(std::make_unique<State>()) {}
+ObjectStream::~ObjectStream() = default;
+bool ObjectStream::is_open() const { return false; }
+std::uint64_t ObjectStream::position() const { return 0; }
+void ObjectStream::close() {}
+HttpAnswer ObjectStream::read(const CurlApi&, const RemoteTarget&, const Timeouts&, std::uint64_t,
+                              const std::string&, char*, std::uint64_t, std::size_t) {
   return {};
 }
 

@@ -1,6 +1,8 @@
-"""Real servers on 127.0.0.1 for the remote-source tests: nginx for http:// and s3rver for s3://.
+"""Real servers on 127.0.0.1 for the remote-source tests: nginx for http:// and s3rver for s3://,
+and Python's own http.server, which ignores Range.
 
     with nginx_server(root) as base_url: ...             # serves the files under root
+    with python_http_server(root) as base_url: ...       # python3 -m http.server: no Range
     with s3rver_server(directory) as (endpoint, access_key, secret_key): ...
     with s3rver_server(directory, verify_signatures=True) as (endpoint, ...): ...
 
@@ -321,6 +323,24 @@ def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
             _stop(proc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- python3 -m http.server ----------------------------------------------------------------
+
+@contextlib.contextmanager
+def python_http_server(root: str | os.PathLike) -> Iterator[str]:
+    """`python3 -m http.server` serving the files under root at the yielded base URL
+    'http://127.0.0.1:PORT' (a port the kernel picks; the server prints it). The first server a
+    new user tries: it answers every GET 200 with the whole file, whatever its Range, says no
+    Accept-Ranges and sends no ETag (Content-Length and Last-Modified only), HTTP/1.0."""
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"python_http_server: {root} is not a directory")
+    # -u: its "Serving HTTP on 127.0.0.1 port N" reaches the log at once, not at exit.
+    with _listening([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+                     "--directory", str(root), "0"], r"Serving HTTP on \S+ port (\d+)",
+                    "http.server") as endpoint:
+        yield endpoint
 
 
 # --- s3rver ---------------------------------------------------------------------------------
@@ -985,6 +1005,18 @@ if pytest is not None:
             return cm.__enter__()
         except ServerUnavailable as e:
             pytest.skip(str(e))
+
+    @pytest.fixture(scope="session")
+    def python_http(tmp_path_factory):
+        """NginxServer's shape (.url, .root, .put) for `python3 -m http.server` serving a fresh
+        directory: a server that ignores Range."""
+        root = tmp_path_factory.mktemp("http-server-root")
+        cm = python_http_server(root)
+        url = cm.__enter__()
+        try:
+            yield NginxServer(url, root)
+        finally:
+            cm.__exit__(None, None, None)
 
     @pytest.fixture(scope="session")
     def nginx(tmp_path_factory):

@@ -104,6 +104,34 @@ TEST_F(GpuRemote, AnObjectLandsInDeviceMemoryExactly) {
   EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin() + 777));
 }
 
+TEST_F(GpuRemote, AServerThatIgnoresRangeStreamsIntoDeviceMemoryFromOneGet) {
+  // Issue 47: python3 -m http.server answers every GET with the whole object. Into GPU memory
+  // each task lands through staging buffers smaller than it, one piece after another: all of
+  // them are taken in order from one GET.
+  server_->set_ignore_ranges(true);
+  server_->set_without_etags(true);
+  const std::size_t size = (std::size_t{13} << 20) + 4093;
+  const std::vector<char> data = put("plain.bin", size, 5);
+  FileOptions small_staging;
+  small_staging.settings.bounce_buffer_size = std::size_t{1} << 20;
+  File f(server_->url("plain.bin"), "r", small_staging);
+  Buffer gpu(MemoryKind::kDevice, size, 0);
+  IoFuture fut = f.pread(gpu.data(), size, 0);
+  ASSERT_EQ(fut.get(), size);
+  EXPECT_EQ(device_bytes(gpu.data(), size), data);
+  EXPECT_TRUE(fut.route().source.range_ignored);
+  EXPECT_EQ(fut.route().source.gets, 1u);
+  EXPECT_EQ(fut.route().workers, 1u);
+
+  const std::size_t offset = (std::size_t{5} << 20) + 3, n = (std::size_t{6} << 20) + 1;
+  IoFuture part = f.pread(gpu.data(), n, offset);
+  ASSERT_EQ(part.get(), n);
+  const std::vector<char> got = device_bytes(gpu.data(), n);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin() + static_cast<long>(offset)));
+  EXPECT_EQ(part.route().source.gets, 1u);
+  EXPECT_EQ(part.route().source.discarded, offset);
+}
+
 TEST_F(GpuRemote, RetriedGetsStillLandExactly) {
   setenv("FERRY_REMOTE_RETRIES", "4", 1);
   const std::size_t size = std::size_t{12} << 20;

@@ -462,6 +462,16 @@ void HttpServer::set_head_without_length(bool on) {
   head_without_length_ = on;
 }
 
+void HttpServer::set_ignore_ranges(bool on) {
+  std::lock_guard lock(mutex_);
+  ignore_ranges_ = on;
+}
+
+void HttpServer::set_without_etags(bool on) {
+  std::lock_guard lock(mutex_);
+  without_etags_ = on;
+}
+
 void HttpServer::fault_head_requests(bool on) {
   std::lock_guard lock(mutex_);
   pending_.head = on;
@@ -653,25 +663,29 @@ bool HttpServer::serve_file(int fd, const Request& request, const Faults& faults
   auto size = static_cast<std::uint64_t>(st.st_size);
   auto mtime_ns = static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u +
                   static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
-  bool weak = false, head_without_length = false;
+  bool weak = false, head_without_length = false, ignore_ranges = false, without_etags = false;
   {
     std::lock_guard lock(mutex_);
     weak = weak_etags_;
     head_without_length = head_without_length_;
+    ignore_ranges = ignore_ranges_;
+    without_etags = without_etags_;
   }
   std::string etag = "\"" + hex(size) + "-" + hex(mtime_ns) + etag_suffix() + "\"";
   if (weak) etag = "W/" + etag;
-  std::vector<std::string> fields = {"ETag: " + etag, "Accept-Ranges: bytes",
-                                     "Last-Modified: " + http_date(st.st_mtim.tv_sec)};
+  std::vector<std::string> fields = {"Last-Modified: " + http_date(st.st_mtim.tv_sec)};
+  if (!without_etags) fields.push_back("ETag: " + etag);
+  if (!ignore_ranges) fields.push_back("Accept-Ranges: bytes");
 
   bool sent = false;
   std::string if_match = request.header("if-match");
-  std::string range_value = faults.ignore_range ? std::string() : request.header("range");
+  std::string range_value =
+      faults.ignore_range || ignore_ranges ? std::string() : request.header("range");
   ByteRange range{ByteRange::Kind::kRange, 0, size == 0 ? 0 : size - 1};
   bool partial = !range_value.empty();
   if (partial) range = parse_range(range_value, size);
   // If-Match compares strongly (RFC 9110 13.1.1): a weak ETag matches nothing.
-  const bool if_match_holds = weak ? false : has_token(if_match, etag);
+  const bool if_match_holds = weak ? false : has_token(if_match, etag) || without_etags;
   if (!faults.ignore_if_match && !if_match.empty() && if_match != "*" && !if_match_holds) {
     std::string body = s3_error("PreconditionFailed",
                                 "At least one of the pre-conditions you specified did not hold");

@@ -67,6 +67,12 @@ class HttpServer {
   void set_weak_etags(bool on);
   // From now on a HEAD answer has no Content-Length (a GET's keeps it).
   void set_head_without_length(bool on);
+  // From now on every GET is answered 200 with the whole object, whatever its Range, and no
+  // answer says Accept-Ranges: as python3 -m http.server serves files.
+  void set_ignore_ranges(bool on);
+  // From now on answers carry no ETag (and If-Match holds whatever it says), as python3 -m
+  // http.server's.
+  void set_without_etags(bool on);
 
   // What it saw. A request is recorded once its header is read, before it is answered.
   std::size_t requests() const;     // requests read, of any method, faulted or not
@@ -117,6 +123,8 @@ class HttpServer {
   std::string etag_suffix_;
   bool weak_etags_ = false;
   bool head_without_length_ = false;
+  bool ignore_ranges_ = false;
+  bool without_etags_ = false;
 
   std::thread accept_thread_;  // started at the end of the constructor, once all above is set
 };

@@ -56,7 +56,7 @@ def _known_size(file: File, nbytes: Optional[int], url: str) -> int:
     return n
 
 
-_NO_RANGES = "it ignored the Range header"  # ferry's words (src/remote/http_get.cc)
+_NO_RANGES = "it ignored the Range header"  # the words of _no_ranges below
 # ferry's errors name an HTTP answer "HTTP 503" (src/remote/remote_seam.cc, status_words).
 _HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
 # curl's words for CURLE_OPERATION_TIMEDOUT (a stall or a connect timeout).
@@ -149,13 +149,15 @@ def _open_without_retries(url: str) -> File:
 
 class _RemoteIOFuture(IOFuture):
     """``IOFuture`` of a remote read, retried as KvikIO retries (``_Attempts``: the whole read
-    is submitted again after KvikIO's wait, on a timer thread). A server that answered a ranged
-    GET with the whole object is ``OverflowError`` ("maybe the server doesn't support file
-    ranges?"), as KvikIO's; also the ferry class and ``RuntimeError``, as every ferry.kvikio
-    error."""
+    is submitted again after KvikIO's wait, on a timer thread). A read of less than the whole
+    object from a server that ignores Range is ``OverflowError`` ("maybe the server doesn't
+    support file ranges?"), as KvikIO's, though ferry's own API streams it (docs/remote.md):
+    KvikIO's tests ask for the error; also the ferry class and ``RuntimeError``, as every
+    ferry.kvikio error."""
 
-    def __init__(self, submit: Callable[[], Any], attempts: _Attempts) -> None:
+    def __init__(self, submit: Callable[[], Any], attempts: _Attempts, size: int) -> None:
         self._submit = submit
+        self._size = size  # the object's
         self._attempts = attempts
         self._attempt = 1
         self._retry_pending = False
@@ -183,9 +185,27 @@ class _RemoteIOFuture(IOFuture):
                 return
             self.set_exception(self._error(e, retried=reason is not None))
         else:
-            self.set_result(n)
+            refused = self._no_ranges(request)
+            if refused is None:
+                self.set_result(n)
+            else:
+                self.set_exception(refused)
         finally:
             request.release()
+
+    def _no_ranges(self, request: Any) -> Optional[BaseException]:
+        """KvikIO's OverflowError where the read was less than the whole object and the server
+        ignores Range (ferry's route report says so)."""
+        route = request.last_route
+        if not route.source.range_ignored or (route.offset == 0 and route.requested >= self._size):
+            return None
+        e = ferry_errors.IoError(
+            errno.EIO, f"GET {route.file} offset={route.offset} len={route.requested}: the server "
+                       f"answered 200 (the whole object): {_NO_RANGES} (ferry.open reads such "
+                       f"objects, streaming them; KvikIO's RemoteFile refuses them)")
+        e.filename, e.op, e.offset, e.length = route.file, "GET", route.offset, route.requested
+        return kvikio_error(e, f"maybe the server doesn't support file ranges? [{_words(e)}]",
+                            also=(OverflowError,))
 
     def _resubmit(self) -> None:
         try:
@@ -429,7 +449,8 @@ class RemoteFile:
                 raise ValueError(f"ferry.kvikio.RemoteFile: cannot read {offset}+{n} bytes into "
                                  f"a {self._nbytes} bytes file ({_shown(self._file.path)})")
             return _RemoteIOFuture(
-                lambda: _ferry.File.pread(self._file, buf, size, file_offset), _Attempts())
+                lambda: _ferry.File.pread(self._file, buf, size, file_offset), _Attempts(),
+                self._file.size)
         except ferry_errors.Error as e:
             raise kvikio_error(e) from None
 
