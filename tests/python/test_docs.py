@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.source_tree
-
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.source_tree,
+              pytest.mark.skipif(not (ROOT / "docs").is_dir(),
+                                 reason="no source tree here (the installed package's run)")]
 TOP = ("src", "include", "tests", "tools", "python", "bench", "scripts", "docs", "cmake", ".ci",
        "shared")
 # A path not preceded by a word, a slash, a dot or `$` (`$PWD/python` is no path of the
