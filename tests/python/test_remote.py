@@ -2,7 +2,7 @@
 127.0.0.1: nginx for http://, s3rver for s3:// (and behind the SigV4-verifying front for signed,
 anonymous and presigned requests). Each read is checked byte for byte against the bytes served;
 each checkpoint load tensor by tensor against the local load of the same files. The servers
-skip, with the reason, where nginx or s3rver is missing (scripts/setup installs both)."""
+skip, with the reason, where nginx or s3rver is missing (scripts/test installs both)."""
 
 from __future__ import annotations
 
