@@ -58,6 +58,11 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Throws IoError (EROFS) when `dest` is a URL (http://, https://, s3://): remote objects are
+// read-only in ferry, and such a name would otherwise become local folders ("s3:/b/x"). Every
+// save (AtomicFile, save_file, save_checkpoint) calls it before touching anything.
+void refuse_remote_destination(const std::filesystem::path& dest);
+
 // fsync of a folder, so that the renames and unlinks inside it survive a crash. Throws IoError.
 void sync_folder(const std::filesystem::path& folder);
 

@@ -11,6 +11,7 @@
 
 #include "checkpoint/temp_file.h"
 #include "ferry/error.h"
+#include "ferry/remote.h"
 
 namespace ferry {
 
@@ -66,7 +67,18 @@ void copy_access_acl(const fs::path& from, int to_fd, const fs::path& temp) {
 
 }  // namespace
 
+void refuse_remote_destination(const fs::path& dest) {
+  // Before this check "s3://b/x" was a local path: a save made the folders s3:/b/x and reported
+  // success.
+  if (is_remote_url(dest.native())) {
+    throw IoError(EROFS, "save", shown_path(dest.native()), 0, 0, 0,
+                  "remote objects are read-only in ferry: save to a local path (and upload it "
+                  "with your object store's tools); nothing was written");
+  }
+}
+
 AtomicFile::AtomicFile(fs::path dest, const FileOptions& options) : dest_(std::move(dest)) {
+  refuse_remote_destination(dest_);
   if (dest_.filename().empty()) {
     throw IoError(EINVAL, "save", dest_.empty() ? "\"\"" : dest_.string(), 0, 0, 0,
                   dest_.empty() ? "empty path: name the file to write"

@@ -281,6 +281,7 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
                      const SaveOptions& options) {
   const auto t0 = Clock::now();
   SaveReport report;
+  refuse_remote_destination(file);
   ShardWrite s;
   s.tensors.assign(tensors.begin(), tensors.end());
   s.layout = safetensors_layout(s.tensors, options.metadata, file.string());
@@ -307,6 +308,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
   if (directory.empty()) {
     throw IoError(EINVAL, "save", "\"\"", 0, 0, 0, "empty path: name the checkpoint's folder");
   }
+  refuse_remote_destination(directory);
   if (tensors.empty()) {
     throw IoError(EINVAL, "save", directory.string(), 0, 0, 0,
                   "no tensors to save: a checkpoint of no tensors would not load (an index names "

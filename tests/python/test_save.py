@@ -386,3 +386,19 @@ def test_save_model_drops_tied_names_and_load_model_restores_them(tmp_path):
     missing, _ = ftorch.load_model(_tied_model(), str(tmp_path / "partial.safetensors"),
                                    strict=False)
     assert missing == ["head.bias"]
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/ckpt/", "http://127.0.0.1:1/ckpt",
+                                 "https://user:secret@example.com/ckpt?X-Amz-Signature=abc"])
+def test_a_save_to_a_url_is_refused_and_writes_nothing(tmp_path, monkeypatch, url):
+    # Before: "s3://bucket/ckpt/" was a local path, the save made the folders s3:/bucket/ckpt
+    # here and reported success.
+    monkeypatch.chdir(tmp_path)
+    tensors = {"w": torch.arange(4, dtype=torch.float32)}
+    for save in (lambda: ferry.save_checkpoint(tensors, url),
+                 lambda: ftorch.save_file(tensors, url + "/model.safetensors"),
+                 lambda: fnp.save_file({"w": np.arange(4.0)}, url + "/model.safetensors")):
+        with pytest.raises(OSError, match="remote objects are read-only in ferry") as e:
+            save()
+        assert "secret" not in str(e.value) and "Signature" not in str(e.value)
+    assert not list(tmp_path.iterdir()), "nothing was created locally"
