@@ -31,6 +31,9 @@ struct TensorSource {
   // device, address and size). save_checkpoint puts them all in the shard of the first of them,
   // as huggingface_hub's splitter does (assign_shards). 0: a block of its own.
   std::uint64_t storage = 0;
+  // The bytes of that whole block, which huggingface_hub sizes a tensor by (the first of its
+  // storage): a view of a larger storage counts as the storage. 0: `nbytes`, the tensor's own.
+  std::uint64_t storage_bytes = 0;
 };
 
 // The safetensors header of a set of tensors: the 8-byte length, the JSON padded with spaces to a

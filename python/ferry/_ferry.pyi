@@ -349,10 +349,11 @@ class SaveReport:
     def routes(self) -> list[RouteReport]: ...
     def summary(self) -> str: ...
 
-# A tensor to save: (name, dtype, shape, data pointer, nbytes, storage); rows with the same
-# nonzero storage are views of one torch storage, which save_checkpoint keeps in one shard. The
-# binding also takes a row without its storage (0: a storage of its own).
-_SaveRow = tuple[str, str, tuple[int, ...], int, int, int]
+# A tensor to save: (name, dtype, shape, data pointer, nbytes, storage, storage bytes); rows with
+# the same nonzero storage are views of one torch storage, which save_checkpoint keeps in one
+# shard, sized by the storage's bytes. The binding also takes a row without the last two (0: a
+# storage of its own, of the tensor's bytes).
+_SaveRow = tuple[str, str, tuple[int, ...], int, int, int, int]
 
 def safetensors_layout(tensors: list[_SaveRow],
                        metadata: Optional[dict[str, str]]) -> tuple[bytes, list[int]]: ...

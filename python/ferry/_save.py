@@ -26,9 +26,10 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from . import _ferry, _progress
 
 PathLike = Union[str, "os.PathLike[str]"]
-# (name, dtype, shape, data pointer, nbytes, storage): rows with the same nonzero storage are
-# tensors of one torch storage, which save_checkpoint keeps in one shard (TensorSource::storage).
-Row = Tuple[str, str, Tuple[int, ...], int, int, int]
+# (name, dtype, shape, data pointer, nbytes, storage, storage bytes): rows with the same nonzero
+# storage are tensors of one torch storage, which save_checkpoint keeps in one shard and sizes by
+# the storage's bytes, as huggingface_hub does (TensorSource::storage, storage_bytes).
+Row = Tuple[str, str, Tuple[int, ...], int, int, int, int]
 
 _TORCH_FORMAT = {
     "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
@@ -179,10 +180,11 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
             raise ValueError(f"ferry: tensor '{k}' is on {v.device}; ferry saves from CPU and "
                              f"CUDA memory")
         ptr, size = _storage(v)
-        storage = storages.setdefault((str(v.device), ptr, size if ptr else nbytes),
-                                      len(storages) + 1)
+        storage_bytes = size if ptr else nbytes
+        storage = storages.setdefault((str(v.device), ptr, storage_bytes), len(storages) + 1)
         keep.append(v)
-        rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes, storage))
+        rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes, storage,
+                     storage_bytes))
     # ferry's copies run on its own streams: let the work queued for the tensors finish first.
     for device in devices:
         torch.cuda.current_stream(device).synchronize()
@@ -206,7 +208,7 @@ def _numpy_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
         keep.append(v)
         # No storage (0), as huggingface_hub's numpy splitter gives none.
         rows.append((k, fmt, tuple(int(d) for d in v.shape), v.ctypes.data if v.nbytes else 0,
-                     int(v.nbytes), 0))
+                     int(v.nbytes), 0, 0))
     return rows
 
 

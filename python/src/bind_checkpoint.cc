@@ -87,8 +87,9 @@ ProgressOptions save_progress(const py::object& callback) {
   return progress;
 }
 
-// (name, dtype, shape, data pointer, nbytes[, storage]) rows from Python, as TensorSources;
-// `storage` (0 when absent) tells views of one torch storage apart (TensorSource::storage).
+// (name, dtype, shape, data pointer, nbytes[, storage[, storage bytes]]) rows from Python, as
+// TensorSources; `storage` (0 when absent) tells views of one torch storage apart, `storage
+// bytes` is that storage's size (TensorSource::storage, storage_bytes).
 std::vector<TensorSource> sources(const py::list& rows) {
   std::vector<TensorSource> out;
   out.reserve(rows.size());
@@ -104,6 +105,7 @@ std::vector<TensorSource> sources(const py::list& rows) {
     t.data = reinterpret_cast<const void*>(row[3].cast<std::uintptr_t>());
     t.nbytes = row[4].cast<std::uint64_t>();
     if (row.size() > 5) t.storage = row[5].cast<std::uint64_t>();
+    if (row.size() > 6) t.storage_bytes = row[6].cast<std::uint64_t>();
     out.push_back(std::move(t));
   }
   return out;

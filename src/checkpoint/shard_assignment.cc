@@ -9,7 +9,10 @@
 // the state dict first (remove_tied_weights_from_state_dict), then asks huggingface_hub's
 // split_torch_state_dict_into_shards (src/huggingface_hub/serialization/_torch.py at 04d18e63,
 // over split_state_dict_into_shards_factory in _base.py at 122aa5cc) for the split:
-//  - The tensors are taken in the dict's order. A tensor's size is numel * element_size.
+//  - The tensors are taken in the dict's order. A tensor's size is its storage's
+//    (get_torch_storage_size: untyped_storage().nbytes()), which is numel * element_size for a
+//    tensor that owns its storage and more for a view of a larger one. (Found on the GPU
+//    machine's huggingface_hub: sizing views by their own bytes split differently.)
 //  - A tensor strictly larger than max_shard_size becomes a shard of its own, appended to the
 //    list of finished shards at once; the shard being filled stays open, so the small tensors
 //    around the big one end up together in a later shard. A tensor of exactly max_shard_size
@@ -65,18 +68,19 @@ ShardAssignment assign_shards(std::span<const TensorSource> tensors, std::uint64
       followers.push_back(i);
       continue;
     }
-    a.total_size += t.nbytes;
-    if (t.nbytes > limit) {
+    const std::uint64_t size = t.storage_bytes != 0 ? t.storage_bytes : t.nbytes;
+    a.total_size += size;
+    if (size > limit) {
       finished.push_back({i});
       continue;
     }
-    if (t.nbytes > limit - filled) {
+    if (size > limit - filled) {
       finished.push_back(std::move(open));
       open.clear();
       filled = 0;
     }
     open.push_back(i);
-    filled += t.nbytes;
+    filled += size;
   }
   if (!open.empty()) finished.push_back(std::move(open));
   for (std::size_t s = 0; s < finished.size(); ++s) {

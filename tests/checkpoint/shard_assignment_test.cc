@@ -14,6 +14,7 @@ namespace {
 struct Entry {
   std::uint64_t nbytes;
   std::uint64_t storage = 0;
+  std::uint64_t storage_bytes = 0;  // 0: nbytes
 };
 
 struct Case {
@@ -33,6 +34,7 @@ std::vector<TensorSource> sources(const std::vector<Entry>& entries) {
     t.shape = {e.nbytes};
     t.nbytes = e.nbytes;
     t.storage = e.storage;
+    t.storage_bytes = e.storage_bytes;
     out.push_back(t);
   }
   return out;
@@ -66,6 +68,10 @@ TEST(AssignShards, MatchesHuggingfaceHubsSplitCaseByCase) {
       {"an empty tensor before an oversized one", 8, {{0}, {9}}, {1, 0}, 9},
       // Later tensors of a storage join the first one's shard and add nothing to total_size.
       {"views of one storage stay together", 8, {{4, 1}, {4}, {4, 1}, {4}}, {0, 0, 0, 1}, 12},
+      // A view is sized by its whole storage, as huggingface_hub sizes it: here 12 bytes, over
+      // the limit, so the first view is a shard of its own (found against huggingface_hub on the
+      // GPU machine: sized by its own 4 bytes it shared the first shard).
+      {"a view is sized by its storage", 8, {{4, 1, 12}, {4}, {4, 1, 12}, {4}}, {0, 1, 0, 1}, 20},
       {"a view follows an oversized first", 8, {{10, 7}, {4}, {2, 7}}, {0, 1, 0}, 14},
       {"views are not sized", 8, {{4, 3}, {4, 3}, {4, 3}, {4}}, {0, 0, 0, 0}, 8},
   };

@@ -79,7 +79,9 @@ def test_progress_true_draws_on_a_terminal_only(monkeypatch, tmp_path):
 
     term = Terminal()
     monkeypatch.setattr("sys.stderr", term)
-    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # ferry's own line
+    # ferry's own line: tqdm hidden, and its submodule too where another test imported it.
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)
+    monkeypatch.setitem(__import__("sys").modules, "tqdm.auto", None)
     bar = _progress.reporter(True, "loading")
     assert isinstance(bar, _progress.TextBar)
     bar(0, 100)
