@@ -1,0 +1,298 @@
+"""``ferry.iter_weights``: a checkpoint's tensors one at a time, in file order, for the loaders of
+inference engines, which consume ``(name, tensor)`` pairs and copy each into their own model.
+
+Every tensor yielded has an allocation of its own: nothing is read into it after it is yielded,
+and dropping it frees it. Reads run ahead of the consumer within ``memory_budget``: the tensors
+allocated but not yet yielded, plus ferry's pinned staging where the destination is a GPU, never
+exceed it (one tensor larger than the budget is read alone). The tensors are read in batches, one
+gathered request (``Checkpoint.read_into``) per batch, two batches at a time.
+
+``shard=`` gives each tensor a rule (``Shard``: dimension, rank, world size, fused sub-blocks)
+and the rank reads only its slice's bytes: one range per contiguous run of the slice in the file.
+docs/engines.md has the guarantees and a loader sketch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
+
+from . import _ferry
+from ._errors import IoError
+from .checkpoint import Checkpoint, CheckpointError, _convert, _Entry, _framework, _target_dtype
+from .distributed._plan import PACKED, split_points
+
+DEFAULT_BUDGET = 256 << 20
+# A batch (one read_into call) holds at most half the budget, so that the next one reads while
+# the consumer takes the tensors of this one, and at most this much.
+_BATCH_CAP = 1 << 30
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A rank's slice of a tensor along `dim`: part `rank` of `world`, cut as
+    ``torch.tensor_split(t, world, dim)[rank]`` cuts it (the first ``size % world`` ranks get one
+    more). `blocks`: the sizes along `dim` of a fused tensor's sub-blocks (QKV: ``(q, k, v)``;
+    gate-up: ``(i, i)``), each cut so and the rank's parts joined in block order."""
+
+    dim: int
+    rank: int
+    world: int
+    blocks: Optional[Tuple[int, ...]] = None
+
+
+ShardRule = Union[Shard, Mapping[str, Optional[Shard]],
+                  Callable[[str, Tuple[int, ...]], Optional[Shard]]]
+Names = Union[Iterable[str], Callable[[str], bool], None]
+
+
+@dataclass
+class WeightsReport:
+    """How an ``iter_weights`` pass went, so far (it fills in as the tensors are yielded)."""
+
+    tensors: int = 0
+    bytes_read: int = 0  # bytes asked of storage: the tensors' or their slices'
+    budget: int = 0
+    staging_bytes: int = 0  # ferry's pinned staging counted against the budget (GPU only)
+    peak_ahead_bytes: int = 0  # the most bytes allocated and not yet yielded at once
+    seconds: float = 0.0
+    loads: List[Any] = field(default_factory=list, repr=False)  # each batch's LoadReport
+
+
+@dataclass
+class _Item:
+    """One tensor to read: where its bytes go and which of them."""
+
+    entry: _Entry  # the result's name, dtype and shape; nbytes is the result's
+    runs: List[Tuple[int, int]]  # (begin, length) in the tensor's bytes, laid out back to back
+
+
+@dataclass
+class _Batch:
+    """Tensors read by one read_into call: their memory, and the read until it is waited for."""
+
+    items: Deque[_Item]
+    raws: Deque[Any]
+    future: Optional["Future[Any]"]
+
+
+def _where(ckpt: Checkpoint, entry: _Entry) -> str:
+    return f"ferry: {_ferry.shown_path(ckpt.shards[entry.shard])}: tensor '{entry.name}'"
+
+
+def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
+    """The runs of bytes of `rule`'s slice of `e`, in the slice's own (row-major) order."""
+    bad = _where(ckpt, e)
+    if not isinstance(rule, Shard):
+        raise TypeError(f"{bad}: the shard rule gives {rule!r}, not a ferry.Shard or None")
+    if not e.shape:
+        raise ValueError(f"{bad} is a scalar: it has no dimension to split")
+    if e.dtype in PACKED:
+        raise ValueError(f"{bad} is {e.dtype} (packed sub-byte items): it cannot be sliced")
+    if not -len(e.shape) <= rule.dim < len(e.shape):
+        raise ValueError(f"{bad} has shape {list(e.shape)}: no dimension {rule.dim} to split")
+    if rule.world < 1 or not 0 <= rule.rank < rule.world:
+        raise ValueError(f"{bad}: rank {rule.rank} of world size {rule.world} is not a rank")
+    dim = rule.dim % len(e.shape)
+    size = e.shape[dim]
+    blocks = tuple(rule.blocks) if rule.blocks is not None else (size,)
+    if sum(blocks) != size or any(b < 0 for b in blocks):
+        raise ValueError(f"{bad}: sub-blocks {list(blocks)} do not add up to its size {size} "
+                         f"along dimension {dim}")
+    spans, base = [], 0
+    for b in blocks:
+        cut = split_points(b, rule.world)
+        spans.append((base + cut[rule.rank], base + cut[rule.rank + 1]))
+        base += b
+    outer = 1
+    for d in e.shape[:dim]:
+        outer *= d
+    numel = outer * size
+    for d in e.shape[dim + 1:]:
+        numel *= d
+    inner = e.nbytes // numel * (numel // (outer * size)) if numel else 0
+    row = inner * size
+    runs: List[Tuple[int, int]] = []
+    for o in range(outer if inner else 0):
+        for a, b in spans:
+            begin, length = o * row + a * inner, (b - a) * inner
+            if not length:
+                continue
+            if runs and runs[-1][0] + runs[-1][1] == begin:
+                runs[-1] = (runs[-1][0], runs[-1][1] + length)
+            else:
+                runs.append((begin, length))
+    shape = e.shape[:dim] + (sum(b - a for a, b in spans),) + e.shape[dim + 1:]
+    nbytes = sum(length for _, length in runs)
+    part = _Entry(e.index, (e.name, e.dtype, shape, e.file_offset, nbytes, e.shard))
+    return _Item(part, runs)
+
+
+def _choose(ckpt: Checkpoint, names: Names, shard: Optional[ShardRule]) -> List[_Item]:
+    """The tensors to read, in file order, each with its slice."""
+    entries = list(ckpt.entries.values())
+    if callable(names):
+        entries = [e for e in entries if names(e.name)]
+    elif names is not None:
+        wanted = {ckpt.entry(n).index for n in ([names] if isinstance(names, str) else names)}
+        entries = [e for e in entries if e.index in wanted]
+    if isinstance(shard, Mapping):
+        missing = sorted(n for n in shard if n not in ckpt.entries)
+        if missing:
+            raise CheckpointError(f"ferry: {_ferry.shown_path(ckpt.path)}: shard= names tensors "
+                                  f"the checkpoint lacks: {', '.join(map(repr, missing[:8]))}")
+    items = []
+    for e in entries:
+        if isinstance(shard, Shard):
+            rule: Optional[Shard] = shard
+        elif isinstance(shard, Mapping):
+            rule = shard.get(e.name)
+        elif shard is not None:
+            rule = shard(e.name, e.shape)
+        else:
+            rule = None
+        items.append(_Item(e, [(0, e.nbytes)] if e.nbytes else []) if rule is None
+                     else _slice(ckpt, e, rule))
+    return items
+
+
+def _staging_bytes(settings: Mapping[str, Any]) -> int:
+    """ferry's pinned staging behind reads into a GPU: two bounce buffers per worker thread, as
+    the settings in force with this call's overrides make them."""
+    from ._settings import settings as current
+    with current(**settings):
+        return int(current["nthreads"]) * 2 * int(current["bounce_buffer_size"])
+
+
+def _name_tensor(e: IoError, ckpt: Checkpoint, items: List[_Item]) -> None:
+    """Adds to a failed read's message the tensor whose bytes were at the failing offset."""
+    for it in items:
+        if os.fsdecode(ckpt.shards[it.entry.shard]) != os.fsdecode(e.filename or ""):
+            continue
+        base = it.entry.file_offset
+        if any(base + b <= e.offset < base + b + n for b, n in it.runs):
+            e.strerror = f"{e.strerror}; reading tensor '{it.entry.name}'"
+            return
+
+
+class WeightIterator:
+    """The iterator ``iter_weights`` returns: ``(name, tensor)`` pairs, and ``report``."""
+
+    def __init__(self, source: Any, device: Any, names: Names, memory_budget: Optional[int],
+                 shard: Optional[ShardRule], framework: str,
+                 settings: Dict[str, Any]) -> None:
+        budget = DEFAULT_BUDGET if memory_budget is None else int(memory_budget)
+        self._fw = _framework(framework, device)
+        self._ckpt = Checkpoint(source, **settings)
+        self._items = _choose(self._ckpt, names, shard)
+        staging = 0 if self._fw.host else _staging_bytes(settings)
+        if budget - staging < 1:
+            raise ValueError(f"ferry: memory_budget={budget} leaves nothing for tensors after "
+                             f"ferry's pinned staging of {staging} bytes (nthreads x 2 x "
+                             f"bounce_buffer_size): give a larger budget or smaller settings")
+        self._limit = budget - staging
+        self.report = WeightsReport(budget=budget, staging_bytes=staging)
+        self._started = False
+
+    def __iter__(self) -> Iterator[Tuple[str, Any]]:
+        if self._started:
+            raise RuntimeError("ferry: an iter_weights iterator can be iterated once")
+        self._started = True
+        return self._run()
+
+    def _run(self) -> Iterator[Tuple[str, Any]]:
+        start = time.perf_counter()
+        todo: Deque[_Item] = deque(self._items)
+        batches: Deque[_Batch] = deque()
+        batch_bytes = max(1, min(self._limit // 2, _BATCH_CAP))
+        report = self.report
+        ahead = 0  # bytes allocated and not yet yielded
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ferry-weights") as pool:
+            try:
+                while True:
+                    # Start batches while they fit the budget (one, whatever its size, when
+                    # nothing is ahead); again after each tensor yielded.
+                    while todo and len(batches) < 2:
+                        take, need = 1, todo[0].entry.nbytes
+                        while take < len(todo) and need + todo[take].entry.nbytes <= batch_bytes:
+                            need += todo[take].entry.nbytes
+                            take += 1
+                        if ahead and ahead + need > self._limit:
+                            break
+                        batches.append(self._start(pool, [todo.popleft() for _ in range(take)]))
+                        ahead += need
+                        report.peak_ahead_bytes = max(report.peak_ahead_bytes, ahead)
+                        report.bytes_read += need
+                    if not batches:
+                        break
+                    batch = batches[0]
+                    if batch.future is not None:
+                        try:
+                            report.loads.append(batch.future.result())
+                        except IoError as e:
+                            _name_tensor(e, self._ckpt, list(batch.items))
+                            raise
+                        batch.future = None
+                    # The batch lets go of each tensor as it is yielded.
+                    it, raw = batch.items.popleft(), batch.raws.popleft()
+                    if not batch.items:
+                        batches.popleft()
+                    ahead -= it.entry.nbytes
+                    report.tensors += 1
+                    report.seconds = time.perf_counter() - start
+                    tensor = self._fw.view(raw, it.entry)
+                    del raw
+                    yield it.entry.name, tensor
+                    del tensor
+            finally:
+                for b in batches:
+                    if b.future is not None:
+                        b.future.cancel()  # leaving the pool waits for those already reading
+
+    def _start(self, pool: ThreadPoolExecutor, items: List[_Item]) -> _Batch:
+        """Allocates `items` and starts their read: one gathered request, one target per run."""
+        raws = [self._fw.raw(it.entry.nbytes) for it in items]
+        targets: List[Tuple[Any, ...]] = []
+        for it, raw in zip(items, raws):
+            at = 0
+            for begin, length in it.runs:
+                targets.append((it.entry.index, raw[at:at + length], begin, length))
+                at += length
+        return _Batch(deque(items), deque(raws), pool.submit(self._ckpt._c.read_into, targets))
+
+def iter_weights(source: Any, device: Any = "cpu", names: Names = None,
+                 memory_budget: Optional[int] = None, shard: Optional[ShardRule] = None, *,
+                 framework: str = "pt",
+                 **settings: Any) -> WeightIterator:
+    """``(name, tensor)`` of a checkpoint (a .safetensors file, a folder of shards, an index or a
+    URL) in file order, each as it lands in `device` ("cpu", "cuda", "cuda:N" or an ordinal).
+    `names`: the tensors to read (a list of names, or a predicate on the name); `memory_budget`:
+    bytes of read-ahead (tensors not yet yielded, plus pinned staging into a GPU), 256 MiB by
+    default; `shard`: a ``Shard`` for every tensor, or a mapping name -> Shard (or None), or a
+    callable (name, shape) -> Shard or None. Keyword arguments override ferry's settings. The iterator's
+    ``report`` (a WeightsReport) says what was read, and how far ahead."""
+    return WeightIterator(source, device, names, memory_budget, shard, framework, settings)
+
+
+def load_sharded(source: Any, device: Any, framework: str, dtype: Any, names: Names,
+                 shard: ShardRule, refused: Any, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """``load_checkpoint(..., shard=)``: every chosen tensor's slice, read without a budget.
+    `refused`: one_allocation or progress, which a sharded load does not take."""
+    if refused:
+        raise ValueError("ferry: load_checkpoint(shard=...) takes neither one_allocation nor "
+                         "progress")
+    fw = _framework(framework, device)
+    target = _target_dtype(fw, dtype)
+    it = WeightIterator(source, device, names, 1 << 62, shard, framework, settings)
+    out = dict(it)
+    if target is not None:
+        _convert(out, fw, target, {i.entry.name: i.entry.dtype for i in it._items})
+    return out
+
+
+__all__: Sequence[str] = ["Shard", "WeightIterator", "WeightsReport", "iter_weights"]
