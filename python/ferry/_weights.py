@@ -9,6 +9,7 @@ gathered request (``Checkpoint.read_into``) per batch, two batches at a time.
 
 ``shard=`` gives each tensor a rule (``Shard``: dimension, rank, world size, fused sub-blocks)
 and the rank reads only its slice's bytes: one range per contiguous run of the slice in the file.
+``evict=True`` drops each file's pages from the page cache once its tensors are read.
 docs/engines.md has the guarantees and a loader sketch.
 """
 
@@ -60,6 +61,9 @@ class WeightsReport:
     budget: int = 0
     staging_bytes: int = 0  # ferry's pinned staging counted against the budget (GPU only)
     peak_ahead_bytes: int = 0  # the most bytes allocated and not yet yielded at once
+    evicted_bytes: int = 0  # page-cache bytes dropped by evict=True
+    evicted_files: int = 0
+    evict_unmeasured: str = ""  # why evicted_bytes is a lower bound, if it is
     seconds: float = 0.0
     loads: List[Any] = field(default_factory=list, repr=False)  # each batch's LoadReport
 
@@ -70,6 +74,7 @@ class _Item:
 
     entry: _Entry  # the result's name, dtype and shape; nbytes is the result's
     runs: List[Tuple[int, int]]  # (begin, length) in the tensor's bytes, laid out back to back
+    last_of_file: bool = False
 
 
 @dataclass
@@ -158,6 +163,8 @@ def _choose(ckpt: Checkpoint, names: Names, shard: Optional[ShardRule]) -> List[
             rule = None
         items.append(_Item(e, [(0, e.nbytes)] if e.nbytes else []) if rule is None
                      else _slice(ckpt, e, rule))
+    for k, item in enumerate(items):
+        item.last_of_file = k + 1 == len(items) or items[k + 1].entry.shard != item.entry.shard
     return items
 
 
@@ -184,9 +191,11 @@ class WeightIterator:
     """The iterator ``iter_weights`` returns: ``(name, tensor)`` pairs, and ``report``."""
 
     def __init__(self, source: Any, device: Any, names: Names, memory_budget: Optional[int],
-                 shard: Optional[ShardRule], framework: str,
+                 shard: Optional[ShardRule], evict: bool, framework: str,
                  settings: Dict[str, Any]) -> None:
         budget = DEFAULT_BUDGET if memory_budget is None else int(memory_budget)
+        if evict and "://" in str(source):
+            raise ValueError(f"ferry: evict=True drops local files' pages; {source!s} is a URL")
         self._fw = _framework(framework, device)
         self._ckpt = Checkpoint(source, **settings)
         self._items = _choose(self._ckpt, names, shard)
@@ -196,6 +205,7 @@ class WeightIterator:
                              f"ferry's pinned staging of {staging} bytes (nthreads x 2 x "
                              f"bounce_buffer_size): give a larger budget or smaller settings")
         self._limit = budget - staging
+        self._evict = evict
         self.report = WeightsReport(budget=budget, staging_bytes=staging)
         self._started = False
 
@@ -243,6 +253,8 @@ class WeightIterator:
                     if not batch.items:
                         batches.popleft()
                     ahead -= it.entry.nbytes
+                    if it.last_of_file and self._evict:
+                        self._drop_pages(self._ckpt.shards[it.entry.shard])
                     report.tensors += 1
                     report.seconds = time.perf_counter() - start
                     tensor = self._fw.view(raw, it.entry)
@@ -265,18 +277,36 @@ class WeightIterator:
                 at += length
         return _Batch(deque(items), deque(raws), pool.submit(self._ckpt._c.read_into, targets))
 
+    def _drop_pages(self, path: str) -> None:
+        """posix_fadvise(DONTNEED) over the whole file, measured by ferry's page-cache
+        residency (cachestat, else mincore) before and after."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            before = _ferry.page_cache_residency(fd, 0, None, True)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            after = _ferry.page_cache_residency(fd, 0, None, True)
+        finally:
+            os.close(fd)
+        self.report.evicted_files += 1
+        if before.known and after.known:
+            self.report.evicted_bytes += max(0, before.resident - after.resident)
+        else:
+            self.report.evict_unmeasured = before.why_not or after.why_not
+
+
 def iter_weights(source: Any, device: Any = "cpu", names: Names = None,
                  memory_budget: Optional[int] = None, shard: Optional[ShardRule] = None, *,
-                 framework: str = "pt",
+                 evict: bool = False, framework: str = "pt",
                  **settings: Any) -> WeightIterator:
     """``(name, tensor)`` of a checkpoint (a .safetensors file, a folder of shards, an index or a
     URL) in file order, each as it lands in `device` ("cpu", "cuda", "cuda:N" or an ordinal).
     `names`: the tensors to read (a list of names, or a predicate on the name); `memory_budget`:
     bytes of read-ahead (tensors not yet yielded, plus pinned staging into a GPU), 256 MiB by
     default; `shard`: a ``Shard`` for every tensor, or a mapping name -> Shard (or None), or a
-    callable (name, shape) -> Shard or None. Keyword arguments override ferry's settings. The iterator's
-    ``report`` (a WeightsReport) says what was read, and how far ahead."""
-    return WeightIterator(source, device, names, memory_budget, shard, framework, settings)
+    callable (name, shape) -> Shard or None; `evict`: drop each file's pages from the page cache
+    once its tensors are read. Keyword arguments override ferry's settings. The iterator's
+    ``report`` (a WeightsReport) says what was read, how far ahead and what was evicted."""
+    return WeightIterator(source, device, names, memory_budget, shard, evict, framework, settings)
 
 
 def load_sharded(source: Any, device: Any, framework: str, dtype: Any, names: Names,
@@ -288,7 +318,7 @@ def load_sharded(source: Any, device: Any, framework: str, dtype: Any, names: Na
                          "progress")
     fw = _framework(framework, device)
     target = _target_dtype(fw, dtype)
-    it = WeightIterator(source, device, names, 1 << 62, shard, framework, settings)
+    it = WeightIterator(source, device, names, 1 << 62, shard, False, framework, settings)
     out = dict(it)
     if target is not None:
         _convert(out, fw, target, {i.entry.name: i.entry.dtype for i in it._items})

@@ -1,7 +1,7 @@
 """ferry.iter_weights: every tensor, in file order, each owning its memory; read-ahead within the
 memory budget (ferry's accounting, and tracemalloc's count of NumPy's allocations when the
-consumer drops each tensor); names= reads only the named tensors' bytes. Checkpoints come
-from this test's own writer; CPU only except the `gpu` test."""
+consumer drops each tensor); names= reads only the named tensors' bytes; evict=True drops the
+files' pages. Checkpoints come from this test's own writer; CPU only except the `gpu` test."""
 
 from __future__ import annotations
 
@@ -169,6 +169,32 @@ def test_leaving_early_waits_for_the_reads_in_flight(tmp_path):
     assert it.report.tensors == 1
     with pytest.raises(RuntimeError, match="once"):
         iter(it)
+
+
+def test_evict_drops_the_files_pages_and_reports_the_bytes(tmp_path):
+    tensors = model(n=16, rows=256)
+    folder = sharded_dir(tmp_path, tensors, parts=2)
+    files = sorted(str(p) for p in folder.glob("*.safetensors"))
+    for f in files:
+        with open(f, "rb") as fh:
+            fh.read()  # into the page cache
+    resident = [ferry.page_cache_residency(f, exact=True) for f in files]
+    if not all(r.known for r in resident):
+        pytest.skip(f"page-cache residency unknown here: {resident[0].why_not}")
+    if sum(r.resident for r in resident) < sum(os.path.getsize(f) for f in files) // 2:
+        pytest.skip("this file system keeps little of the files in the page cache")
+    it = ferry.iter_weights(folder)
+    assert sum(1 for _ in it) == len(tensors)
+    assert it.report.evicted_bytes == 0  # not asked
+    it = ferry.iter_weights(folder, evict=True)
+    for name, t in it:
+        assert torch.equal(t, tensors[name])
+    after = [ferry.page_cache_residency(f, exact=True).resident for f in files]
+    assert sum(after) <= sum(r.resident for r in resident) // 8, after
+    assert it.report.evicted_files == 2
+    assert it.report.evicted_bytes >= 16 * MiB
+    with pytest.raises(ValueError, match="URL"):
+        ferry.iter_weights("http://127.0.0.1:9/model.safetensors", evict=True)
 
 
 @pytest.mark.gpu
