@@ -172,7 +172,7 @@ def _staging_bytes(settings: Mapping[str, Any]) -> int:
     """ferry's pinned staging behind reads into a GPU: two bounce buffers per worker thread, as
     the settings in force with this call's overrides make them."""
     from ._settings import settings as current
-    with current(**settings):
+    with current(**{k: v for k, v in settings.items() if k != "direct"}):
         return int(current["nthreads"]) * 2 * int(current["bounce_buffer_size"])
 
 

@@ -115,6 +115,13 @@ def test_read_ahead_stays_within_the_budget_and_a_larger_tensor_is_read_alone(tm
     assert it.report.budget == MiB and it.report.staging_bytes == 0
 
 
+def test_into_a_gpu_the_budget_counts_ferrys_pinned_staging(tmp_path):
+    from ferry import _weights
+    assert _weights._staging_bytes({}) == 8 * 2 * 4 * MiB  # the default settings
+    assert _weights._staging_bytes({"threads": 2, "bounce_buffer_size": "1MiB", "direct": True}) \
+        == 2 * 2 * MiB
+
+
 def test_a_consumer_that_drops_each_tensor_keeps_peak_memory_flat(tmp_path):
     tensors = model(n=32, rows=256)  # 32 MiB of weights, 1 MiB each
     path = write(tmp_path / "model.safetensors", tensors)
