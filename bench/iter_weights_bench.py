@@ -145,7 +145,7 @@ def case(kind: str, ckpt: str, device: str, budget: int, world: int, rank: int) 
             del t
         sync(device)
         out["seconds"] = time.perf_counter() - start
-        out["report"] = {k: v for k, v in vars(it.report).items() if k != "loads"}
+        out["report"] = it.report.to_dict()
         out["model"] = total
         del params
     else:

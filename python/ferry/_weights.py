@@ -19,14 +19,16 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple, Union)
 
 from . import _ferry
 from ._errors import IoError
-from .checkpoint import Checkpoint, CheckpointError, _convert, _Entry, _framework, _target_dtype
-from .distributed._plan import PACKED, split_points
+from .checkpoint import (_PACKED, Checkpoint, CheckpointError, _convert, _Entry, _framework,
+                         _target_dtype)
+
+# `import ferry` imports this module: it keeps to what ferry imports anyway (no dataclasses, no
+# ferry.distributed, whose tensor_split cut is imported when a tensor is sliced).
 
 DEFAULT_BUDGET = 256 << 20
 # A batch (one read_into call) holds at most half the budget, so that the next one reads while
@@ -34,8 +36,7 @@ DEFAULT_BUDGET = 256 << 20
 _BATCH_CAP = 1 << 30
 
 
-@dataclass(frozen=True)
-class Shard:
+class Shard(NamedTuple):
     """A rank's slice of a tensor along `dim`: part `rank` of `world`, cut as
     ``torch.tensor_split(t, world, dim)[rank]`` cuts it (the first ``size % world`` ranks get one
     more). `blocks`: the sizes along `dim` of a fused tensor's sub-blocks (QKV: ``(q, k, v)``;
@@ -52,38 +53,49 @@ ShardRule = Union[Shard, Mapping[str, Optional[Shard]],
 Names = Union[Iterable[str], Callable[[str], bool], None]
 
 
-@dataclass
 class WeightsReport:
-    """How an ``iter_weights`` pass went, so far (it fills in as the tensors are yielded)."""
+    """How an ``iter_weights`` pass went, so far (it fills in as the tensors are yielded):
+    ``tensors``; ``bytes_read`` (asked of storage: the tensors' or their slices'); ``budget``;
+    ``staging_bytes`` (ferry's pinned staging counted against it, into a GPU only);
+    ``peak_ahead_bytes`` (the most allocated and not yet yielded at once); ``evicted_bytes`` and
+    ``evicted_files`` (evict=True), with ``evict_unmeasured`` saying why the bytes are a lower
+    bound, if they are; ``seconds``; ``loads``, each batch's LoadReport."""
 
-    tensors: int = 0
-    bytes_read: int = 0  # bytes asked of storage: the tensors' or their slices'
-    budget: int = 0
-    staging_bytes: int = 0  # ferry's pinned staging counted against the budget (GPU only)
-    peak_ahead_bytes: int = 0  # the most bytes allocated and not yet yielded at once
-    evicted_bytes: int = 0  # page-cache bytes dropped by evict=True
-    evicted_files: int = 0
-    evict_unmeasured: str = ""  # why evicted_bytes is a lower bound, if it is
-    seconds: float = 0.0
-    loads: List[Any] = field(default_factory=list, repr=False)  # each batch's LoadReport
+    def __init__(self, budget: int, staging_bytes: int) -> None:
+        self.tensors = self.bytes_read = self.peak_ahead_bytes = 0
+        self.budget, self.staging_bytes = budget, staging_bytes
+        self.evicted_bytes = self.evicted_files = 0
+        self.evict_unmeasured = ""
+        self.seconds = 0.0
+        self.loads: List[Any] = []
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields but ``loads``."""
+        return {k: v for k, v in vars(self).items() if k != "loads"}
+
+    def __repr__(self) -> str:
+        return "WeightsReport(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
-@dataclass
 class _Item:
-    """One tensor to read: where its bytes go and which of them."""
+    """One tensor to read: its result (name, dtype, shape; nbytes the result's) and the runs
+    (begin, length) of the tensor's bytes it takes, laid out back to back."""
 
-    entry: _Entry  # the result's name, dtype and shape; nbytes is the result's
-    runs: List[Tuple[int, int]]  # (begin, length) in the tensor's bytes, laid out back to back
-    last_of_file: bool = False
+    __slots__ = ("entry", "runs", "last_of_file")
+
+    def __init__(self, entry: _Entry, runs: List[Tuple[int, int]]) -> None:
+        self.entry, self.runs, self.last_of_file = entry, runs, False
 
 
-@dataclass
 class _Batch:
     """Tensors read by one read_into call: their memory, and the read until it is waited for."""
 
-    items: Deque[_Item]
-    raws: Deque[Any]
-    future: Optional["Future[Any]"]
+    __slots__ = ("items", "raws", "future")
+
+    def __init__(self, items: List[_Item], raws: List[Any], future: "Future[Any]") -> None:
+        self.items: Deque[_Item] = deque(items)
+        self.raws: Deque[Any] = deque(raws)
+        self.future: Optional["Future[Any]"] = future
 
 
 def _where(ckpt: Checkpoint, entry: _Entry) -> str:
@@ -97,7 +109,7 @@ def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
         raise TypeError(f"{bad}: the shard rule gives {rule!r}, not a ferry.Shard or None")
     if not e.shape:
         raise ValueError(f"{bad} is a scalar: it has no dimension to split")
-    if e.dtype in PACKED:
+    if e.dtype in _PACKED:
         raise ValueError(f"{bad} is {e.dtype} (packed sub-byte items): it cannot be sliced")
     if not -len(e.shape) <= rule.dim < len(e.shape):
         raise ValueError(f"{bad} has shape {list(e.shape)}: no dimension {rule.dim} to split")
@@ -109,6 +121,7 @@ def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
     if sum(blocks) != size or any(b < 0 for b in blocks):
         raise ValueError(f"{bad}: sub-blocks {list(blocks)} do not add up to its size {size} "
                          f"along dimension {dim}")
+    from .distributed._plan import split_points
     spans, base = [], 0
     for b in blocks:
         cut = split_points(b, rule.world)
@@ -275,7 +288,7 @@ class WeightIterator:
             for begin, length in it.runs:
                 targets.append((it.entry.index, raw[at:at + length], begin, length))
                 at += length
-        return _Batch(deque(items), deque(raws), pool.submit(self._ckpt._c.read_into, targets))
+        return _Batch(items, raws, pool.submit(self._ckpt._c.read_into, targets))
 
     def _drop_pages(self, path: str) -> None:
         """posix_fadvise(DONTNEED) over the whole file, measured by ferry's page-cache
