@@ -285,8 +285,8 @@ class WeightIterator:
         targets: List[Tuple[Any, ...]] = []
         for it, raw in zip(items, raws):
             at = 0
-            for begin, length in it.runs:
-                targets.append((it.entry.index, raw[at:at + length], begin, length))
+            for begin, length in it.runs:  # one view of `raw` for all (bind_checkpoint.cc)
+                targets.append((it.entry.index, raw, begin, length, at))
                 at += length
         return _Batch(items, raws, pool.submit(self._ckpt._c.read_into, targets))
 
