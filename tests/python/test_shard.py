@@ -1,8 +1,8 @@
 """shard= of ferry.iter_weights and ferry.load_checkpoint: each rank's slice equals
 torch.tensor_split(full, world, dim)[rank] bit for bit (fused QKV / gate-up tensors: each
 sub-block split so, the parts joined), and each rank reads only its slice's bytes (ferry's own
-count of bytes read from storage). Expert parallelism: names= picks a rank's experts. The
-slices read by gloo ranks (2 and 4 processes) add up to the checkpoint once."""
+count of bytes read from storage), also from a URL. Expert parallelism: names= picks a rank's
+experts. The slices read by gloo ranks (2 and 4 processes) add up to the checkpoint once."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 import ferry
 from ferry import Shard
+from remote_servers import nginx  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
 from test_iter_weights import write  # noqa: E402  (this folder is on pytest's path)
@@ -143,6 +144,21 @@ def test_expert_parallel_ranks_pick_their_experts_by_name(tmp_path):
         assert ferry.stats().bytes_read - before <= 4 * 16 * 32 * 4 + 8 * 32 * 4 + 4096
         seen += [n for n in got if ".experts." in n]
     assert sorted(seen) == sorted(n for n in full if ".experts." in n)
+
+
+def test_a_url_source_reads_only_the_slices(nginx, tmp_path):  # noqa: F811
+    full = weights()
+    path = write(tmp_path / "model.safetensors", full)
+    with open(path, "rb") as f:
+        url = nginx.put("shard/model.safetensors", f.read())
+    for rank in range(3):
+        rule = Shard(0, rank, 3)
+        it = ferry.iter_weights(url, shard=rule, memory_budget=4096)
+        got = dict(it)
+        for name, t in full.items():
+            assert torch.equal(got[name], expected(t, rule)), (name, rank)
+        assert it.report.bytes_read == sum(expected(t, rule).numel() * t.element_size()
+                                           for t in full.values())
 
 
 @pytest.mark.parametrize("rule, message", [
