@@ -27,6 +27,7 @@ from .checkpoint import CheckpointError, last_load_report, load_checkpoint, save
 from ._errors import CudaError, Error, IoError, RouteError, SettingError
 from ._file import File
 from ._future import Future
+from ._weights import Shard, WeightsReport, iter_weights
 from ._settings import as_text as _as_text
 from ._settings import settings
 from ._ferry import (CudaStatus, PageCacheResidency, RouteReason, RouteReport, SourceCounts, Stats,
@@ -42,10 +43,11 @@ if hasattr(_ferry, "cufile_status"):
 __all__ = [
     "CheckpointError", "CudaError", "CudaStatus", "Error", "File", "Future", "IoError",
     "PageCacheResidency", "RegisteredBuffer", "last_load_report", "load_checkpoint",
-    "RouteError", "RouteReason", "RouteReport", "SettingError", "Stats", "cuda_status",
+    "RouteError", "RouteReason", "RouteReport", "SettingError", "Shard", "Stats", "cuda_status",
     "cufile_status", "free_idle_staging", "fromfile", "last_route", "load", "open",
     "page_cache_residency", "read_into", "remote_support", "SourceCounts",
-    "register_buffer", "save_checkpoint", "settings", "stats", "warm_up",
+    "register_buffer", "save_checkpoint", "settings", "stats", "warm_up", "WeightsReport",
+    "iter_weights",
 ]
 
 

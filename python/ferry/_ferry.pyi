@@ -327,7 +327,8 @@ class Checkpoint:
     # (name, dtype, shape, file_offset, nbytes, shard) of every tensor.
     def tensors(self) -> list[tuple[str, str, tuple[int, ...], int, int, int]]: ...
     def metadata(self, shard: int = 0) -> dict[str, str]: ...
-    # [(tensor_index, destination[, begin, length]), ...], read with the GIL released.
+    # [(tensor_index, destination[, begin, length[, at]]), ...], read with the GIL released, each
+    # into byte `at` of its destination.
     def read_into(self, targets: list[tuple[Any, ...]],
                   counter: Optional[ByteCounter] = None) -> LoadReport: ...
 

@@ -474,13 +474,18 @@ class Checkpoint:
 
 def load_checkpoint(path_or_index: PathLike, device: Any = "cpu", framework: str = "pt",
                     dtype: Any = None, names: Optional[Iterable[str]] = None,
-                    one_allocation: bool = False, progress: Any = None,
+                    one_allocation: bool = False, progress: Any = None, shard: Any = None,
                     **settings: Any) -> Dict[str, Any]:
     """Every tensor (or those in `names`) of a checkpoint: a .safetensors file, a
     model.safetensors.index.json, or a directory of shards. `device` is "cpu", "cuda", "cuda:N"
     or an ordinal; `dtype` converts floating-point tensors where they land; `progress`: True for
     a bar on a terminal, or a callable progress(done_bytes, total_bytes), called from this thread
-    (ferry._progress); keyword arguments override ferry's settings (task_size="8MiB"...)."""
+    (ferry._progress); `shard`: each tensor's slice for this rank, as ``ferry.iter_weights`` takes
+    it (docs/engines.md); keyword arguments override ferry's settings (task_size="8MiB"...)."""
+    if shard is not None:
+        from . import _weights
+        return _weights.load_sharded(path_or_index, device, framework, dtype, names, shard,
+                                     one_allocation or progress, settings)
     return Checkpoint(path_or_index, **settings).load(framework, device, names, dtype,
                                                       one_allocation, progress)
 

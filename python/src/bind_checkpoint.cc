@@ -32,7 +32,10 @@ struct ByteCounter {
   std::atomic<std::uint64_t> done{0};
 };
 
-// `targets`: (tensor index, destination, begin, length) with length -1 for "to the end".
+// `targets`: (tensor index, destination, begin, length[, at]) with length -1 for "to the end" and
+// `at` the byte of the destination where they go (0 by default). Consecutive targets into one
+// destination object share its view: a slice's runs (ferry.iter_weights) are thousands of them,
+// and viewing a CUDA tensor costs a __cuda_array_interface__ each.
 // `counter`: where the read adds its bytes as they land (None: nowhere).
 LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounter* counter) {
   std::vector<std::shared_ptr<BufferView>> views;
@@ -40,6 +43,7 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounte
   views.reserve(targets.size());
   plan.reserve(targets.size());
   const auto& tensors = ckpt.tensors();
+  py::handle last;  // the destination of `views.back()`, which keeps it alive
   for (const py::handle& item : targets) {
     auto entry = item.cast<py::tuple>();
     TensorTarget target;
@@ -51,13 +55,17 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounte
     const std::uint64_t want = to_end ? (target.begin <= t.nbytes ? t.nbytes - target.begin : 0)
                                       : *index_arg(entry[3], "length");
     if (!to_end) target.length = want;
-    views.push_back(BufferView::of(entry[1], true));
-    if (views.back()->nbytes() < want) {
-      throw py::value_error("ferry: tensor '" + t.name + "' needs " + std::to_string(want) +
-                            " bytes, its destination holds " +
-                            std::to_string(views.back()->nbytes()));
+    const std::uint64_t at = entry.size() > 4 ? *index_arg(entry[4], "at") : 0;
+    if (views.empty() || entry[1].ptr() != last.ptr()) {
+      views.push_back(BufferView::of(entry[1], true));
+      last = entry[1];
     }
-    target.buffer = views.back()->data();
+    if (views.back()->nbytes() < want || views.back()->nbytes() - want < at) {
+      throw py::value_error("ferry: tensor '" + t.name + "' needs " + std::to_string(want) +
+                            " bytes at byte " + std::to_string(at) + " of its destination, which " +
+                            "holds " + std::to_string(views.back()->nbytes()));
+    }
+    target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
     plan.push_back(target);
   }
   ProgressOptions progress;
@@ -294,8 +302,9 @@ void bind_checkpoint(py::module_& m) {
           "file order.")
       .def("metadata", &Checkpoint::metadata, arg("shard") = 0)
       .def("read_into", &read_into, arg("targets"), arg("counter") = nullptr,
-           "Reads [(tensor_index, destination[, begin, length]), ...] with the GIL released, "
-           "adding the bytes to `counter` (a ByteCounter) as they land.");
+           "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
+           "released, into byte `at` of each destination, adding the bytes to `counter` (a "
+           "ByteCounter) as they land.");
 
   py::class_<ByteCounter>(m, "ByteCounter",
                           "Bytes landed so far by the read_into calls given it (any thread).")

@@ -1,0 +1,341 @@
+"""``ferry.iter_weights``: a checkpoint's tensors one at a time, in file order, for the loaders of
+inference engines, which consume ``(name, tensor)`` pairs and copy each into their own model.
+
+Every tensor yielded has an allocation of its own: nothing is read into it after it is yielded,
+and dropping it frees it. Reads run ahead of the consumer within ``memory_budget``: the tensors
+allocated but not yet yielded, plus ferry's pinned staging where the destination is a GPU, never
+exceed it (one tensor larger than the budget is read alone). The tensors are read in batches, one
+gathered request (``Checkpoint.read_into``) per batch, two batches at a time.
+
+``shard=`` gives each tensor a rule (``Shard``: dimension, rank, world size, fused sub-blocks)
+and the rank reads only its slice's bytes: one range per contiguous run of the slice in the file.
+``evict=True`` drops each file's pages from the page cache once its tensors are read.
+docs/engines.md has the guarantees and a loader sketch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple, Union)
+
+from . import _ferry
+from ._errors import IoError
+from .checkpoint import (_PACKED, Checkpoint, CheckpointError, _convert, _Entry, _framework,
+                         _target_dtype)
+
+# `import ferry` imports this module: it keeps to what ferry imports anyway (no dataclasses, no
+# ferry.distributed, whose tensor_split cut is imported when a tensor is sliced).
+
+DEFAULT_BUDGET = 256 << 20
+# A batch (one read_into call) holds at most half the budget, so that the next one reads while
+# the consumer takes the tensors of this one, and at most this much.
+_BATCH_CAP = 1 << 30
+
+
+class Shard(NamedTuple):
+    """A rank's slice of a tensor along `dim`: part `rank` of `world`, cut as
+    ``torch.tensor_split(t, world, dim)[rank]`` cuts it (the first ``size % world`` ranks get one
+    more). `blocks`: the sizes along `dim` of a fused tensor's sub-blocks (QKV: ``(q, k, v)``;
+    gate-up: ``(i, i)``), each cut so and the rank's parts joined in block order."""
+
+    dim: int
+    rank: int
+    world: int
+    blocks: Optional[Tuple[int, ...]] = None
+
+
+ShardRule = Union[Shard, Mapping[str, Optional[Shard]],
+                  Callable[[str, Tuple[int, ...]], Optional[Shard]]]
+Names = Union[Iterable[str], Callable[[str], bool], None]
+
+
+class WeightsReport:
+    """How an ``iter_weights`` pass went, so far (it fills in as the tensors are yielded):
+    ``tensors``; ``bytes_read`` (asked of storage: the tensors' or their slices'); ``budget``;
+    ``staging_bytes`` (ferry's pinned staging counted against it, into a GPU only);
+    ``peak_ahead_bytes`` (the most allocated and not yet yielded at once); ``evicted_bytes`` and
+    ``evicted_files`` (evict=True), with ``evict_unmeasured`` saying why the bytes are a lower
+    bound, if they are; ``seconds``; ``loads``, each batch's LoadReport."""
+
+    def __init__(self, budget: int, staging_bytes: int) -> None:
+        self.tensors = self.bytes_read = self.peak_ahead_bytes = 0
+        self.budget, self.staging_bytes = budget, staging_bytes
+        self.evicted_bytes = self.evicted_files = 0
+        self.evict_unmeasured = ""
+        self.seconds = 0.0
+        self.loads: List[Any] = []
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields but ``loads``."""
+        return {k: v for k, v in vars(self).items() if k != "loads"}
+
+    def __repr__(self) -> str:
+        return "WeightsReport(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
+
+
+class _Item:
+    """One tensor to read: its result (name, dtype, shape; nbytes the result's) and the runs
+    (begin, length) of the tensor's bytes it takes, laid out back to back."""
+
+    __slots__ = ("entry", "runs", "last_of_file")
+
+    def __init__(self, entry: _Entry, runs: List[Tuple[int, int]]) -> None:
+        self.entry, self.runs, self.last_of_file = entry, runs, False
+
+
+class _Batch:
+    """Tensors read by one read_into call: their memory, and the read until it is waited for."""
+
+    __slots__ = ("items", "raws", "future")
+
+    def __init__(self, items: List[_Item], raws: List[Any], future: "Future[Any]") -> None:
+        self.items: Deque[_Item] = deque(items)
+        self.raws: Deque[Any] = deque(raws)
+        self.future: Optional["Future[Any]"] = future
+
+
+def _where(ckpt: Checkpoint, entry: _Entry) -> str:
+    return f"ferry: {_ferry.shown_path(ckpt.shards[entry.shard])}: tensor '{entry.name}'"
+
+
+def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
+    """The runs of bytes of `rule`'s slice of `e`, in the slice's own (row-major) order."""
+    bad = _where(ckpt, e)
+    if not isinstance(rule, Shard):
+        raise TypeError(f"{bad}: the shard rule gives {rule!r}, not a ferry.Shard or None")
+    if not e.shape:
+        raise ValueError(f"{bad} is a scalar: it has no dimension to split")
+    if e.dtype in _PACKED:
+        raise ValueError(f"{bad} is {e.dtype} (packed sub-byte items): it cannot be sliced")
+    if not -len(e.shape) <= rule.dim < len(e.shape):
+        raise ValueError(f"{bad} has shape {list(e.shape)}: no dimension {rule.dim} to split")
+    if rule.world < 1 or not 0 <= rule.rank < rule.world:
+        raise ValueError(f"{bad}: rank {rule.rank} of world size {rule.world} is not a rank")
+    dim = rule.dim % len(e.shape)
+    size = e.shape[dim]
+    blocks = tuple(rule.blocks) if rule.blocks is not None else (size,)
+    if sum(blocks) != size or any(b < 0 for b in blocks):
+        raise ValueError(f"{bad}: sub-blocks {list(blocks)} do not add up to its size {size} "
+                         f"along dimension {dim}")
+    from .distributed._plan import split_points
+    spans, base = [], 0
+    for b in blocks:
+        cut = split_points(b, rule.world)
+        spans.append((base + cut[rule.rank], base + cut[rule.rank + 1]))
+        base += b
+    outer = 1
+    for d in e.shape[:dim]:
+        outer *= d
+    numel = outer * size
+    for d in e.shape[dim + 1:]:
+        numel *= d
+    inner = e.nbytes // numel * (numel // (outer * size)) if numel else 0
+    row = inner * size
+    runs: List[Tuple[int, int]] = []
+    for o in range(outer if inner else 0):
+        for a, b in spans:
+            begin, length = o * row + a * inner, (b - a) * inner
+            if not length:
+                continue
+            if runs and runs[-1][0] + runs[-1][1] == begin:
+                runs[-1] = (runs[-1][0], runs[-1][1] + length)
+            else:
+                runs.append((begin, length))
+    shape = e.shape[:dim] + (sum(b - a for a, b in spans),) + e.shape[dim + 1:]
+    nbytes = sum(length for _, length in runs)
+    part = _Entry(e.index, (e.name, e.dtype, shape, e.file_offset, nbytes, e.shard))
+    return _Item(part, runs)
+
+
+def _choose(ckpt: Checkpoint, names: Names, shard: Optional[ShardRule]) -> List[_Item]:
+    """The tensors to read, in file order, each with its slice."""
+    entries = list(ckpt.entries.values())
+    if callable(names):
+        entries = [e for e in entries if names(e.name)]
+    elif names is not None:
+        wanted = {ckpt.entry(n).index for n in ([names] if isinstance(names, str) else names)}
+        entries = [e for e in entries if e.index in wanted]
+    if isinstance(shard, Mapping):
+        missing = sorted(n for n in shard if n not in ckpt.entries)
+        if missing:
+            raise CheckpointError(f"ferry: {_ferry.shown_path(ckpt.path)}: shard= names tensors "
+                                  f"the checkpoint lacks: {', '.join(map(repr, missing[:8]))}")
+    items = []
+    for e in entries:
+        if isinstance(shard, Shard):
+            rule: Optional[Shard] = shard
+        elif isinstance(shard, Mapping):
+            rule = shard.get(e.name)
+        elif shard is not None:
+            rule = shard(e.name, e.shape)
+        else:
+            rule = None
+        items.append(_Item(e, [(0, e.nbytes)] if e.nbytes else []) if rule is None
+                     else _slice(ckpt, e, rule))
+    for k, item in enumerate(items):
+        item.last_of_file = k + 1 == len(items) or items[k + 1].entry.shard != item.entry.shard
+    return items
+
+
+def _staging_bytes(settings: Mapping[str, Any]) -> int:
+    """ferry's pinned staging behind reads into a GPU: two bounce buffers per worker thread, as
+    the settings in force with this call's overrides make them."""
+    from ._settings import settings as current
+    with current(**{k: v for k, v in settings.items() if k != "direct"}):
+        return int(current["nthreads"]) * 2 * int(current["bounce_buffer_size"])
+
+
+def _name_tensor(e: IoError, ckpt: Checkpoint, items: List[_Item]) -> None:
+    """Adds to a failed read's message the tensor whose bytes were at the failing offset."""
+    for it in items:
+        if os.fsdecode(ckpt.shards[it.entry.shard]) != os.fsdecode(e.filename or ""):
+            continue
+        base = it.entry.file_offset
+        if any(base + b <= e.offset < base + b + n for b, n in it.runs):
+            e.strerror = f"{e.strerror}; reading tensor '{it.entry.name}'"
+            return
+
+
+class WeightIterator:
+    """The iterator ``iter_weights`` returns: ``(name, tensor)`` pairs, and ``report``."""
+
+    def __init__(self, source: Any, device: Any, names: Names, memory_budget: Optional[int],
+                 shard: Optional[ShardRule], evict: bool, framework: str,
+                 settings: Dict[str, Any]) -> None:
+        budget = DEFAULT_BUDGET if memory_budget is None else int(memory_budget)
+        if evict and "://" in str(source):
+            raise ValueError(f"ferry: evict=True drops local files' pages; {source!s} is a URL")
+        self._fw = _framework(framework, device)
+        self._ckpt = Checkpoint(source, **settings)
+        self._items = _choose(self._ckpt, names, shard)
+        staging = 0 if self._fw.host else _staging_bytes(settings)
+        if budget - staging < 1:
+            raise ValueError(f"ferry: memory_budget={budget} leaves nothing for tensors after "
+                             f"ferry's pinned staging of {staging} bytes (nthreads x 2 x "
+                             f"bounce_buffer_size): give a larger budget or smaller settings")
+        self._limit = budget - staging
+        self._evict = evict
+        self.report = WeightsReport(budget=budget, staging_bytes=staging)
+        self._started = False
+
+    def __iter__(self) -> Iterator[Tuple[str, Any]]:
+        if self._started:
+            raise RuntimeError("ferry: an iter_weights iterator can be iterated once")
+        self._started = True
+        return self._run()
+
+    def _run(self) -> Iterator[Tuple[str, Any]]:
+        start = time.perf_counter()
+        todo: Deque[_Item] = deque(self._items)
+        batches: Deque[_Batch] = deque()
+        batch_bytes = max(1, min(self._limit // 2, _BATCH_CAP))
+        report = self.report
+        ahead = 0  # bytes allocated and not yet yielded
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ferry-weights") as pool:
+            try:
+                while True:
+                    # Start batches while they fit the budget (one, whatever its size, when
+                    # nothing is ahead); again after each tensor yielded.
+                    while todo and len(batches) < 2:
+                        take, need = 1, todo[0].entry.nbytes
+                        while take < len(todo) and need + todo[take].entry.nbytes <= batch_bytes:
+                            need += todo[take].entry.nbytes
+                            take += 1
+                        if ahead and ahead + need > self._limit:
+                            break
+                        batches.append(self._start(pool, [todo.popleft() for _ in range(take)]))
+                        ahead += need
+                        report.peak_ahead_bytes = max(report.peak_ahead_bytes, ahead)
+                        report.bytes_read += need
+                    if not batches:
+                        break
+                    batch = batches[0]
+                    if batch.future is not None:
+                        try:
+                            report.loads.append(batch.future.result())
+                        except IoError as e:
+                            _name_tensor(e, self._ckpt, list(batch.items))
+                            raise
+                        batch.future = None
+                    # The batch lets go of each tensor as it is yielded.
+                    it, raw = batch.items.popleft(), batch.raws.popleft()
+                    if not batch.items:
+                        batches.popleft()
+                    ahead -= it.entry.nbytes
+                    if it.last_of_file and self._evict:
+                        self._drop_pages(self._ckpt.shards[it.entry.shard])
+                    report.tensors += 1
+                    report.seconds = time.perf_counter() - start
+                    tensor = self._fw.view(raw, it.entry)
+                    del raw
+                    yield it.entry.name, tensor
+                    del tensor
+            finally:
+                for b in batches:
+                    if b.future is not None:
+                        b.future.cancel()  # leaving the pool waits for those already reading
+
+    def _start(self, pool: ThreadPoolExecutor, items: List[_Item]) -> _Batch:
+        """Allocates `items` and starts their read: one gathered request, one target per run."""
+        raws = [self._fw.raw(it.entry.nbytes) for it in items]
+        targets: List[Tuple[Any, ...]] = []
+        for it, raw in zip(items, raws):
+            at = 0
+            for begin, length in it.runs:  # one view of `raw` for all (bind_checkpoint.cc)
+                targets.append((it.entry.index, raw, begin, length, at))
+                at += length
+        return _Batch(items, raws, pool.submit(self._ckpt._c.read_into, targets))
+
+    def _drop_pages(self, path: str) -> None:
+        """posix_fadvise(DONTNEED) over the whole file, measured by ferry's page-cache
+        residency (cachestat, else mincore) before and after."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            before = _ferry.page_cache_residency(fd, 0, None, True)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            after = _ferry.page_cache_residency(fd, 0, None, True)
+        finally:
+            os.close(fd)
+        self.report.evicted_files += 1
+        if before.known and after.known:
+            self.report.evicted_bytes += max(0, before.resident - after.resident)
+        else:
+            self.report.evict_unmeasured = before.why_not or after.why_not
+
+
+def iter_weights(source: Any, device: Any = "cpu", names: Names = None,
+                 memory_budget: Optional[int] = None, shard: Optional[ShardRule] = None, *,
+                 evict: bool = False, framework: str = "pt",
+                 **settings: Any) -> WeightIterator:
+    """``(name, tensor)`` of a checkpoint (a .safetensors file, a folder of shards, an index or a
+    URL) in file order, each as it lands in `device` ("cpu", "cuda", "cuda:N" or an ordinal).
+    `names`: the tensors to read (a list of names, or a predicate on the name); `memory_budget`:
+    bytes of read-ahead (tensors not yet yielded, plus pinned staging into a GPU), 256 MiB by
+    default; `shard`: a ``Shard`` for every tensor, or a mapping name -> Shard (or None), or a
+    callable (name, shape) -> Shard or None; `evict`: drop each file's pages from the page cache
+    once its tensors are read. Keyword arguments override ferry's settings. The iterator's
+    ``report`` (a WeightsReport) says what was read, how far ahead and what was evicted."""
+    return WeightIterator(source, device, names, memory_budget, shard, evict, framework, settings)
+
+
+def load_sharded(source: Any, device: Any, framework: str, dtype: Any, names: Names,
+                 shard: ShardRule, refused: Any, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """``load_checkpoint(..., shard=)``: every chosen tensor's slice, read without a budget.
+    `refused`: one_allocation or progress, which a sharded load does not take."""
+    if refused:
+        raise ValueError("ferry: load_checkpoint(shard=...) takes neither one_allocation nor "
+                         "progress")
+    fw = _framework(framework, device)
+    target = _target_dtype(fw, dtype)
+    it = WeightIterator(source, device, names, 1 << 62, shard, False, framework, settings)
+    out = dict(it)
+    if target is not None:
+        _convert(out, fw, target, {i.entry.name: i.entry.dtype for i in it._items})
+    return out
+
+
+__all__: Sequence[str] = ["Shard", "WeightIterator", "WeightsReport", "iter_weights"]

@@ -1,0 +1,222 @@
+"""ferry.iter_weights: every tensor, in file order, each owning its memory; read-ahead within the
+memory budget (ferry's accounting, and tracemalloc's count of NumPy's allocations when the
+consumer drops each tensor); names= reads only the named tensors' bytes; evict=True drops the
+files' pages. Checkpoints come from this test's own writer; CPU only except the `gpu` test."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tracemalloc
+
+import pytest
+
+import ferry
+
+torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
+
+MiB = 1 << 20
+
+
+def write(path, tensors):
+    """A safetensors file of {name: torch tensor}, in that order; fsynced, so its pages can be
+    dropped."""
+    names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+             torch.int64: "I64", torch.bool: "BOOL", torch.uint8: "U8"}
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        f.flush()
+        os.fsync(f.fileno())
+    return str(path)
+
+
+def model(seed=0, n=12, rows=64, cols=1024):
+    g = torch.Generator().manual_seed(seed)
+    out = {f"layers.{i}.w": torch.randn(rows, cols, generator=g) for i in range(n)}
+    out.update({"norm": torch.randn(cols, generator=g).to(torch.bfloat16),
+                "step": torch.tensor(7), "mask": torch.rand(3, 5, generator=g) > 0.5,
+                "empty": torch.zeros(0, 4, dtype=torch.float16)})
+    return out
+
+
+def sharded_dir(tmp_path, tensors, parts=3):
+    """A folder of `parts` shards and model.safetensors.index.json."""
+    d = tmp_path / "sharded"
+    d.mkdir()
+    names = list(tensors)
+    weight_map = {}
+    for k in range(parts):
+        file = f"model-{k + 1:05d}-of-{parts:05d}.safetensors"
+        chunk = names[k * len(names) // parts:(k + 1) * len(names) // parts]
+        write(d / file, {n: tensors[n] for n in chunk})
+        weight_map.update({n: file for n in chunk})
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return d
+
+
+def storage_bytes(t):
+    s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return s.nbytes() if hasattr(t, "untyped_storage") else s.size() * t.element_size()
+
+
+def test_every_tensor_in_file_order_from_a_file_a_folder_and_an_index(tmp_path):
+    tensors = model()
+    single = write(tmp_path / "model.safetensors", tensors)
+    folder = sharded_dir(tmp_path, tensors)
+    for source in (single, folder, folder / "model.safetensors.index.json"):
+        it = ferry.iter_weights(source)
+        got = list(it)
+        assert [n for n, _ in got] == list(tensors)
+        for name, t in got:
+            assert t.dtype == tensors[name].dtype and torch.equal(t, tensors[name]), name
+        assert it.report.tensors == len(tensors)
+        assert it.report.bytes_read == sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def test_a_later_read_never_overwrites_a_tensor_already_yielded(tmp_path):
+    tensors = model(n=24)
+    path = write(tmp_path / "model.safetensors", tensors)
+    kept = []
+    # A budget of three tensors: eight batches or more, their memory never reused.
+    it = ferry.iter_weights(path, memory_budget=3 * 64 * 1024 * 4)
+    for name, t in it:
+        kept.append((name, t))
+    assert len(it.report.loads) >= 8
+    pointers = set()
+    for name, t in kept:
+        assert torch.equal(t, tensors[name]), f"{name} changed after it was yielded"
+        if t.numel():
+            assert storage_bytes(t) == t.numel() * t.element_size(), name  # its own allocation
+            pointers.add(t.data_ptr())
+    assert len(pointers) == sum(1 for t in tensors.values() if t.numel())
+
+
+def test_read_ahead_stays_within_the_budget_and_a_larger_tensor_is_read_alone(tmp_path):
+    tensors = model(n=16)
+    tensors["huge"] = torch.randn(1024, 1024)  # 4 MiB, over the budget
+    path = write(tmp_path / "model.safetensors", tensors)
+    it = ferry.iter_weights(path, memory_budget=MiB)
+    peak_before_huge = 0
+    for name, _ in it:
+        if name == "layers.15.w":
+            peak_before_huge = it.report.peak_ahead_bytes
+    assert 0 < peak_before_huge <= MiB
+    assert it.report.peak_ahead_bytes == 4 * MiB
+    assert it.report.budget == MiB and it.report.staging_bytes == 0
+
+
+def test_into_a_gpu_the_budget_counts_ferrys_pinned_staging(tmp_path):
+    from ferry import _weights
+    assert _weights._staging_bytes({}) == 8 * 2 * 4 * MiB  # the default settings
+    assert _weights._staging_bytes({"threads": 2, "bounce_buffer_size": "1MiB", "direct": True}) \
+        == 2 * 2 * MiB
+
+
+def test_a_consumer_that_drops_each_tensor_keeps_peak_memory_flat(tmp_path):
+    tensors = model(n=32, rows=256)  # 32 MiB of weights, 1 MiB each
+    path = write(tmp_path / "model.safetensors", tensors)
+    budget = 4 * MiB
+
+    def peak(keep):
+        kept = []
+        tracemalloc.start()
+        try:
+            for name, a in ferry.iter_weights(path, memory_budget=budget, framework="numpy"):
+                if keep:
+                    kept.append(a)
+                else:
+                    float(a.reshape(-1)[:1].sum()) if a.size else None  # use it, then drop it
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert peak(keep=True) >= 32 * MiB  # tracemalloc sees the arrays' memory
+    assert peak(keep=False) <= budget + 2 * MiB  # the budget, one tensor held, and slack
+
+
+def test_names_reads_only_those_tensors(tmp_path):
+    tensors = model()
+    path = write(tmp_path / "model.safetensors", tensors)
+    before = ferry.stats().bytes_read
+    it = ferry.iter_weights(path, names=["layers.3.w", "norm"])
+    assert [n for n, _ in it] == ["layers.3.w", "norm"]  # file order, not the list's
+    assert it.report.bytes_read == 64 * 1024 * 4 + 1024 * 2
+    assert ferry.stats().bytes_read - before <= it.report.bytes_read * 1.1
+    it = ferry.iter_weights(path, names=lambda n: n.startswith("layers.1"))
+    assert [n for n, _ in it] == ["layers.1.w", "layers.10.w", "layers.11.w"]
+    with pytest.raises(ferry.CheckpointError, match=r"model\.safetensors.*'nope'"):
+        ferry.iter_weights(path, names=["nope"])
+
+
+def test_a_failed_read_names_the_file_and_the_tensor(tmp_path):
+    tensors = model()
+    path = write(tmp_path / "model.safetensors", tensors)
+    it = iter(ferry.iter_weights(path, memory_budget=64 * 1024 * 4))
+    next(it)
+    os.truncate(path, os.path.getsize(path) - 64 * 1024 * 4 * 6)
+    with pytest.raises(ferry.IoError, match=r"model\.safetensors.*reading tensor 'layers\.\d+\.w'"):
+        list(it)
+
+
+def test_leaving_early_waits_for_the_reads_in_flight(tmp_path):
+    path = write(tmp_path / "model.safetensors", model())
+    it = ferry.iter_weights(path, memory_budget=MiB)
+    for name, _ in it:
+        break
+    assert it.report.tensors == 1
+    with pytest.raises(RuntimeError, match="once"):
+        iter(it)
+
+
+def test_evict_drops_the_files_pages_and_reports_the_bytes(tmp_path):
+    tensors = model(n=16, rows=256)
+    folder = sharded_dir(tmp_path, tensors, parts=2)
+    files = sorted(str(p) for p in folder.glob("*.safetensors"))
+    for f in files:
+        with open(f, "rb") as fh:
+            fh.read()  # into the page cache
+    resident = [ferry.page_cache_residency(f, exact=True) for f in files]
+    if not all(r.known for r in resident):
+        pytest.skip(f"page-cache residency unknown here: {resident[0].why_not}")
+    if sum(r.resident for r in resident) < sum(os.path.getsize(f) for f in files) // 2:
+        pytest.skip("this file system keeps little of the files in the page cache")
+    it = ferry.iter_weights(folder)
+    assert sum(1 for _ in it) == len(tensors)
+    assert it.report.evicted_bytes == 0  # not asked
+    it = ferry.iter_weights(folder, evict=True)
+    for name, t in it:
+        assert torch.equal(t, tensors[name])
+    after = [ferry.page_cache_residency(f, exact=True).resident for f in files]
+    assert sum(after) <= sum(r.resident for r in resident) // 8, after
+    assert it.report.evicted_files == 2
+    assert it.report.evicted_bytes >= 16 * MiB
+    with pytest.raises(ValueError, match="URL"):
+        ferry.iter_weights("http://127.0.0.1:9/model.safetensors", evict=True)
+
+
+@pytest.mark.gpu
+def test_gpu_peak_memory_is_what_was_kept_plus_the_budget(tmp_path, torch):
+    tensors = model(n=64, rows=1024)  # 256 MiB, 4 MiB each
+    path = write(tmp_path / "model.safetensors", tensors)
+    budget = 96 * MiB
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    it = ferry.iter_weights(path, device="cuda:0", memory_budget=budget)
+    for name, t in it:
+        assert torch.equal(t.cpu(), tensors[name]), name
+        del t
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    assert peak <= budget, (peak, it.report)
+    assert it.report.peak_ahead_bytes <= budget - it.report.staging_bytes
