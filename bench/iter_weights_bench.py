@@ -247,6 +247,7 @@ def main() -> int:
                      "mismatched": sorted({n for r in ranks for n in r["mismatched"]}),
                      "gb_s": sum(r["read"] for r in ranks) / sum(r["seconds"] for r in ranks) / 1e9,
                      "ranks": ranks})
+    os.makedirs(a.out or ".", exist_ok=True)
     with open(os.path.join(a.out or ".", "iter_weights_bench.jsonl"), "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
