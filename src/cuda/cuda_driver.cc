@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/variables.h"
 #include "ferry/error.h"
 
 namespace ferry::cuda {
@@ -25,8 +26,8 @@ Loaded load() {
   Loaded out;
   // FERRY_CUDA_LIBRARY lets tests point at a library that does not exist, to exercise the
   // "no driver" branch on a machine that has one.
-  const char* name = std::getenv("FERRY_CUDA_LIBRARY");
-  if (name == nullptr || *name == '\0') name = "libcuda.so.1";
+  const char* name = base::value_of(base::kCudaLibrary);
+  if (name == nullptr) name = "libcuda.so.1";
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     std::string error = dlerror();

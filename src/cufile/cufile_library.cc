@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/variables.h"
+
 namespace ferry::cufile {
 namespace {
 
@@ -16,8 +18,8 @@ struct Loaded {
 
 Loaded* load_once() {
   auto* out = new Loaded();  // Never freed: pointers into the library live as long as the process.
-  const char* name = std::getenv("FERRY_CUFILE_LIBRARY");
-  if (name == nullptr || *name == '\0') name = "libcufile.so.0";
+  const char* name = base::value_of(base::kCufileLibrary);
+  if (name == nullptr) name = "libcufile.so.0";
   out->result.path = name;
   out->table.path = name;
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "base/variables.h"
 #include "ferry/remote.h"
 
 namespace ferry::remote {
@@ -23,8 +24,8 @@ constexpr unsigned kMinVersion = (7u << 16) | (75u << 8);
 
 Loaded load() {
   Loaded out;
-  const char* name = std::getenv("FERRY_CURL_LIBRARY");
-  if (name == nullptr || *name == '\0') name = "libcurl.so.4";
+  const char* name = base::value_of(base::kCurlLibrary);
+  if (name == nullptr) name = "libcurl.so.4";
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     std::string error = dlerror();

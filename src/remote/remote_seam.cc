@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/variables.h"
 #include "ferry/error.h"
 #include "ferry/remote.h"
 #include "remote/curl_api.h"
@@ -237,28 +238,28 @@ RemotePolicy resolve_policy(RemotePolicy policy, const char* (*getenv)(const cha
     return v != nullptr && *v != '\0';
   };
   if (!policy.retries) {
-    policy.retries = static_cast<int>(
-        set("FERRY_REMOTE_RETRIES") ? parse_variable(getenv, "FERRY_REMOTE_RETRIES", 0, 0, 100)
-        : set("KVIKIO_HTTP_MAX_ATTEMPTS")
-            ? parse_variable(getenv, "KVIKIO_HTTP_MAX_ATTEMPTS", 1, 1, 101) - 1
-            : kDefaultRetries);
+    const base::Variable& v = base::kRemoteRetries;
+    policy.retries =
+        static_cast<int>(set(v.env)         ? parse_variable(getenv, v.env, 0, 0, 100)
+                         : set(v.kvikio[0]) ? parse_variable(getenv, v.kvikio[0], 1, 1, 101) - 1
+                                            : kDefaultRetries);
   }
   if (!policy.stall_seconds) {
     policy.stall_seconds =
-        parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+        parse_variable(getenv, base::kRemoteTimeout.env, kDefaultStallSeconds, 1, 3600);
   }
   if (!policy.request_seconds) {
     // KvikIO's http_timeout bounds a whole request (CURLOPT_TIMEOUT), as ferry's deadline does.
-    policy.request_seconds =
-        set("FERRY_REMOTE_DEADLINE")
-            ? parse_variable(getenv, "FERRY_REMOTE_DEADLINE", 0, 0, kMaxRequestSeconds)
-            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", 0, 1, kMaxRequestSeconds);
+    const base::Variable& v = base::kRemoteDeadline;
+    policy.request_seconds = set(v.env)
+                                 ? parse_variable(getenv, v.env, 0, 0, kMaxRequestSeconds)
+                                 : parse_variable(getenv, v.kvikio[0], 0, 1, kMaxRequestSeconds);
   }
   if (!policy.retry_statuses) {
-    policy.retry_statuses =
-        set("KVIKIO_HTTP_STATUS_CODES")
-            ? parse_statuses("KVIKIO_HTTP_STATUS_CODES", getenv("KVIKIO_HTTP_STATUS_CODES"))
-            : std::vector<int>(std::begin(kDefaultRetryStatuses), std::end(kDefaultRetryStatuses));
+    const char* name = base::kRemoteRetryStatuses.env;
+    policy.retry_statuses = set(name) ? parse_statuses(name, getenv(name))
+                                      : std::vector<int>(std::begin(kDefaultRetryStatuses),
+                                                         std::end(kDefaultRetryStatuses));
   }
   return policy;
 }
