@@ -24,10 +24,22 @@ TEST(ParseSize, AcceptsPlainBytesAndUnits) {
   EXPECT_EQ(parse_size("16KiB", "X"), 16u << 10);
   EXPECT_EQ(parse_size("1GiB", "X"), 1u << 30);
   EXPECT_EQ(parse_size("4M", "X"), 4u << 20);
-  EXPECT_EQ(parse_size("4mb", "X"), 4u << 20);
   EXPECT_EQ(parse_size(" 8 KiB ", "X"), 8u << 10);
   EXPECT_EQ(parse_size("2T", "X"), std::uint64_t{2} << 40);
   EXPECT_EQ(parse_size("7B", "X"), 7u);
+}
+
+// Regression (issue 46): "5GB" was 5 GiB here and 5,000,000,000 bytes in save_checkpoint. KB, MB,
+// GB and TB are powers of 1000, as huggingface_hub reads max_shard_size="5GB"; the IEC units and
+// the bare letters stay powers of 1024.
+TEST(ParseSize, SiUnitsArePowersOfAThousandAndIecUnitsOf1024) {
+  EXPECT_EQ(parse_size("5GB", "X"), 5'000'000'000u);
+  EXPECT_EQ(parse_size("4mb", "X"), 4'000'000u);
+  EXPECT_EQ(parse_size("300KB", "X"), 300'000u);
+  EXPECT_EQ(parse_size("2TB", "X"), 2'000'000'000'000u);
+  EXPECT_EQ(parse_size("5GiB", "X"), std::uint64_t{5} << 30);
+  EXPECT_EQ(parse_size("5G", "X"), std::uint64_t{5} << 30);
+  EXPECT_THROW(parse_size("20000000TB", "X"), SettingError);
 }
 
 TEST(ParseSize, RejectsEveryBadFormWithTheSettingValueAndForms) {
