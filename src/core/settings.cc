@@ -434,6 +434,7 @@ std::vector<SettingInfo> describe_settings() {
   return rows;
 }
 
+// For tests only: declared in tests/test_hooks.h.
 void reload_settings_from_environment() {
   Global& g = global();
   std::lock_guard lock(g.mu);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ferry/error.h"
+#include "test_hooks.h"
 
 namespace ferry {
 namespace {
@@ -200,10 +201,10 @@ class Environment {
 
  private:
   static constexpr const char* kNames[] = {
-      "FERRY_COMPAT_MODE",   "FERRY_REQUIRE",      "FERRY_TASK_SIZE",
-      "FERRY_GDS_THRESHOLD", "FERRY_NTHREADS",     "FERRY_HOST_NTHREADS",
+      "FERRY_COMPAT_MODE",        "FERRY_REQUIRE",      "FERRY_TASK_SIZE",
+      "FERRY_GDS_THRESHOLD",      "FERRY_NTHREADS",     "FERRY_HOST_NTHREADS",
       "FERRY_BOUNCE_BUFFER_SIZE", "KVIKIO_COMPAT_MODE", "KVIKIO_TASK_SIZE",
-      "KVIKIO_GDS_THRESHOLD", "KVIKIO_NTHREADS",   "KVIKIO_NUM_THREADS",
+      "KVIKIO_GDS_THRESHOLD",     "KVIKIO_NTHREADS",    "KVIKIO_NUM_THREADS",
       "KVIKIO_BOUNCE_BUFFER_SIZE"};
   std::map<std::string, std::optional<std::string>> saved_;
 };
@@ -240,13 +241,13 @@ TEST(KvikioEnvironment, HonouredWhenTheFerryVariableIsUnset) {
   EXPECT_EQ(s.host_nthreads, 3u);
   EXPECT_EQ(s.bounce_buffer_size, 8u << 20);
   EXPECT_EQ(s.require, Require::kAny);
-  for (const auto& [name, var] : std::map<std::string, std::string>{
-           {"compat_mode", "KVIKIO_COMPAT_MODE"},
-           {"task_size", "KVIKIO_TASK_SIZE"},
-           {"gds_threshold", "KVIKIO_GDS_THRESHOLD"},
-           {"nthreads", "KVIKIO_NTHREADS"},
-           {"host_nthreads", "KVIKIO_NTHREADS"},
-           {"bounce_buffer_size", "KVIKIO_BOUNCE_BUFFER_SIZE"}}) {
+  for (const auto& [name, var] :
+       std::map<std::string, std::string>{{"compat_mode", "KVIKIO_COMPAT_MODE"},
+                                          {"task_size", "KVIKIO_TASK_SIZE"},
+                                          {"gds_threshold", "KVIKIO_GDS_THRESHOLD"},
+                                          {"nthreads", "KVIKIO_NTHREADS"},
+                                          {"host_nthreads", "KVIKIO_NTHREADS"},
+                                          {"bounce_buffer_size", "KVIKIO_BOUNCE_BUFFER_SIZE"}}) {
     SettingInfo row = row_of(name);
     EXPECT_EQ(row.source, SettingSource::kEnvironment) << name;
     EXPECT_EQ(row.source_env, var) << name;
@@ -305,10 +306,10 @@ TEST(KvikioEnvironment, TheTwoThreadCountNamesMustAgree) {
 // The same parser, limits and messages as the FERRY_* variable, with the KVIKIO_* name in them.
 TEST(KvikioEnvironment, MalformedValuesAreTheFerryErrorsNamingTheKvikioVariable) {
   const std::pair<const char*, const char*> kBad[] = {
-      {"TASK_SIZE", "lots"},    {"TASK_SIZE", "0"},         {"TASK_SIZE", "-4"},
-      {"TASK_SIZE", ""},        {"TASK_SIZE", "1000"},      {"GDS_THRESHOLD", "1.5K"},
-      {"GDS_THRESHOLD", "0"},   {"BOUNCE_BUFFER_SIZE", "1"}, {"NTHREADS", "0"},
-      {"NTHREADS", "eight"},    {"NTHREADS", "4097"},       {"COMPAT_MODE", "maybe"},
+      {"TASK_SIZE", "lots"},  {"TASK_SIZE", "0"},          {"TASK_SIZE", "-4"},
+      {"TASK_SIZE", ""},      {"TASK_SIZE", "1000"},       {"GDS_THRESHOLD", "1.5K"},
+      {"GDS_THRESHOLD", "0"}, {"BOUNCE_BUFFER_SIZE", "1"}, {"NTHREADS", "0"},
+      {"NTHREADS", "eight"},  {"NTHREADS", "4097"},        {"COMPAT_MODE", "maybe"},
   };
   for (const auto& [suffix, value] : kBad) {
     const std::string kvikio = std::string("KVIKIO_") + suffix;
