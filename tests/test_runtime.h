@@ -10,6 +10,7 @@
 
 #include "core/paths.h"
 #include "ferry/runtime.h"
+#include "test_hooks.h"
 
 namespace ferry::test {
 
@@ -71,7 +72,7 @@ inline Runtime* residency_runtime() {
   static auto* runtime = [] {
     core::Environment env = core::default_environment();
     env.host = &residency_host();
-    return new Runtime(env);
+    return RuntimeTestHelper::make(env).release();
   }();
   return runtime;
 }

@@ -23,6 +23,9 @@ namespace core {
 class RequestState;
 class OpenFile;
 }  // namespace core
+namespace test {
+class FileTestHelper;
+}  // namespace test
 
 // The result of an asynchronous request. get() waits and returns the byte count, or throws
 // the request's error (IoError, CudaError, RouteError). Destroying an IoFuture waits for the
@@ -109,8 +112,6 @@ class File {
   explicit File(const std::filesystem::path& path, std::string_view mode = "r",
                 FileOptions options = {});
   File();
-  // Internal: wraps an already open file (tests use it to inject an I/O seam).
-  explicit File(std::shared_ptr<core::OpenFile> file);
   ~File();
   File(File&&) noexcept;
   File& operator=(File&&) noexcept;
@@ -187,6 +188,10 @@ class File {
   RouteReport last_route() const;
 
  private:
+  // tests/test_hooks.h: a File on an I/O seam of the test's (faults, counters).
+  friend class test::FileTestHelper;
+  explicit File(std::shared_ptr<core::OpenFile> file);
+
   std::shared_ptr<core::OpenFile> file_;
 };
 

@@ -11,17 +11,20 @@
 
 namespace ferry {
 
+class Runtime;
 namespace core {
 class RuntimeState;
 struct Environment;
+// The state behind a Runtime, for the engine (src/core/runtime_state.cc).
+RuntimeState& state_of(const Runtime& runtime);
 }  // namespace core
+namespace test {
+class RuntimeTestHelper;
+}  // namespace test
 
 class Runtime {
  public:
   Runtime();
-  // Internal: a runtime whose requests run against `env` (src/core/paths.h) instead of the
-  // default environment; tests give it their doubles.
-  explicit Runtime(const core::Environment& env);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -37,10 +40,13 @@ class Runtime {
   // Open Files that use this runtime.
   std::size_t files() const;
 
-  // Internal.
-  core::RuntimeState& state() const { return *state_; }
-
  private:
+  friend core::RuntimeState& core::state_of(const Runtime& runtime);
+  // tests/test_hooks.h: a runtime whose requests run against an environment of the test's
+  // doubles (src/core/paths.h) instead of the default one.
+  friend class test::RuntimeTestHelper;
+  explicit Runtime(const core::Environment& env);
+
   std::unique_ptr<core::RuntimeState> state_;
 };
 

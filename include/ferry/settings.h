@@ -114,10 +114,6 @@ Settings settings_with(const SettingsOverride& changes);
 std::optional<std::string> nearest_name(std::string_view word,
                                         const std::vector<std::string>& names);
 
-// Forgets the process-wide settings, set_settings() changes included, and reads the environment
-// again at the next use, as at start-up (scopes stay). For tests that change the environment.
-void reload_settings_from_environment();
-
 // Applies `changes` to the settings of the thread that creates it, and to no other thread's,
 // until it is destroyed. Scopes of one thread nest: each is layered over the ones made before it,
 // and destroying one (in any order, from any thread) removes exactly its own changes. Requests

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import sys
 import threading
 from collections import defaultdict
@@ -273,22 +272,16 @@ def run(call: Any, asynchronous: bool) -> Any:
     return _pool().submit(call)
 
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-
-
 def parse_size(size: Union[int, str, None]) -> int:
-    """transformers' max_shard_size: an int of bytes or "5GB" (10^9), "500MiB" (2^20)..."""
+    """transformers' max_shard_size: an int of bytes or a size read as every ferry setting reads
+    one (C++'s parse_size): "5GB" (10^9), "500MiB" (2^20)..."""
     if size is None:
         return 0
     if isinstance(size, int):
         if size < 0:
             raise ValueError(f"ferry: max_shard_size must be positive, not {size}")
         return size
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*", str(size).upper())
-    if m is None or m.group(2) not in _UNITS:
-        raise ValueError(f"ferry: max_shard_size {size!r} is not a size such as 5GB or 500MiB")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+    return _ferry.parse_size(str(size), "max_shard_size")
 
 
 def _with_progress(progress: Any, write: Any) -> Any:

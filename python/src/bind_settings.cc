@@ -63,9 +63,8 @@ void bind_settings(py::module_& m) {
     }
     return rows;
   });
-  m.def(
-      "parse_size", [](const std::string& text) { return parse_size(text, "size"); }, arg("text"),
-      "\"4MiB\" -> 4194304.");
+  m.def("parse_size", &parse_size, arg("text"), arg("setting") = "size",
+        "\"4MiB\" -> 4194304, \"5GB\" -> 5000000000; a SettingError names `setting`.");
   m.def("format_size", &format_size, arg("bytes"), "4194304 -> \"4 MiB\".");
 
   py::class_<Scope>(m, "SettingsScope")

@@ -99,8 +99,6 @@ const Environment& default_environment() {
 
 namespace ferry::backends {
 
-std::unique_ptr<core::HostPath> make_posix_path() { return std::make_unique<core::PosixPath>(); }
-
 std::unique_ptr<core::AcceleratedPath> make_cufile_path(cufile::Machine machine) {
   return std::make_unique<core::CufilePath>(std::move(machine));
 }

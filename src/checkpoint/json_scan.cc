@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/utf8.h"
+#include "base/utf8.h"
 
 namespace ferry::checkpoint {
 
@@ -118,7 +118,7 @@ void JsonCursor::string(std::string& out) {
       ++i_;
       continue;
     }
-    const std::size_t n = core::utf8_length(s_.substr(i_));
+    const std::size_t n = base::utf8_length(s_.substr(i_));
     if (n == 0) fail("a byte that is not UTF-8 in a string");
     i_ += n;
   }

@@ -86,7 +86,7 @@ const char* file_type(mode_t mode) {
 using OpenFiles = ForkRegistry<OpenFile, &OpenFile::forget_parent_requests>;
 
 RuntimeState& runtime_of(const FileOptions& options) {
-  return options.runtime != nullptr ? options.runtime->state() : default_runtime();
+  return options.runtime != nullptr ? state_of(*options.runtime) : default_runtime();
 }
 
 // The seam a File's system calls go through: the one given, else its runtime environment's

@@ -71,6 +71,7 @@ Runtime::Runtime() : state_(std::make_unique<core::RuntimeState>()) {}
 Runtime::Runtime(const core::Environment& env)
     : state_(std::make_unique<core::RuntimeState>(env)) {}
 Runtime::~Runtime() = default;
+core::RuntimeState& core::state_of(const Runtime& runtime) { return *runtime.state_; }
 std::size_t Runtime::threads() const { return state_->pool().size(); }
 std::size_t Runtime::idle_staging() const { return state_->staging().idle(); }
 std::size_t Runtime::free_idle_staging() { return state_->staging().free_idle(); }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/variables.h"
 #include "ferry/error.h"
 
 namespace ferry {
@@ -28,68 +29,52 @@ namespace {
 
 struct Descriptor {
   const char* name;
-  const char* env;
-  // KvikIO's names for the same setting (up to two, which must agree), read when `env` is unset,
-  // so that a process configured for KvikIO keeps its configuration. nullptr where none.
-  std::array<const char*, 2> kvikio;
+  // Its FERRY_* variable and KvikIO's (up to two, which must agree), read when that one is
+  // unset, so that a process configured for KvikIO keeps its configuration.
+  const base::Variable& var;
   void (*parse)(SettingsOverride&, std::string_view value, std::string_view env);
   bool (*is_set)(const SettingsOverride&);
   std::string (*print)(const Settings&);
 };
 
 constexpr std::array<Descriptor, 7> kTable{{
-    {"compat_mode",
-     "FERRY_COMPAT_MODE",
-     {"KVIKIO_COMPAT_MODE", nullptr},
+    {"compat_mode", base::kCompatMode,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.compat_mode = parse_compat_mode(v, e);
      },
      [](const SettingsOverride& o) { return o.compat_mode.has_value(); },
      [](const Settings& s) { return to_string(s.compat_mode); }},
-    {"require",
-     "FERRY_REQUIRE",
-     {nullptr, nullptr},
+    {"require", base::kRequire,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.require = parse_require(v, e);
      },
      [](const SettingsOverride& o) { return o.require.has_value(); },
      [](const Settings& s) { return to_string(s.require); }},
-    {"task_size",
-     "FERRY_TASK_SIZE",
-     {"KVIKIO_TASK_SIZE", nullptr},
+    {"task_size", base::kTaskSize,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.task_size = parse_size(v, e);
      },
      [](const SettingsOverride& o) { return o.task_size.has_value(); },
      [](const Settings& s) { return format_size(s.task_size); }},
-    {"gds_threshold",
-     "FERRY_GDS_THRESHOLD",
-     {"KVIKIO_GDS_THRESHOLD", nullptr},
+    {"gds_threshold", base::kGdsThreshold,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.gds_threshold = parse_size(v, e);
      },
      [](const SettingsOverride& o) { return o.gds_threshold.has_value(); },
      [](const Settings& s) { return format_size(s.gds_threshold); }},
-    // KvikIO has one thread pool for every kind of memory: its count sets both of ferry's.
-    {"nthreads",
-     "FERRY_NTHREADS",
-     {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
+    {"nthreads", base::kNthreads,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.nthreads = parse_count(v, e);
      },
      [](const SettingsOverride& o) { return o.nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.nthreads); }},
-    {"host_nthreads",
-     "FERRY_HOST_NTHREADS",
-     {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"},
+    {"host_nthreads", base::kHostNthreads,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.host_nthreads = parse_count(v, e);
      },
      [](const SettingsOverride& o) { return o.host_nthreads.has_value(); },
      [](const Settings& s) { return std::to_string(s.host_nthreads); }},
-    {"bounce_buffer_size",
-     "FERRY_BOUNCE_BUFFER_SIZE",
-     {"KVIKIO_BOUNCE_BUFFER_SIZE", nullptr},
+    {"bounce_buffer_size", base::kBounceBufferSize,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.bounce_buffer_size = parse_size(v, e);
      },
@@ -145,9 +130,9 @@ struct Variable {
 // set. KvikIO's two names for the thread count must agree when both are set (KvikIO's rule too);
 // nullopt when no variable is set. Throws the SettingError of a malformed or conflicting one.
 std::optional<Variable> find_variable(const Descriptor& d) {
-  if (const char* value = std::getenv(d.env)) return Variable{d.env, value};
+  if (const char* value = std::getenv(d.var.env)) return Variable{d.var.env, value};
   std::optional<Variable> found;
-  for (const char* var : d.kvikio) {
+  for (const char* var : d.var.kvikio) {
     if (var == nullptr) continue;
     const char* value = std::getenv(var);
     if (value == nullptr) continue;
@@ -159,7 +144,7 @@ std::optional<Variable> find_variable(const Descriptor& d) {
             var, value,
             fmt::format("invalid {}='{}': {} is also set, to '{}'; KvikIO's two names for the "
                         "thread count must agree (or set {}, which takes precedence over both)",
-                        var, value, found->name, found->value, d.env));
+                        var, value, found->name, found->value, d.var.env));
       }
       continue;
     }
@@ -168,21 +153,15 @@ std::optional<Variable> find_variable(const Descriptor& d) {
   return found;
 }
 
-// The FERRY_* variables ferry itself reads outside the settings table (docs/stats.md,
-// docs/install.md); any other FERRY_* variable near one of these or of the table's is taken as a
-// misspelling.
-constexpr std::array<const char*, 4> kOtherVariables{"FERRY_STATS_PUBLISH", "FERRY_STATS_DIR",
-                                                     "FERRY_CUDA_LIBRARY", "FERRY_CUFILE_LIBRARY"};
-
-// Says once per process, on stderr, which FERRY_* variables look like misspelt settings: a
-// variable nobody reads would otherwise be ignored without a word. Variables far from every
-// known name (test and build variables) are left alone.
+// Says once per process, on stderr, which FERRY_* variables look like misspellings of one that
+// ferry reads (base/variables.h lists them all): a variable nobody reads would otherwise be
+// ignored without a word. Variables far from every known name (test and build ones) are left
+// alone.
 void warn_misspelt_variables() {
   static std::atomic<bool> warned{false};
   if (warned.exchange(true)) return;
   std::vector<std::string> known;
-  for (const Descriptor& d : kTable) known.emplace_back(d.env);
-  for (const char* v : kOtherVariables) known.emplace_back(v);
+  for (const base::Variable* v : base::kVariables) known.emplace_back(v->env);
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
     if (!entry.starts_with("FERRY_")) continue;
@@ -444,10 +423,10 @@ std::vector<SettingInfo> describe_settings() {
   }
   std::vector<SettingInfo> rows;
   for (size_t i = 0; i < kTable.size(); ++i) {
-    SettingInfo row{kTable[i].name, kTable[i].env, kTable[i].print(current), sources[i]};
+    SettingInfo row{kTable[i].name, kTable[i].var.env, kTable[i].print(current), sources[i]};
     if (row.source == SettingSource::kEnvironment) row.source_env = source_env[i];
     row.error = errors[i];
-    for (const char* var : kTable[i].kvikio) {
+    for (const char* var : kTable[i].var.kvikio) {
       if (var != nullptr) row.kvikio_env.emplace_back(var);
     }
     rows.push_back(std::move(row));
@@ -455,6 +434,7 @@ std::vector<SettingInfo> describe_settings() {
   return rows;
 }
 
+// For tests only: declared in tests/test_hooks.h.
 void reload_settings_from_environment() {
   Global& g = global();
   std::lock_guard lock(g.mu);

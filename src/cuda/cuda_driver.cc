@@ -1,15 +1,15 @@
 #include "cuda/cuda_driver.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
+#include "base/library.h"
 #include "ferry/error.h"
 
 namespace ferry::cuda {
@@ -21,35 +21,27 @@ struct Loaded {
   std::string why_not;
 };
 
-Loaded load() {
-  Loaded out;
-  // FERRY_CUDA_LIBRARY lets tests point at a library that does not exist, to exercise the
-  // "no driver" branch on a machine that has one.
-  const char* name = std::getenv("FERRY_CUDA_LIBRARY");
-  if (name == nullptr || *name == '\0') name = "libcuda.so.1";
-  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    std::string error = dlerror();
-    out.why_not = error.find("No such file") != std::string::npos
-                      ? fmt::format("no CUDA driver: {} not found", name)
-                      : fmt::format("no CUDA driver: {} could not be loaded ({})", name, error);
-    return out;
-  }
-  std::string missing;
-  auto resolve = [&](auto& slot, const char* symbol) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, symbol));
-    if (slot == nullptr) missing += missing.empty() ? symbol : fmt::format(", {}", symbol);
-  };
-  Driver& d = out.table;
-#define FERRY_RESOLVE(field, api, symbol) resolve(d.field, symbol);
+void bind(base::Symbols& s, Driver& d) {
+#define FERRY_RESOLVE(field, api, symbol) s.required(d.field, symbol);
   FERRY_CUDA_DRIVER_API(FERRY_RESOLVE)
 #undef FERRY_RESOLVE
-  if (!missing.empty()) {
-    out.why_not = fmt::format("CUDA driver {} lacks symbols: {}", name, missing);
-    return out;
+}
+
+Loaded load() {
+  // FERRY_CUDA_LIBRARY lets tests point at a library that does not exist, to exercise the
+  // "no driver" branch on a machine that has one.
+  auto lib = base::load_library<Driver>(base::kCudaLibrary, "libcuda.so.1", bind);
+  Loaded out{lib.table, lib.load.ok(), {}};
+  const std::string& name = lib.load.path;
+  if (!lib.load.opened) {
+    out.why_not = lib.load.not_found ? fmt::format("no CUDA driver: {} not found", name)
+                                     : fmt::format("no CUDA driver: {} could not be loaded ({})",
+                                                   name, lib.load.error);
+  } else if (!out.ok) {
+    out.why_not =
+        fmt::format("CUDA driver {} lacks symbols: {}", name, fmt::join(lib.load.missing, ", "));
   }
-  out.ok = true;
-  return out;  // The handle stays open for the life of the process, on purpose.
+  return out;
 }
 
 // The library and its symbols, without cuInit: enough to ask about a pointer (below).

@@ -453,6 +453,7 @@ void StagedCopies::give_slot_back() noexcept {
 
 std::size_t free_idle_staged_copies() { return pinned_cache().free_idle(); }
 
+// For tests only: declared in tests/test_hooks.h.
 std::size_t stream_gates_in_use() { return gates().in_use(); }
 
 std::size_t staging_in_flight() { return pinned_cache().in_use(); }

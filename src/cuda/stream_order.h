@@ -145,11 +145,6 @@ class StagedCopies {
 // (KvikIO's bounce_buffer_free). Returns the bytes freed.
 std::size_t free_idle_staged_copies();
 
-// The gate slots in use (tests: every slot comes back once its request completes).
-std::size_t stream_gates_in_use();
-// The pinned staging that stream-ordered GPU requests hold now, in bytes (tests).
-std::size_t staging_in_flight();
-
 // Host functions queued on streams by StreamOrder::begin(), and those the streams have run
 // (diagnostics: a request that hangs shows whether its stream ever reached it).
 std::uint64_t host_functions_queued();

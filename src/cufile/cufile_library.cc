@@ -1,10 +1,11 @@
 #include "cufile/cufile_library.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
+
+#include "base/library.h"
 
 namespace ferry::cufile {
 namespace {
@@ -14,50 +15,43 @@ struct Loaded {
   LoadResult result;
 };
 
+void bind(base::Symbols& s, Library& t) {
+  s.required(t.DriverOpen, "cuFileDriverOpen");
+  // cufile.h maps cuFileDriverClose to the _v2 entry point; older libraries have only the first.
+  s.required_either(t.DriverClose, "cuFileDriverClose_v2", "cuFileDriverClose");
+  s.required(t.HandleRegister, "cuFileHandleRegister");
+  s.required(t.HandleDeregister, "cuFileHandleDeregister");
+  s.required(t.BufRegister, "cuFileBufRegister");
+  s.required(t.BufDeregister, "cuFileBufDeregister");
+  s.required(t.Read, "cuFileRead");
+  s.required(t.Write, "cuFileWrite");
+  s.optional(t.GetVersion, "cuFileGetVersion");
+  s.optional(t.SetParameterBool, "cuFileSetParameterBool");
+  s.optional(t.SetStatsLevel, "cuFileSetStatsLevel");
+  s.optional(t.StatsStart, "cuFileStatsStart");
+  s.optional(t.GetStatsL3, "cuFileGetStatsL3");
+}
+
 Loaded* load_once() {
   auto* out = new Loaded();  // Never freed: pointers into the library live as long as the process.
-  const char* name = std::getenv("FERRY_CUFILE_LIBRARY");
-  if (name == nullptr || *name == '\0') name = "libcufile.so.0";
-  out->result.path = name;
+  base::Library<Library> lib =
+      base::load_library<Library>(base::kCufileLibrary, "libcufile.so.0", bind);
+  const std::string& name = lib.load.path;
+  out->table = std::move(lib.table);
   out->table.path = name;
-  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    std::string error = dlerror();
-    out->result.why_not = error.find("No such file") != std::string::npos
+  out->table.missing_optional = lib.load.missing_optional;
+  out->result.path = name;
+  out->result.missing_required = lib.load.missing;
+  if (!lib.load.opened) {
+    out->result.why_not = lib.load.not_found
                               ? fmt::format("{} not found", name)
-                              : fmt::format("{} could not be loaded: {}", name, error);
-    return out;
-  }
-  Library& t = out->table;
-  auto resolve = [&](auto& slot, const char* symbol, bool required) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, symbol));
-    if (slot != nullptr) return;
-    (required ? out->result.missing_required : t.missing_optional).push_back(symbol);
-  };
-  resolve(t.DriverOpen, "cuFileDriverOpen", true);
-  // cufile.h maps cuFileDriverClose to the _v2 entry point; older libraries have only the first.
-  resolve(t.DriverClose, "cuFileDriverClose_v2", false);
-  if (t.DriverClose == nullptr) {
-    t.missing_optional.pop_back();
-    resolve(t.DriverClose, "cuFileDriverClose", true);
-  }
-  resolve(t.HandleRegister, "cuFileHandleRegister", true);
-  resolve(t.HandleDeregister, "cuFileHandleDeregister", true);
-  resolve(t.BufRegister, "cuFileBufRegister", true);
-  resolve(t.BufDeregister, "cuFileBufDeregister", true);
-  resolve(t.Read, "cuFileRead", true);
-  resolve(t.Write, "cuFileWrite", true);
-  resolve(t.GetVersion, "cuFileGetVersion", false);
-  resolve(t.SetParameterBool, "cuFileSetParameterBool", false);
-  resolve(t.SetStatsLevel, "cuFileSetStatsLevel", false);
-  resolve(t.StatsStart, "cuFileStatsStart", false);
-  resolve(t.GetStatsL3, "cuFileGetStatsL3", false);
-  if (!out->result.missing_required.empty()) {
+                              : fmt::format("{} could not be loaded: {}", name, lib.load.error);
+  } else if (!lib.load.ok()) {
     out->result.why_not =
-        fmt::format("{} lacks symbols: {}", name, fmt::join(out->result.missing_required, ", "));
-    return out;
+        fmt::format("{} lacks symbols: {}", name, fmt::join(lib.load.missing, ", "));
+  } else {
+    out->result.library = &out->table;
   }
-  out->result.library = &out->table;
   return out;
 }
 

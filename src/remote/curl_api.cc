@@ -1,11 +1,12 @@
 #include "remote/curl_api.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <type_traits>
 
+#include "base/library.h"
 #include "ferry/remote.h"
 
 namespace ferry::remote {
@@ -21,42 +22,38 @@ struct Loaded {
 // SigV4 signing (CURLOPT_AWS_SIGV4) arrived in 7.75.0.
 constexpr unsigned kMinVersion = (7u << 16) | (75u << 8);
 
+void bind(base::Symbols& s, CurlApi& a) {
+  s.required(a.easy_init, "curl_easy_init");
+  s.required(a.easy_setopt, "curl_easy_setopt");
+  s.required(a.easy_perform, "curl_easy_perform");
+  s.required(a.easy_getinfo, "curl_easy_getinfo");
+  s.required(a.easy_reset, "curl_easy_reset");
+  s.required(a.easy_cleanup, "curl_easy_cleanup");
+  s.required(a.easy_strerror, "curl_easy_strerror");
+  s.required(a.slist_append, "curl_slist_append");
+  s.required(a.slist_free_all, "curl_slist_free_all");
+  s.required(a.version_info, "curl_version_info");
+  s.required(a.global_init, "curl_global_init");
+  s.required(a.easy_send, "curl_easy_send");
+  s.required(a.easy_recv, "curl_easy_recv");
+}
+
 Loaded load() {
-  Loaded out;
-  const char* name = std::getenv("FERRY_CURL_LIBRARY");
-  if (name == nullptr || *name == '\0') name = "libcurl.so.4";
-  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    std::string error = dlerror();
+  auto lib = base::load_library<CurlApi>(base::kCurlLibrary, "libcurl.so.4", bind);
+  Loaded out{lib.table, false, {}};
+  const std::string& name = lib.load.path;
+  if (!lib.load.opened) {
     out.why_not =
-        error.find("No such file") != std::string::npos
+        lib.load.not_found
             ? fmt::format("libcurl not found ({}): install libcurl4 for remote sources", name)
-            : fmt::format("libcurl could not be loaded ({}): {}", name, error);
+            : fmt::format("libcurl could not be loaded ({}): {}", name, lib.load.error);
     return out;
   }
-  std::string missing;
-  auto resolve = [&](auto& slot, const char* symbol) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, symbol));
-    if (slot == nullptr) missing += missing.empty() ? symbol : fmt::format(", {}", symbol);
-  };
-  CurlApi& a = out.api;
-  resolve(a.easy_init, "curl_easy_init");
-  resolve(a.easy_setopt, "curl_easy_setopt");
-  resolve(a.easy_perform, "curl_easy_perform");
-  resolve(a.easy_getinfo, "curl_easy_getinfo");
-  resolve(a.easy_reset, "curl_easy_reset");
-  resolve(a.easy_cleanup, "curl_easy_cleanup");
-  resolve(a.easy_strerror, "curl_easy_strerror");
-  resolve(a.slist_append, "curl_slist_append");
-  resolve(a.slist_free_all, "curl_slist_free_all");
-  resolve(a.version_info, "curl_version_info");
-  resolve(a.global_init, "curl_global_init");
-  resolve(a.easy_send, "curl_easy_send");
-  resolve(a.easy_recv, "curl_easy_recv");
-  if (!missing.empty()) {
-    out.why_not = fmt::format("{} lacks symbols: {}", name, missing);
+  if (!lib.load.ok()) {
+    out.why_not = fmt::format("{} lacks symbols: {}", name, fmt::join(lib.load.missing, ", "));
     return out;
   }
+  const CurlApi& a = out.api;
   const curl_version_info_data* v = a.version_info(CURLVERSION_NOW);
   if (v == nullptr || v->version_num < kMinVersion) {
     out.why_not = fmt::format("{} is libcurl {}; remote sources need 7.75 or later (SigV4)", name,

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/variables.h"
 #include "ferry/error.h"
 #include "ferry/remote.h"
 #include "remote/curl_api.h"
@@ -187,9 +188,8 @@ void sleep_unless_cancelled(std::chrono::milliseconds d) {
   }
 }
 
-long parse_variable(const char* (*getenv)(const char*), const char* name, long fallback, long low,
-                    long high) {
-  const char* v = getenv(name);
+long parse_variable(const char* name, long fallback, long low, long high) {
+  const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
   long x = 0;
   const char* end = v + std::strlen(v);
@@ -231,34 +231,32 @@ std::vector<int> parse_statuses(const char* name, const std::string& text) {
 // The policy an object opened now gets: each field of `policy`, else ferry's variable, else
 // KvikIO's (which count attempts, and time the whole GET), else the default. A variable is
 // parsed only when it is used.
-RemotePolicy resolve_policy(RemotePolicy policy, const char* (*getenv)(const char*)) {
+RemotePolicy resolve_policy(RemotePolicy policy) {
   auto set = [&](const char* name) {
-    const char* v = getenv(name);
+    const char* v = std::getenv(name);
     return v != nullptr && *v != '\0';
   };
   if (!policy.retries) {
-    policy.retries = static_cast<int>(
-        set("FERRY_REMOTE_RETRIES") ? parse_variable(getenv, "FERRY_REMOTE_RETRIES", 0, 0, 100)
-        : set("KVIKIO_HTTP_MAX_ATTEMPTS")
-            ? parse_variable(getenv, "KVIKIO_HTTP_MAX_ATTEMPTS", 1, 1, 101) - 1
-            : kDefaultRetries);
+    const base::Variable& v = base::kRemoteRetries;
+    policy.retries =
+        static_cast<int>(set(v.env)         ? parse_variable(v.env, 0, 0, 100)
+                         : set(v.kvikio[0]) ? parse_variable(v.kvikio[0], 1, 1, 101) - 1
+                                            : kDefaultRetries);
   }
   if (!policy.stall_seconds) {
-    policy.stall_seconds =
-        parse_variable(getenv, "FERRY_REMOTE_TIMEOUT", kDefaultStallSeconds, 1, 3600);
+    policy.stall_seconds = parse_variable(base::kRemoteTimeout.env, kDefaultStallSeconds, 1, 3600);
   }
   if (!policy.request_seconds) {
     // KvikIO's http_timeout bounds a whole request (CURLOPT_TIMEOUT), as ferry's deadline does.
-    policy.request_seconds =
-        set("FERRY_REMOTE_DEADLINE")
-            ? parse_variable(getenv, "FERRY_REMOTE_DEADLINE", 0, 0, kMaxRequestSeconds)
-            : parse_variable(getenv, "KVIKIO_HTTP_TIMEOUT", 0, 1, kMaxRequestSeconds);
+    const base::Variable& v = base::kRemoteDeadline;
+    policy.request_seconds = set(v.env) ? parse_variable(v.env, 0, 0, kMaxRequestSeconds)
+                                        : parse_variable(v.kvikio[0], 0, 1, kMaxRequestSeconds);
   }
   if (!policy.retry_statuses) {
-    policy.retry_statuses =
-        set("KVIKIO_HTTP_STATUS_CODES")
-            ? parse_statuses("KVIKIO_HTTP_STATUS_CODES", getenv("KVIKIO_HTTP_STATUS_CODES"))
-            : std::vector<int>(std::begin(kDefaultRetryStatuses), std::end(kDefaultRetryStatuses));
+    const char* name = base::kRemoteRetryStatuses.env;
+    policy.retry_statuses = set(name) ? parse_statuses(name, std::getenv(name))
+                                      : std::vector<int>(std::begin(kDefaultRetryStatuses),
+                                                         std::end(kDefaultRetryStatuses));
   }
   return policy;
 }
@@ -320,7 +318,7 @@ class Window final : public io::SourceWindow {
 
 class RemoteObjects final : public io::IoSeam {
  public:
-  explicit RemoteObjects(const char* (*getenv)(const char*)) : getenv_(getenv) {}
+  RemoteObjects() = default;
 
   int open(const char* path, int flags, mode_t) override {
     const std::string shown = shown_url(path);
@@ -339,8 +337,8 @@ class RemoteObjects final : public io::IoSeam {
     }
     auto o = std::make_shared<Object>();
     try {
-      o->target = resolve_remote(path, [this](const char* n) { return getenv_(n); });
-      const RemotePolicy policy = resolve_policy(remote_policy(), getenv_);
+      o->target = resolve_remote(path, [](const char* n) { return std::getenv(n); });
+      const RemotePolicy policy = resolve_policy(remote_policy());
       o->retries = *policy.retries;
       o->timeouts.stall_seconds = *policy.stall_seconds;
       o->timeouts.request_seconds = *policy.request_seconds;
@@ -601,22 +599,15 @@ class RemoteObjects final : public io::IoSeam {
     }
   }
 
-  const char* (*getenv_)(const char*);
   std::shared_mutex mu_;
   std::unordered_map<int, std::shared_ptr<Object>> objects_;
 };
 
-const char* system_getenv(const char* name) { return std::getenv(name); }
-
 }  // namespace
 
 io::IoSeam& remote_objects() {
-  static RemoteObjects* seam = new RemoteObjects(&system_getenv);
+  static RemoteObjects* seam = new RemoteObjects;
   return *seam;
-}
-
-std::unique_ptr<io::IoSeam> make_remote_objects(const char* (*getenv)(const char*)) {
-  return std::make_unique<RemoteObjects>(getenv);
 }
 
 }  // namespace ferry::remote
@@ -656,8 +647,6 @@ RemotePolicy remote_policy() {
   return remote::process_policy();
 }
 
-RemotePolicy effective_remote_policy() {
-  return remote::resolve_policy(remote_policy(), &remote::system_getenv);
-}
+RemotePolicy effective_remote_policy() { return remote::resolve_policy(remote_policy()); }
 
 }  // namespace ferry

@@ -8,8 +8,6 @@
 // S3, its <Code> and <Message>.
 #pragma once
 
-#include <memory>
-
 #include "io/io_seam.h"
 
 namespace ferry::remote {
@@ -20,8 +18,5 @@ namespace ferry::remote {
 // CURL_CA_BUNDLE or SSL_CERT_FILE (the CA certificates for https). A call made under a cancelled
 // io::CancelScope ends with ECANCELED: its GETs and retry waits stop within about a second.
 io::IoSeam& remote_objects();
-
-// A new seam (tests): `getenv` reads the environment.
-std::unique_ptr<io::IoSeam> make_remote_objects(const char* (*getenv)(const char*));
 
 }  // namespace ferry::remote

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/variables.h"
 #include "stats/stats_layout.h"
 #include "stats/stats_publish.h"
 #include "stats/stats_recorder.h"
@@ -499,8 +500,8 @@ PublishStatus publish_status() {
 }
 
 std::string stats_directory() {
-  const char* d = std::getenv("FERRY_STATS_DIR");
-  return d != nullptr && *d != '\0' ? std::string(d) : std::string("/dev/shm");
+  const char* d = base::value_of(base::kStatsDir);
+  return d != nullptr ? std::string(d) : std::string("/dev/shm");
 }
 
 std::string Stats::to_json() const {

@@ -15,6 +15,7 @@
 #include <new>
 #include <string_view>
 
+#include "base/variables.h"
 #include "ferry/stats.h"
 #include "stats/stats_layout.h"
 
@@ -347,7 +348,7 @@ bool heavy_barrier(std::string* why) {
 }
 
 bool publish_from_environment(std::string* why) {
-  const char* v = std::getenv("FERRY_STATS_PUBLISH");
+  const char* v = std::getenv(base::kStatsPublish.env);
   if (v == nullptr) return true;
   const std::string s(v);
   if (s == "1" || s == "on" || s == "true" || s == "yes") return true;

@@ -25,6 +25,7 @@
 #include "ferry/runtime.h"
 #include "io/io_seam.h"
 #include "pass_through_io.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -207,11 +208,11 @@ TEST(SaveFile, OpensItsTemporaryFileWithoutTruncatingIt) {
   OpenFlagsIo io;
   core::Environment env = core::default_environment();
   env.io = &io;
-  Runtime runtime(env);
+  std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   Dict d = small_dict();
   SaveOptions o;
   o.durable = false;
-  o.file.runtime = &runtime;
+  o.file.runtime = runtime.get();
   save_file(d.tensors, dir / "m.safetensors", o);
   save_checkpoint(d.tensors, dir / "ckpt", o);
   std::lock_guard lock(io.mu);
@@ -233,10 +234,10 @@ TEST(SaveFile, ADurableSaveStartsTheWritebackOfEveryByteAsItWritesThem) {
     OpenFlagsIo io;
     core::Environment env = core::default_environment();
     env.io = &io;
-    Runtime runtime(env);
+    std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
     SaveOptions o;
     o.durable = durable;
-    o.file.runtime = &runtime;
+    o.file.runtime = runtime.get();
     SaveReport r = save_file(d.tensors, dir / "m.safetensors", o);
     std::lock_guard lock(io.mu);
     if (durable) {

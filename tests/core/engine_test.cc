@@ -24,6 +24,7 @@
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
 #include "pass_through_io.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -78,7 +79,7 @@ class WatchedIo final : public test::PassThroughIo {
 };
 
 File open_with(const std::filesystem::path& path, io::IoSeam& io, FileOptions options = {}) {
-  return File(std::make_shared<core::OpenFile>(path, "r", options, &io));
+  return test::FileTestHelper::open(path, "r", options, io);
 }
 
 std::vector<std::string> codes(const RouteReport& r) {
@@ -287,7 +288,7 @@ TEST(FairTurns, RequestsThatAllHaveWorkersYieldToEachOtherByTurnsNotAfterEveryTa
   File a = open_with(dir / "a.bin", slow, options);
   File b = open_with(dir / "b.bin", slow, options);
   std::vector<unsigned char> abuf(4 << 20), bbuf(4 << 20);
-  core::ThreadPool& pool = runtime.state().pool();
+  core::ThreadPool& pool = core::state_of(runtime).pool();
   IoFuture fa = a.pread(abuf.data(), abuf.size(), 0);
   IoFuture fb = b.pread(bbuf.data(), bbuf.size(), 0);
   const std::uint64_t first = pool.submitted();
@@ -358,7 +359,7 @@ TEST(Runtimes, OneTaskRequestsOfSeveralCallersRunSideBySide) {
   FileOptions options;
   options.runtime = &runtime;
   options.settings.set("host_nthreads", "4");
-  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, &io));
+  File f = test::FileTestHelper::open(dir / "a.bin", "r", options, io);
   constexpr int kCallers = 6;
   std::vector<std::vector<unsigned char>> bufs(kCallers, std::vector<unsigned char>(1 << 20));
   std::atomic<int> ready{0};
@@ -396,7 +397,7 @@ TEST(WaitRuns, AOneTaskRequestNoWorkerStartedRunsInTheWaitingThread) {
   FileOptions options;
   options.runtime = &runtime;
   options.settings.set("host_nthreads", "1");
-  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, &io));
+  File f = test::FileTestHelper::open(dir / "a.bin", "r", options, io);
   std::vector<unsigned char> a(1 << 20), b(1 << 20);
   IoFuture slow = f.pread(a.data(), a.size(), 0);
   while (io.in_flight() == 0) std::this_thread::sleep_for(1ms);  // the worker is in its pread
@@ -422,7 +423,7 @@ TEST(WaitRuns, ARequestAWorkerStartedIsNotRunAgainByTheWait) {
   WatchedIo io(100ms);
   FileOptions options;
   options.runtime = &runtime;
-  File f(std::make_shared<core::OpenFile>(dir / "a.bin", "r", options, &io));
+  File f = test::FileTestHelper::open(dir / "a.bin", "r", options, io);
   std::vector<unsigned char> a(1 << 20);
   IoFuture r = f.pread(a.data(), a.size(), 0);
   while (io.in_flight() == 0) std::this_thread::sleep_for(1ms);
@@ -537,7 +538,7 @@ TEST(Runtimes, AFilesSystemCallsGoThroughItsRuntimesEnvironment) {
   WatchedIo io;
   core::Environment env = core::default_environment();
   env.io = &io;
-  Runtime runtime(env);
+  std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   std::vector<unsigned char> buf(data.size());
   {
     File plain(dir / "e.bin");
@@ -548,7 +549,7 @@ TEST(Runtimes, AFilesSystemCallsGoThroughItsRuntimesEnvironment) {
     SettingsOverride s;
     s.task_size = 1 << 20;
     s.host_nthreads = 2;
-    File file(dir / "e.bin", "r", {false, s, &runtime});
+    File file(dir / "e.bin", "r", {false, s, runtime.get()});
     ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
     EXPECT_EQ(buf, data);
     EXPECT_EQ(file.last_route().tasks, 4u);
@@ -575,12 +576,13 @@ TEST(Runtimes, GpuRequestsInFlightTogetherMayUseTheLargerThreadSetting) {
   env.layer1_memory = [](const MemoryInfo&) {
     return MemoryInfo{MemoryKind::kDevice, 0, "treated as GPU memory by this test"};
   };
-  Runtime runtime(env);  // a pool of its own, which no earlier request has grown
+  // A pool of its own, which no earlier request has grown.
+  std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   SettingsOverride s;
   s.task_size = 1 << 20;
   s.nthreads = 2;
   s.host_nthreads = 4;
-  File file(dir / "g.bin", "r", {false, s, &runtime});
+  File file(dir / "g.bin", "r", {false, s, runtime.get()});
   std::vector<std::vector<unsigned char>> bufs(4, std::vector<unsigned char>(2 << 20));
   std::vector<IoFuture> reads;
   for (std::size_t i = 0; i < bufs.size(); ++i) {
@@ -591,7 +593,7 @@ TEST(Runtimes, GpuRequestsInFlightTogetherMayUseTheLargerThreadSetting) {
     EXPECT_EQ(0, std::memcmp(bufs[i].data(), data.data() + ((i % 3) << 20), bufs[i].size()));
     EXPECT_EQ(reads[i].route().workers, 2u) << "nthreads jobs a request";
   }
-  EXPECT_EQ(runtime.threads(), 4u) << "the pool of 4 requests of 2 jobs each";
+  EXPECT_EQ(runtime->threads(), 4u) << "the pool of 4 requests of 2 jobs each";
   EXPECT_EQ(io.most_at_once(), 4);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ferry/error.h"
+#include "test_hooks.h"
 
 namespace ferry {
 namespace {
@@ -24,10 +25,22 @@ TEST(ParseSize, AcceptsPlainBytesAndUnits) {
   EXPECT_EQ(parse_size("16KiB", "X"), 16u << 10);
   EXPECT_EQ(parse_size("1GiB", "X"), 1u << 30);
   EXPECT_EQ(parse_size("4M", "X"), 4u << 20);
-  EXPECT_EQ(parse_size("4mb", "X"), 4u << 20);
   EXPECT_EQ(parse_size(" 8 KiB ", "X"), 8u << 10);
   EXPECT_EQ(parse_size("2T", "X"), std::uint64_t{2} << 40);
   EXPECT_EQ(parse_size("7B", "X"), 7u);
+}
+
+// Regression (issue 46): "5GB" was 5 GiB here and 5,000,000,000 bytes in save_checkpoint. KB, MB,
+// GB and TB are powers of 1000, as huggingface_hub reads max_shard_size="5GB"; the IEC units and
+// the bare letters stay powers of 1024.
+TEST(ParseSize, SiUnitsArePowersOfAThousandAndIecUnitsOf1024) {
+  EXPECT_EQ(parse_size("5GB", "X"), 5'000'000'000u);
+  EXPECT_EQ(parse_size("4mb", "X"), 4'000'000u);
+  EXPECT_EQ(parse_size("300KB", "X"), 300'000u);
+  EXPECT_EQ(parse_size("2TB", "X"), 2'000'000'000'000u);
+  EXPECT_EQ(parse_size("5GiB", "X"), std::uint64_t{5} << 30);
+  EXPECT_EQ(parse_size("5G", "X"), std::uint64_t{5} << 30);
+  EXPECT_THROW(parse_size("20000000TB", "X"), SettingError);
 }
 
 TEST(ParseSize, RejectsEveryBadFormWithTheSettingValueAndForms) {
@@ -188,10 +201,10 @@ class Environment {
 
  private:
   static constexpr const char* kNames[] = {
-      "FERRY_COMPAT_MODE",   "FERRY_REQUIRE",      "FERRY_TASK_SIZE",
-      "FERRY_GDS_THRESHOLD", "FERRY_NTHREADS",     "FERRY_HOST_NTHREADS",
+      "FERRY_COMPAT_MODE",        "FERRY_REQUIRE",      "FERRY_TASK_SIZE",
+      "FERRY_GDS_THRESHOLD",      "FERRY_NTHREADS",     "FERRY_HOST_NTHREADS",
       "FERRY_BOUNCE_BUFFER_SIZE", "KVIKIO_COMPAT_MODE", "KVIKIO_TASK_SIZE",
-      "KVIKIO_GDS_THRESHOLD", "KVIKIO_NTHREADS",   "KVIKIO_NUM_THREADS",
+      "KVIKIO_GDS_THRESHOLD",     "KVIKIO_NTHREADS",    "KVIKIO_NUM_THREADS",
       "KVIKIO_BOUNCE_BUFFER_SIZE"};
   std::map<std::string, std::optional<std::string>> saved_;
 };
@@ -228,13 +241,13 @@ TEST(KvikioEnvironment, HonouredWhenTheFerryVariableIsUnset) {
   EXPECT_EQ(s.host_nthreads, 3u);
   EXPECT_EQ(s.bounce_buffer_size, 8u << 20);
   EXPECT_EQ(s.require, Require::kAny);
-  for (const auto& [name, var] : std::map<std::string, std::string>{
-           {"compat_mode", "KVIKIO_COMPAT_MODE"},
-           {"task_size", "KVIKIO_TASK_SIZE"},
-           {"gds_threshold", "KVIKIO_GDS_THRESHOLD"},
-           {"nthreads", "KVIKIO_NTHREADS"},
-           {"host_nthreads", "KVIKIO_NTHREADS"},
-           {"bounce_buffer_size", "KVIKIO_BOUNCE_BUFFER_SIZE"}}) {
+  for (const auto& [name, var] :
+       std::map<std::string, std::string>{{"compat_mode", "KVIKIO_COMPAT_MODE"},
+                                          {"task_size", "KVIKIO_TASK_SIZE"},
+                                          {"gds_threshold", "KVIKIO_GDS_THRESHOLD"},
+                                          {"nthreads", "KVIKIO_NTHREADS"},
+                                          {"host_nthreads", "KVIKIO_NTHREADS"},
+                                          {"bounce_buffer_size", "KVIKIO_BOUNCE_BUFFER_SIZE"}}) {
     SettingInfo row = row_of(name);
     EXPECT_EQ(row.source, SettingSource::kEnvironment) << name;
     EXPECT_EQ(row.source_env, var) << name;
@@ -293,10 +306,10 @@ TEST(KvikioEnvironment, TheTwoThreadCountNamesMustAgree) {
 // The same parser, limits and messages as the FERRY_* variable, with the KVIKIO_* name in them.
 TEST(KvikioEnvironment, MalformedValuesAreTheFerryErrorsNamingTheKvikioVariable) {
   const std::pair<const char*, const char*> kBad[] = {
-      {"TASK_SIZE", "lots"},    {"TASK_SIZE", "0"},         {"TASK_SIZE", "-4"},
-      {"TASK_SIZE", ""},        {"TASK_SIZE", "1000"},      {"GDS_THRESHOLD", "1.5K"},
-      {"GDS_THRESHOLD", "0"},   {"BOUNCE_BUFFER_SIZE", "1"}, {"NTHREADS", "0"},
-      {"NTHREADS", "eight"},    {"NTHREADS", "4097"},       {"COMPAT_MODE", "maybe"},
+      {"TASK_SIZE", "lots"},  {"TASK_SIZE", "0"},          {"TASK_SIZE", "-4"},
+      {"TASK_SIZE", ""},      {"TASK_SIZE", "1000"},       {"GDS_THRESHOLD", "1.5K"},
+      {"GDS_THRESHOLD", "0"}, {"BOUNCE_BUFFER_SIZE", "1"}, {"NTHREADS", "0"},
+      {"NTHREADS", "eight"},  {"NTHREADS", "4097"},        {"COMPAT_MODE", "maybe"},
   };
   for (const auto& [suffix, value] : kBad) {
     const std::string kvikio = std::string("KVIKIO_") + suffix;

@@ -25,6 +25,7 @@
 #include "ferry/runtime.h"
 #include "ferry/settings.h"
 #include "io/io_seam.h"
+#include "test_hooks.h"
 #include "test_runtime.h"
 #include "test_util.h"
 
@@ -70,7 +71,7 @@ class FakeMachine {
   // Every range measured reports this fraction resident (method "test"); nullopt: measured.
   void set_resident_fraction(std::optional<double> f) { test::set_resident_fraction(f); }
 
-  Runtime* runtime() { return &runtime_; }
+  Runtime* runtime() { return runtime_.get(); }
 
  private:
   class Cufile final : public core::AcceleratedPath {
@@ -94,7 +95,7 @@ class FakeMachine {
     FakeMachine& m_;
   };
 
-  FakeMachine() : accelerated_(*this), runtime_(environment()) {
+  FakeMachine() : accelerated_(*this), runtime_(RuntimeTestHelper::make(environment())) {
     set_root(test_data() / "platform/nvfs_absent");
   }
 
@@ -125,7 +126,7 @@ class FakeMachine {
   std::map<int, std::array<char, 16>> uuids_;
   std::atomic<bool> host_as_gpu_{true};
   Cufile accelerated_;
-  Runtime runtime_;
+  std::unique_ptr<Runtime> runtime_;
 };
 
 // The runtime the cuFile tests' Files use: FakeMachine's environment.

@@ -15,6 +15,7 @@
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
 #include "pass_through_io.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -341,7 +342,7 @@ TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefo
     FileOptions options;
     options.settings.set("nthreads", "1");
     options.settings.set("bounce_buffer_size", "4MiB");
-    File file(std::make_shared<core::OpenFile>(dir / "n.bin", "w", options, &io));
+    File file = test::FileTestHelper::open(dir / "n.bin", "w", options, io);
     IoFuture w = file.pwrite(b.data(), size, 0);
     EXPECT_EQ(w.get(), size);
     EXPECT_EQ(w.route().workers, 1u);

@@ -16,6 +16,7 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/stream_order.h"
 #include "ferry/ferry.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 namespace ferry {

@@ -12,6 +12,7 @@
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
 #include "pass_through_io.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -61,7 +62,7 @@ File open_with(FaultyIo& io, const std::filesystem::path& path, const char* mode
   FileOptions options;
   options.settings.set("task_size", task);
   options.settings.set("nthreads", "4");
-  return File(std::make_shared<core::OpenFile>(path, mode, options, &io));
+  return test::FileTestHelper::open(path, mode, options, io);
 }
 
 TEST(FaultInjection, EintrAndShortReadsAreRetriedToTheFullCount) {
@@ -272,7 +273,7 @@ TEST(FaultInjection, CloseReportsAFailedCloseNamingTheFile) {
   TempDir dir;
   auto path = (dir / "nfs.bin").string();
   FailingClose io;
-  File f(std::make_shared<core::OpenFile>(path, "w", FileOptions{}, &io));
+  File f = test::FileTestHelper::open(path, "w", FileOptions{}, io);
   unsigned char b[4] = {1, 2, 3, 4};
   f.write(b, 4, 0);
   test::expect_io_error([&] { f.close(); }, path, EIO);

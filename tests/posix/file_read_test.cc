@@ -10,6 +10,7 @@
 #include "ferry/ferry.h"
 #include "io/io_seam.h"
 #include "pass_through_io.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -161,7 +162,7 @@ TEST(FileRead, DirectIoRefusedByTheFileSystemFallsBackToBufferedWithAReason) {
   auto data = test::random_bytes(1 << 20, 7);
   test::write_file(dir / "t.bin", data);
   NoDirectIo io;
-  File file(std::make_shared<core::OpenFile>(dir / "t.bin", "r", FileOptions{true, {}}, &io));
+  File file = test::FileTestHelper::open(dir / "t.bin", "r", FileOptions{true, {}}, io);
   expect_direct_refused(file, data);
 }
 

@@ -176,6 +176,18 @@ def test_max_shard_size_takes_transformers_strings():
         parse_size("lots")
 
 
+def test_max_shard_size_and_the_settings_read_a_size_alike():
+    """Regression (issue 46): "5GB" was 5 * 10**9 bytes here and 5 GiB as a setting."""
+    from ferry._save import parse_size
+    for text in ("5GB", "300KB", "7MB", "500MiB", "4M", "4096"):
+        assert parse_size(text) == ferry._ferry.parse_size(text), text
+    ferry.settings.task_size = "5MB"
+    try:
+        assert ferry.settings.task_size == 5 * 10**6
+    finally:
+        ferry.settings.task_size = "4MiB"
+
+
 def test_asynchronous_save_returns_a_future_and_writes_the_same_bytes(tmp_path):
     tensors = {f"w{i}": sample(torch.bfloat16, (256, 256), i) for i in range(8)}
     fut = ftorch.save_file(tensors, tmp_path / "a.safetensors", asynchronous=True)

@@ -144,6 +144,25 @@ def test_a_malformed_environment_variable_can_be_repaired_from_python(tmp_path):
     assert done.returncode == 0 and done.stdout == "repaired\n", done.stderr
 
 
+def test_no_variable_ferry_reads_is_called_a_misspelling(tmp_path):
+    """Regression (issue 46): FERRY_CURL_LIBRARY, honoured and documented (docs/remote.md), was
+    said to be "not a ferry setting", as FERRY_CUDA_LIBRARY's misspelling."""
+    import os
+    import subprocess
+    import sys
+
+    read = {"FERRY_CURL_LIBRARY": "libcurl.so.4", "FERRY_CUDA_LIBRARY": "libcuda.so.1",
+            "FERRY_CUFILE_LIBRARY": "libcufile.so.0", "FERRY_STATS_DIR": str(tmp_path),
+            "FERRY_STATS_PUBLISH": "1", "FERRY_REMOTE_RETRIES": "2",
+            "FERRY_REMOTE_TIMEOUT": "30", "FERRY_REMOTE_DEADLINE": "60"}
+    env = {**os.environ, **read, "FERRY_CURL_LIBRRY": "x"}
+    done = subprocess.run([sys.executable, "-c", "import ferry; ferry.settings.task_size"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ("ferry: warning: FERRY_CURL_LIBRRY is not a ferry setting and is "
+                           "ignored; did you mean FERRY_CURL_LIBRARY?\n")
+
+
 @pytest.mark.parametrize("name, value, words", [
     ("task_size", "1.5MiB", ["task_size", "1.5MiB"]),
     ("task_size", "0", ["task_size"]),

@@ -18,6 +18,7 @@
 #include "core/open_file.h"
 #include "ferry/file.h"
 #include "io/io_seam.h"
+#include "test_hooks.h"
 
 namespace ferry::test {
 
@@ -162,7 +163,7 @@ inline File open_scripted(ScriptedIo& io, const std::filesystem::path& path, con
   options.settings.set("task_size", task_size);
   options.settings.set("nthreads", nthreads);
   options.settings.set("host_nthreads", nthreads);  // these files are read into host memory
-  return File(std::make_shared<core::OpenFile>(path, mode, options, &io));
+  return test::FileTestHelper::open(path, mode, options, io);
 }
 
 }  // namespace ferry::test

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/utf8.h"
+#include "base/utf8.h"
 #include "ferry/printable.h"
 
 namespace ferry {
@@ -15,7 +15,7 @@ std::string printable(std::string_view text) {
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t n = core::utf8_length(text.substr(i));
+    const std::size_t n = base::utf8_length(text.substr(i));
     const bool c1 = n == 2 && c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0;
     if (n == 0 || c < 0x20 || c == 0x7f || c1) {
       for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k) {

@@ -13,8 +13,9 @@ namespace ferry {
 namespace {
 
 constexpr const char* kSizeForms =
-    "a positive whole number of bytes, optionally followed by a unit: B, K/KB/KiB, M/MB/MiB, "
-    "G/GB/GiB, T/TB/TiB (binary multiples, case-insensitive), e.g. 4194304, 4MiB, 16KiB, 4M";
+    "a positive whole number of bytes, optionally followed by a unit (case-insensitive): B; "
+    "K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024); KB, MB, GB, TB (powers of 1000, as "
+    "max_shard_size=\"5GB\"), e.g. 4194304, 4MiB, 16KiB, 4M, 5GB";
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -47,25 +48,22 @@ std::uint64_t parse_bytes(std::string_view text, std::string_view setting, bool 
   if (ec == std::errc::result_out_of_range) bad(setting, text, "number too large", kSizeForms);
   if (ec != std::errc() || end == s.data()) bad(setting, text, "not a number", kSizeForms);
   std::string unit = lower(trim(std::string_view(end, s.data() + s.size() - end)));
-  unsigned shift = 0;
-  if (unit.empty() || unit == "b") {
-    shift = 0;
-  } else if (unit == "k" || unit == "kb" || unit == "kib") {
-    shift = 10;
-  } else if (unit == "m" || unit == "mb" || unit == "mib") {
-    shift = 20;
-  } else if (unit == "g" || unit == "gb" || unit == "gib") {
-    shift = 30;
-  } else if (unit == "t" || unit == "tb" || unit == "tib") {
-    shift = 40;
-  } else {
-    bad(setting, text, fmt::format("unknown unit '{}'", unit), kSizeForms);
+  // huggingface_hub reads max_shard_size="5GB" as 5 * 10^9 bytes: KB to TB are powers of 1000;
+  // KiB to TiB and the bare letters (as dd reads them) powers of 1024.
+  std::uint64_t scale = 1;
+  if (!unit.empty() && unit != "b") {
+    const std::size_t power = std::string_view("kmgt").find(unit[0]) + 1;  // 0: not found
+    const std::string_view rest = std::string_view(unit).substr(1);
+    if (power == 0 || (!rest.empty() && rest != "ib" && rest != "b")) {
+      bad(setting, text, fmt::format("unknown unit '{}'", unit), kSizeForms);
+    }
+    for (std::size_t i = 0; i < power; ++i) scale *= rest == "b" ? 1000 : 1024;
   }
   if (number == 0 && !allow_zero) bad(setting, text, "must be greater than zero", kSizeForms);
-  if (number > (std::numeric_limits<std::uint64_t>::max() >> shift)) {
+  if (number > std::numeric_limits<std::uint64_t>::max() / scale) {
     bad(setting, text, "size too large", kSizeForms);
   }
-  return number << shift;
+  return number * scale;
 }
 
 }  // namespace

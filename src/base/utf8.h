@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace ferry::core {
+namespace ferry::base {
 
 // The length of the well-formed UTF-8 sequence at the start of `s` (1 to 4), or 0 when there is
 // none (a stray continuation byte, an overlong form, a surrogate, a code point past U+10FFFF, a
@@ -29,4 +29,4 @@ inline std::size_t utf8_length(std::string_view s) {
   return n;
 }
 
-}  // namespace ferry::core
+}  // namespace ferry::base
