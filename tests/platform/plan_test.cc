@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "diagnostics/cufile_plan.h"
 #include "platform/cufile_config.h"
-#include "platform/cufile_plan.h"
 #include "platform/fake_tree.h"
 #include "platform/text_file.h"
 
@@ -202,7 +202,7 @@ TEST(Plan, SchedulingComesFromTheStockCufileJson) {
   platform::testing::FakeTree t;
   t.write("etc/cufile.json",
           platform::read_text_file(platform::testing::data_dir() / "cufile/stock.json").text);
-  auto s = platform::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
+  auto s = diagnostics::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
   EXPECT_EQ(s.parallel_io, true);
   EXPECT_EQ(s.min_io_threshold_size_kb, 8192u);
   EXPECT_EQ(s.max_request_parallelism, 4u);
@@ -214,7 +214,7 @@ TEST(Plan, BrokenCufileJsonMakesPiecesUnknown) {
   t.write("etc/cufile.json", "{ oops");
   PlanRequest r;
   r.size = kGiB;
-  r.cufile = platform::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
+  r.cufile = diagnostics::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
   auto p = plan(r);
   EXPECT_FALSE(p.groups[0].pieces->known);
   EXPECT_FALSE(p.cufile_pieces_total);
