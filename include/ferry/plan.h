@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ferry/memory.h"
@@ -101,7 +100,7 @@ std::string reasons_text(const Plan& p);
 
 // Where the settings make cuFile a requirement ("compat_mode=off", "require=cufile",
 // "require=gds"): a read it cannot serve then fails before any I/O. Empty in auto mode.
-std::string_view cufile_required_by(const Settings& settings);
+std::string cufile_required_by(const Settings& settings);
 
 // The plan as text, one sentence per line.
 std::string format_plan(const Plan& p);

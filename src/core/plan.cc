@@ -49,24 +49,13 @@ struct HypotheticalFacts final : Layer1Asks {
 }  // namespace
 
 ReasonCode reason_code(Layer1Rule rule, bool no_driver) {
-  switch (rule) {
-    case Layer1Rule::kRemoteSource:
-      return ReasonCode::kRemoteSource;
-    case Layer1Rule::kCompatModeOn:
-      return ReasonCode::kCompatModeOn;
-    case Layer1Rule::kHostMemory:
-      return no_driver ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
-    case Layer1Rule::kBelowThreshold:
-      return ReasonCode::kBelowThreshold;
-    case Layer1Rule::kCompatOnly:
-      return ReasonCode::kCufileCompatOnly;
-    case Layer1Rule::kPageCacheResident:
-      return ReasonCode::kPageCacheResident;
-    case Layer1Rule::kCufileUnavailable:
-    case Layer1Rule::kCufile:
-      return ReasonCode::kCufileUnavailable;
-  }
-  return ReasonCode::kCufileUnavailable;
+  // In Layer1Rule's order; kCufile has no reason (a code is asked of POSIX rules only).
+  constexpr ReasonCode kCodes[] = {ReasonCode::kRemoteSource,      ReasonCode::kCompatModeOn,
+                                   ReasonCode::kHostBuffer,        ReasonCode::kBelowThreshold,
+                                   ReasonCode::kCufileCompatOnly,  ReasonCode::kPageCacheResident,
+                                   ReasonCode::kCufileUnavailable, ReasonCode::kCufileUnavailable};
+  if (rule == Layer1Rule::kHostMemory && no_driver) return ReasonCode::kNoCudaDriver;
+  return kCodes[static_cast<std::size_t>(rule)];
 }
 
 namespace {
@@ -115,20 +104,13 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
   RequestPlan p;
   p.walk = walk_layer1(settings, is_gpu(memory.kind), size, asks);
   p.code = reason_code(p.walk.rule, !memory.note.empty());
-  p.cufile_required_by = cufile_required_by(settings);
-  if (!p.walk.decided) {
-    if (depth == PlanDepth::kCheap) return p;
-    // Only a hypothetical file leaves the probe open: cuFile, if it opens for the file.
-    p.file_decides = true;
-    p.path = Path::kCufile;
-    return p;
-  }
-  if (p.walk.rule == Layer1Rule::kCufile) {
-    p.path = Path::kCufile;
-    return p;
-  }
-  p.path = Path::kPosix;
+  // Undecided beyond cheap depth: a hypothetical file left the probe to the file (cuFile, if it
+  // opens for it).
+  p.path = p.walk.rule == Layer1Rule::kCufile || !p.walk.decided ? Path::kCufile : Path::kPosix;
   if (depth == PlanDepth::kCheap) return p;
+  p.cufile_required_by = cufile_required_by(settings);
+  p.file_decides = !p.walk.decided;
+  if (p.path == Path::kCufile) return p;
   p.reasons.push_back({p.code, words_of(p, settings, memory, size, residency)});
   const std::string& text = p.reasons.back().text;
   const bool off = settings.compat_mode == CompatMode::kOff;
@@ -157,6 +139,7 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
   OpenFile& file = *subject.file;
   PageCacheResidency residency;
   if (depth == PlanDepth::kCheap) {
+    // The small path measures what it needs itself.
   } else if (file.remote()) {
     residency.why_not = "a remote object: its bytes are not in this machine's page cache";
   } else if (subject.op == Op::kRead) {

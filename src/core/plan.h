@@ -1,10 +1,6 @@
 // The one plan of a request's route (layer 1): which path, by which rule, with which reasons and
-// refusal. plan_route() makes it at three depths over the facts a caller has: cheap (the small
-// path: no residency, no probe, no words), full (a request: residency measured, cuFile probed,
-// its backend kept) and predict (explain, plan, check: over an open file as a request would, or
-// over a hypothetical one of a given size, whose probe the caller answers or leaves open). The
-// rule-to-reason mapping and "which memory would a read use" are here and nowhere else.
-// Not thread-safe: one plan per request.
+// refusal, made by plan_route() at three depths (PlanDepth). The rule-to-reason mapping and
+// "which memory would a read use" are here and nowhere else. Not thread-safe: one per request.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +29,7 @@ struct RequestPlan {
   ReasonCode code = ReasonCode::kHostBuffer;  // the first reason's code (memory.note: no driver)
   std::vector<RouteReason> reasons;           // not at cheap depth
   std::optional<std::string> refusal;         // the settings forbid the only possible path
-  // Where the settings turn a fallback into a refusal: "compat_mode=off", "require=gds"...
-  std::string_view cufile_required_by;
+  std::string cufile_required_by;             // not at cheap depth (core/routing.h)
   PageCacheResidency residency;  // measured for a File's reads at full and predict depth
   AcceleratedProbe probe;        // full and predict depth over a File, where the rule probed
   // Predict depth over a hypothetical file: the probe was left to the file (path is kCufile).

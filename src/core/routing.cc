@@ -40,17 +40,9 @@ Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t si
   return stop(Layer1Rule::kCufile, true);
 }
 
-std::string_view cufile_required_by(const Settings& settings) {
+std::string cufile_required_by(const Settings& settings) {
   if (settings.compat_mode == CompatMode::kOff) return "compat_mode=off";
-  switch (settings.require) {
-    case Require::kAny:
-      return {};
-    case Require::kCufile:
-      return "require=cufile";
-    case Require::kGds:
-      return "require=gds";
-  }
-  return {};
+  return settings.require == Require::kAny ? "" : "require=" + to_string(settings.require);
 }
 
 std::optional<std::string> refuse_layer2(const Settings& settings, const RouteReport& report,

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ferry/memory.h"
@@ -61,7 +60,7 @@ Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t si
 
 // Where the settings make cuFile a requirement, in words ("compat_mode=off", "require=gds"):
 // a fallback to ferry's POSIX path is then a refusal. Empty where auto mode may fall back.
-std::string_view cufile_required_by(const Settings& settings);
+std::string cufile_required_by(const Settings& settings);
 
 // Strict mode at layer 2: under require=gds, a request cuFile served with any non-nvfs piece
 // fails, and so does one whose layer 2 cannot be read unless cuFile's compatibility mode was

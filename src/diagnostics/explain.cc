@@ -157,16 +157,6 @@ void note_distance(const CudaStatus& cuda, Explanation& e) {
                                 e.storage.pci_reason));
 }
 
-// The memory `ferry read` would use (core::choose_memory), noted in the explanation.
-MemoryInfo choose_memory(const ExplainRequest& r, const CudaStatus& cuda, Explanation& e) {
-  core::ChosenMemory c = core::choose_memory({r.gpu, r.host, r.pinned}, cuda);
-  e.memory = c.memory.kind;
-  e.device = c.memory.device;
-  e.memory_note = std::move(c.note);
-  if (c.failure) e.failure = std::move(c.failure);
-  return std::move(c.memory);
-}
-
 }  // namespace
 
 std::string to_string(PredictedLayer2 p) {
@@ -196,8 +186,14 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   const std::uint64_t wanted = r.size.value_or(e.file_size > r.offset ? e.file_size - r.offset : 0);
   e.size = r.offset >= e.file_size ? 0 : std::min<std::uint64_t>(wanted, e.file_size - r.offset);
 
+  // The memory `ferry read` would use.
   CudaStatus cuda = cuda_status();
-  MemoryInfo memory = choose_memory(r, cuda, e);
+  core::ChosenMemory chosen = core::choose_memory({r.gpu, r.host, r.pinned}, cuda);
+  const MemoryInfo& memory = chosen.memory;
+  e.memory = memory.kind;
+  e.device = memory.device;
+  e.memory_note = chosen.note;
+  e.failure = chosen.failure;
 
   e.platform = read_platform(r.root);
   for (auto& g : e.platform.gpus) {

@@ -26,7 +26,7 @@ std::string compat_words(CompatMode m) {
 
 }  // namespace
 
-std::string_view cufile_required_by(const Settings& settings) {
+std::string cufile_required_by(const Settings& settings) {
   return core::cufile_required_by(settings);
 }
 

@@ -82,15 +82,11 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
   gpu_read.size = s.gds_threshold;
   gpu_read.settings = {s.compat_mode, s.require,       s.task_size,         s.gds_threshold,
                        s.nthreads,    s.host_nthreads, s.bounce_buffer_size};
-  if (!c.loaded) {
-    gpu_read.cufile_probe = std::optional<std::string>(c.load_error);
-  } else if (c.driver_open_attempted && !c.driver_open) {
-    gpu_read.cufile_probe = std::optional<std::string>(c.driver_error_text);
-  } else {
-    gpu_read.cufile_probe = std::optional<std::string>();
-  }
+  const bool usable = c.loaded && !(c.driver_open_attempted && !c.driver_open);
+  gpu_read.cufile_probe = usable ? std::optional<std::string>()
+                                 : std::optional(c.loaded ? c.driver_error_text : c.load_error);
   const Plan plan_here = cuda.available ? plan(gpu_read) : Plan{};
-  const std::string required(plan_here.cufile_required_by);
+  const std::string& required = plan_here.cufile_required_by;
   if (!cuda.available) {
     ferry = "ferry cannot use GPU memory (" + cuda.why_not +
             ") and reads into host memory through its POSIX path";
