@@ -87,20 +87,6 @@ struct Explanation {
   std::string to_json() const;
 };
 
-// Layer 1 for a read of `size` bytes into the memory `request` names, from what is known before
-// a file is named: the memory, the settings and cuFile's process-wide outlook (cufile.json,
-// nvidia-fs, P2PDMA), through the same rule the engine applies. A POSIX path is then final for
-// every file; kCufile means the file's own facts (file system, page cache, registration) decide.
-// `ferry plan` and `ferry check` state what `ferry read` will do from it.
-struct RouteOutlook {
-  Path path = Path::kPosix;
-  std::vector<RouteReason> reasons;    // why ferry's POSIX path, when it is
-  std::optional<std::string> failure;  // the read would fail, and why
-  MemoryKind memory = MemoryKind::kHostPageable;
-  std::string memory_note;  // why host memory when it was not asked for
-};
-RouteOutlook route_outlook(std::uint64_t size, const ExplainRequest& request = {});
-
 // Throws IoError when `file` cannot be opened or stat()ed; every other fact is reported.
 Explanation explain(const std::filesystem::path& file, const ExplainRequest& request = {});
 

@@ -1,16 +1,17 @@
-// ferry::plan: how one read will be split before any I/O, at both layers: ferry's own tasks
-// (task_size, gds_threshold, compat mode) and, per task, the pieces cuFile's thread pool cuts it
-// into (cufile.json execution.*). Pure functions over plain values; thread-safe. Predictions that
-// rest on measurement say so, and unknown rules are reported as unknown, never guessed.
+// ferry::plan: how one read will be routed and split before any I/O, at both layers: ferry's own
+// route and tasks (the engine's plan, core::plan_route, at predict depth) and, per task, the
+// pieces cuFile's thread pool cuts it into (cufile.json execution.*). Thread-safe. Predictions
+// that rest on measurement say so, and unknown rules are reported as unknown, never guessed.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "ferry/memory.h"
+#include "ferry/route.h"
 #include "ferry/settings.h"
 
 namespace ferry {
@@ -31,24 +32,19 @@ CufileScheduling read_cufile_scheduling(const std::filesystem::path& root = "/")
 struct PlanRequest {
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
-  std::uint64_t task_size = std::uint64_t{4} << 20;
-  std::uint64_t gds_threshold = std::uint64_t{16} << 10;
-  CompatMode compat_mode = CompatMode::kAuto;
+  // The memory the read uses, as `ferry read` chooses it: by default GPU 0 where the CUDA driver
+  // sees one, else host memory.
+  std::optional<int> gpu;
+  bool host = false;          // pageable host memory
+  bool pinned = false;        // pinned host memory
+  SettingsOverride settings;  // on top of the process-wide settings
   bool buffer_registered = false;
   CufileScheduling cufile;
-  // Set where ferry's POSIX path will take every task whatever the file (route_outlook in
-  // ferry/explain.h: no GPU, or cuFile could only use its compatibility path): why, in words.
-  std::optional<std::string> posix_because;
+  // What cuFile's probe would say of the file, where the caller knows it (ferry check: whether
+  // cuFile's driver opens): nullopt: left to the file; then nullopt inside: cuFile opens; else
+  // why it does not.
+  std::optional<std::optional<std::string>> cufile_probe;
 };
-
-enum class PlanPath {
-  kNothing,              // size 0
-  kPosixBelowThreshold,  // size < gds_threshold: one POSIX read, cuFile not called
-  kPosixCompatOn,        // compat mode on: ferry's POSIX path, cuFile never called
-  kCufile,               // tasks go to cuFile (in AUTO only if cuFile opens for this file)
-  kPosix,                // ferry's POSIX path, for the reason in PlanRequest::posix_because
-};
-std::string_view to_string(PlanPath p);
 
 // How cuFile cuts one request it receives.
 struct CufilePieces {
@@ -67,9 +63,23 @@ struct PlanTaskGroup {
   std::optional<CufilePieces> pieces;  // empty when cuFile is not called
 };
 
+// The prediction of one read before any I/O: the engine's own plan (src/core/plan.h) at predict
+// depth over a file not yet named, then its tasks and cuFile's pieces.
 struct Plan {
   PlanRequest request;
-  PlanPath path = PlanPath::kNothing;
+  Settings settings;  // the effective settings
+  MemoryKind memory = MemoryKind::kHostPageable;
+  int device = -1;
+  std::string memory_note;  // why host memory when it was not asked for
+  // Layer 1 as the engine decides it. kCufile with file_decides: the file's own facts (page
+  // cache, file system, registration) may still send it to ferry's POSIX path, with a reason.
+  Path path = Path::kPosix;
+  std::vector<RouteReason> reasons;    // why ferry's POSIX path, when it is
+  std::optional<std::string> failure;  // the read would fail, and why
+  bool file_decides = false;
+  // Where the settings make cuFile a requirement ("compat_mode=off", "require=gds"): a read
+  // cuFile cannot serve then fails. Empty in auto mode.
+  std::string cufile_required_by;
   std::uint64_t task_count = 0;
   std::uint64_t first_task_size = 0;
   std::uint64_t last_task_size = 0;
@@ -78,11 +88,19 @@ struct Plan {
   std::vector<std::string> words;                    // the plan in sentences, layer by layer
 };
 
+// Consults the CUDA driver (which memory) and cuFile's process-wide outlook, as a read would.
 Plan plan(const PlanRequest& request);
 
 // cuFile's pieces for one request of `size` bytes (registered or not: measured identical).
 CufilePieces predict_cufile_pieces(std::uint64_t size, bool registered,
                                    const CufileScheduling& cufile);
+
+// The reasons for ferry's POSIX path, joined by "; ".
+std::string reasons_text(const Plan& p);
+
+// Where the settings make cuFile a requirement ("compat_mode=off", "require=cufile",
+// "require=gds"): a read it cannot serve then fails before any I/O. Empty in auto mode.
+std::string cufile_required_by(const Settings& settings);
 
 // The plan as text, one sentence per line.
 std::string format_plan(const Plan& p);

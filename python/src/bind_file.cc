@@ -20,6 +20,7 @@
 #include "bindings.h"
 #include "buffer_view.h"
 #include "ferry/file.h"
+#include "ferry/plan.h"
 #include "ferry/printable.h"
 #include "settings_dict.h"
 
@@ -432,7 +433,7 @@ class PyFile {
   bool may_refuse() const {
     try {
       const Settings s = file_.effective_settings();
-      return s.require != Require::kAny || s.compat_mode == CompatMode::kOff;
+      return !cufile_required_by(s).empty();
     } catch (const Error&) {
       return true;
     }

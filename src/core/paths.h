@@ -60,7 +60,8 @@ class AcceleratedPath {
  public:
   virtual ~AcceleratedPath() = default;
   // From cheap facts only (no driver open): nullopt when the path could accelerate this file,
-  // else why it could only use its compatibility path.
+  // else why it could only use its compatibility path. fd -1: a file not yet named (ferry plan,
+  // ferry check): the process's facts alone.
   virtual std::optional<std::string> compat_only(int fd) const = 0;
   // Opens what it needs (library, driver, the file's handle): the backend, or why not.
   virtual AcceleratedProbe probe(OpenFile& file, const Settings& settings) const = 0;

@@ -15,8 +15,7 @@
 #include "core/backend.h"
 #include "core/job.h"
 #include "core/paths.h"
-#include "core/route_facts.h"
-#include "core/routing.h"
+#include "core/plan.h"
 #include "core/runtime_state.h"
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"
@@ -233,20 +232,19 @@ MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
   return first;
 }
 
-// Everything decided about a request before any I/O: its checks passed, its settings, its
-// memory, its tasks, layer 1 with its reasons, the backend, and the report's skeleton.
-struct RequestPlan {
+// A request with everything decided about it before any I/O: its checks passed, its settings,
+// its memory, its tasks, its route (the one plan, at full depth) and the report's skeleton.
+struct PlannedRequest {
   RouteReport report;  // filled as the plan is made: a request that fails early reports this
   Settings settings;
   MemoryInfo memory;        // the buffer's memory
-  MemoryInfo route_memory;  // the memory layer 1 decides on (differs only under a test hook)
+  MemoryInfo route_memory;  // the memory layer 1 decides on (differs only under a test double)
   // A stream-ordered request on GPU memory moves its bytes between the file and pinned staging
   // of its own, on ferry's POSIX path; its stream copies (cuda/stream_order.h).
   bool staged = false;
   std::size_t effective = 0;  // the bytes it moves: a read stops at the end of the file
   std::optional<RequestTasks> tasks;
-  AcceleratedProbe probe;  // the cuFile path's backend, where layer 1 probed it
-  Layer1Plan layer1;
+  RequestPlan route;  // layer 1, with the cuFile path's backend where it probed it
 };
 
 void check_access(const OpenFile& file, const RequestSpec& spec) {
@@ -274,7 +272,7 @@ std::uint64_t request_span(const RequestSpec& spec, std::size_t effective) {
 
 // Makes the plan of a request (the file's request begun by the caller); throws what the
 // request fails with before I/O, `plan.report` holding what was known by then.
-void plan_request(OpenFile& file, RequestSpec& spec, RequestPlan& plan) {
+void plan_request(OpenFile& file, RequestSpec& spec, PlannedRequest& plan) {
   RouteReport& report = plan.report;
   if (!spec.gathered) check_range(file, spec.op, spec.buffer, spec.offset, spec.size);
   check_access(file, spec);
@@ -309,12 +307,14 @@ void plan_request(OpenFile& file, RequestSpec& spec, RequestPlan& plan) {
         spec.offset >= file_size ? 0 : std::min<std::uint64_t>(spec.size, file_size - spec.offset);
   }
   if (!plan.tasks) plan.tasks.emplace(spec.offset, plan.effective, plan.settings.task_size);
-  plan.layer1 = plan_layer1(file, spec.op, plan.settings, plan.route_memory, spec.offset,
-                            request_span(spec, plan.effective), plan.effective, &plan.probe);
-  report.page_cache = plan.layer1.residency;
-  report.reasons = plan.layer1.route.reasons;
-  if (plan.layer1.route.refusal) throw RouteError(*plan.layer1.route.refusal);
-  if (plan.layer1.direct_refused) report.reasons.push_back(*plan.layer1.direct_refused);
+  plan.route = plan_route(PlanDepth::kFull, plan.settings, plan.route_memory, plan.effective,
+                          {&file, spec.op, spec.offset, request_span(spec, plan.effective), {}});
+  report.page_cache = plan.route.residency;
+  report.reasons = plan.route.reasons;
+  if (plan.route.refusal) throw RouteError(*plan.route.refusal);
+  if (file.direct_requested() && file.direct_fd() < 0) {
+    report.reasons.push_back({ReasonCode::kDirectIoRefused, file.direct_refused()});
+  }
 }
 
 // The words of a stream-ordered request's engine, after its backend's.
@@ -349,10 +349,10 @@ std::string stream_order_words(const Job& job, const RequestSpec& spec, int devi
 // report completed with the engine's words.
 std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
                               const std::shared_ptr<RequestState>& state, const RequestSpec& spec,
-                              RequestPlan& plan) {
+                              PlannedRequest& plan) {
   const Op op = spec.op;
-  const bool cufile = plan.layer1.route.path == Path::kCufile;
-  std::shared_ptr<Backend> cufile_backend = cufile ? std::move(plan.probe.backend) : nullptr;
+  const bool cufile = plan.route.path == Path::kCufile;
+  std::shared_ptr<Backend> cufile_backend = cufile ? std::move(plan.route.probe.backend) : nullptr;
   const Environment& env = file->runtime().env();
   Backend* backend = cufile ? cufile_backend.get() : env.host;
   const MemoryInfo staging_memory{MemoryKind::kHostPinned, plan.memory.device, {}};
@@ -381,7 +381,7 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
         std::make_unique<cuda::StreamOrder>(static_cast<cuda::abi::Stream>(spec.stream), -1);
   }
   job->owned_backend = std::move(cufile_backend);
-  job->compat_refused = plan.probe.compat_refused;
+  job->compat_refused = plan.route.probe.compat_refused;
   job->context.residency = plan.report.page_cache;
   RouteReport& report = plan.report;
   report.tasks = job->tasks.count();
@@ -505,7 +505,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
   if (spec.stream_ordered) state->set_stream_ordered();
   IoFuture future(state);
   const Clock::time_point start = Clock::now();
-  RequestPlan plan;
+  PlannedRequest plan;
   plan.report.op = spec.op;
   plan.report.file = file->path();
   plan.report.offset = spec.offset;

@@ -4,14 +4,6 @@
 
 namespace ferry::core {
 
-RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
-                           const std::optional<std::string>& cufile_unavailable) {
-  RouteFacts facts;
-  facts.compat_only = [] { return std::nullopt; };
-  facts.probe_cufile = [&] { return cufile_unavailable; };
-  return decide_route(settings, memory, size, facts);
-}
-
 Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t size,
                        Layer1Asks& asks) {
   Layer1Walk w;
@@ -48,86 +40,9 @@ Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t si
   return stop(Layer1Rule::kCufile, true);
 }
 
-namespace {
-
-// Every fact known or asked for: the walk always decides.
-struct AllFacts final : Layer1Asks {
-  explicit AllFacts(const RouteFacts& f) : facts(f) {}
-  bool remote() override { return facts.remote; }
-  std::optional<std::optional<std::string>> compat_only() override { return facts.compat_only(); }
-  std::optional<bool> resident() override {
-    return facts.residency.known && facts.residency.fraction() >= kPageCacheFirst;
-  }
-  std::optional<std::optional<std::string>> probe() override { return facts.probe_cufile(); }
-  const RouteFacts& facts;
-};
-
-}  // namespace
-
-RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
-                           const RouteFacts& facts) {
-  AllFacts asks(facts);
-  Layer1Walk w = walk_layer1(settings, is_gpu(memory.kind), size, asks);
-  RouteDecision d;
-  auto posix = [&](ReasonCode code, std::string text) {
-    d.path = Path::kPosix;
-    d.reasons.push_back({code, std::move(text)});
-  };
-  switch (w.rule) {
-    case Layer1Rule::kRemoteSource:
-      posix(ReasonCode::kRemoteSource,
-            fmt::format("a remote object: its bytes come by HTTP GETs into {}; cuFile reads "
-                        "local files only",
-                        is_gpu(memory.kind) ? "pinned staging, copied to the GPU" : "the buffer"));
-      if (settings.compat_mode == CompatMode::kOff && is_gpu(memory.kind)) {
-        d.refusal = fmt::format(
-            "compat_mode=off requires cuFile, which cannot read a remote "
-            "object: {}",
-            d.reasons.back().text);
-      }
-      break;
-    case Layer1Rule::kCompatModeOn:
-      posix(ReasonCode::kCompatModeOn, "compat_mode=on: cuFile is never called");
-      break;
-    case Layer1Rule::kHostMemory: {
-      std::string text = fmt::format("{} buffer: cuFile serves GPU memory", to_string(memory.kind));
-      if (!memory.note.empty()) text += fmt::format(" ({})", memory.note);
-      posix(memory.note.empty() ? ReasonCode::kHostBuffer : ReasonCode::kNoCudaDriver, text);
-      break;
-    }
-    case Layer1Rule::kBelowThreshold:
-      posix(ReasonCode::kBelowThreshold,
-            fmt::format("request {} B below gds_threshold {} B", size, settings.gds_threshold));
-      break;
-    case Layer1Rule::kCompatOnly:
-      // Measured on the GPU machine: cuFile's compatibility path reads with O_DIRECT at the
-      // disk's 1.5 GB/s where ferry's POSIX path reads cached data at 52 GB/s (bench/NOTES.md §6).
-      posix(ReasonCode::kCufileCompatOnly,
-            fmt::format("cuFile could only use its POSIX compatibility path ({}), which is slower "
-                        "than ferry's POSIX path; compat_mode=off forces cuFile",
-                        w.why));
-      break;
-    case Layer1Rule::kPageCacheResident:
-      posix(ReasonCode::kPageCacheResident,
-            fmt::format("the range is in the page cache ({}): ferry's POSIX path copies it from "
-                        "memory, where cuFile's accelerated path would read the disk",
-                        describe(facts.residency)));
-      break;
-    case Layer1Rule::kCufileUnavailable:
-      posix(ReasonCode::kCufileUnavailable, w.why);
-      if (settings.compat_mode == CompatMode::kOff) {
-        d.refusal = fmt::format("compat_mode=off requires cuFile, which is unavailable: {}", w.why);
-      }
-      break;
-    case Layer1Rule::kCufile:
-      d.path = Path::kCufile;
-      break;
-  }
-  if (!d.refusal && d.path == Path::kPosix && settings.require != Require::kAny) {
-    d.refusal = fmt::format("require={} refuses ferry's POSIX path: {}",
-                            to_string(settings.require), d.reasons.back().text);
-  }
-  return d;
+std::string cufile_required_by(const Settings& settings) {
+  if (settings.compat_mode == CompatMode::kOff) return "compat_mode=off";
+  return settings.require == Require::kAny ? "" : "require=" + to_string(settings.require);
 }
 
 std::optional<std::string> refuse_layer2(const Settings& settings, const RouteReport& report,

@@ -1,10 +1,9 @@
 // Layer 1: ferry's own choice, per request, between cuFile and its POSIX path, with the reason
-// in words. A pure function of the settings, the buffer, the size and the facts below, so
-// `ferry explain` and the request engine share it. Thread-safe.
+// in words. A pure function of the settings, the buffer, the size and the facts asked, which
+// core/plan.h gathers at the depth its caller needs. Thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,35 +14,14 @@
 
 namespace ferry::core {
 
-struct RouteDecision {
-  Path path = Path::kPosix;
-  std::vector<RouteReason> reasons;
-  // Set when the settings forbid the only possible path: the request must fail before I/O.
-  std::optional<std::string> refusal;
-};
-
 // In auto mode, a range at least this resident in the page cache is read through it: ferry's
 // POSIX path copies cached pages at memory speed, where cuFile's accelerated path would read
 // the disk (bench/NOTES.md §10).
 constexpr double kPageCacheFirst = 0.10;
 
-// What layer 1 may ask, cheapest first. Each callback is called at most once, and only when the
-// decision depends on it, so a request that goes to POSIX anyway never opens cuFile's driver.
-struct RouteFacts {
-  // The file is a remote object (http, https, s3): its bytes come over the network.
-  bool remote = false;
-  // nullopt when cuFile could serve this file through an accelerated path (nvidia-fs, P2PDMA);
-  // else why it could only use its compatibility path. Cheap: no driver open.
-  std::function<std::optional<std::string>()> compat_only;
-  // Residency of the range in the page cache (unknown counts as cold).
-  PageCacheResidency residency;
-  // nullopt when cuFile is usable for this file (driver open, handle registered), else why not.
-  std::function<std::optional<std::string>()> probe_cufile;
-};
-
 // The rules of layer 1, in the one order ferry has (docs/data-paths.md), each asking at most one
-// fact, cheapest first. decide_route() puts the rule that decided in words; the small path
-// (request.cc) walks the same rules with the cheap facts only and stops where a rule needs more.
+// fact, cheapest first. core::plan_route (core/plan.h) walks them at every depth and puts the rule
+// that decided in words; the small path stops where a rule needs more than the cheap facts.
 enum class Layer1Rule : std::uint8_t {
   kRemoteSource,       // a remote object: POSIX (ranged GETs; cuFile reads local files only)
   kCompatModeOn,       // compat_mode=on: POSIX
@@ -80,13 +58,9 @@ struct Layer1Walk {
 Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t size,
                        Layer1Asks& asks);
 
-RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
-                           const RouteFacts& facts);
-
-// The rule without the speed facts (as if cuFile's accelerated path were possible and the range
-// cold): for tests of the availability rules.
-RouteDecision decide_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
-                           const std::optional<std::string>& cufile_unavailable);
+// Where the settings make cuFile a requirement, in words ("compat_mode=off", "require=gds"):
+// a fallback to ferry's POSIX path is then a refusal. Empty where auto mode may fall back.
+std::string cufile_required_by(const Settings& settings);
 
 // Strict mode at layer 2: under require=gds, a request cuFile served with any non-nvfs piece
 // fails, and so does one whose layer 2 cannot be read unless cuFile's compatibility mode was

@@ -7,8 +7,8 @@
 
 #include "core/job.h"
 #include "core/paths.h"
+#include "core/plan.h"
 #include "core/request.h"
-#include "core/routing.h"
 #include "core/runtime_state.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"
@@ -26,43 +26,6 @@ namespace {
 
 constexpr const char* kSmallNotMeasured =
     "not measured: a read under 1 MiB is read buffered whatever its residency";
-
-// The cheap facts of a small request: cuFile's outlook without its driver; never the residency
-// or the probe.
-struct CheapFacts final : Layer1Asks {
-  explicit CheapFacts(OpenFile& f) : file(f) {}
-  // A remote object goes to submit(): its report counts the GETs (a source window).
-  bool remote() override { return file.remote(); }
-  std::optional<std::optional<std::string>> compat_only() override {
-    return file.runtime().env().accelerated->compat_only(file.fd());
-  }
-  std::optional<bool> resident() override { return std::nullopt; }
-  std::optional<std::optional<std::string>> probe() override { return std::nullopt; }
-  OpenFile& file;
-};
-
-// Layer 1 for a small request where the cheap facts decide it (the rules of walk_layer1, as
-// every request); nullopt where a rule needs more (residency, cuFile's driver): submit() takes
-// the request then.
-std::optional<ReasonCode> small_layer1(const Settings& s, const cuda::QuickMemory& memory,
-                                       std::size_t size, OpenFile& file, std::string* compat_why) {
-  CheapFacts asks(file);
-  Layer1Walk w = walk_layer1(s, is_gpu(memory.kind), size, asks);
-  if (!w.decided) return std::nullopt;
-  switch (w.rule) {
-    case Layer1Rule::kCompatModeOn:
-      return ReasonCode::kCompatModeOn;
-    case Layer1Rule::kHostMemory:
-      return memory.noted() ? ReasonCode::kNoCudaDriver : ReasonCode::kHostBuffer;
-    case Layer1Rule::kBelowThreshold:
-      return ReasonCode::kBelowThreshold;
-    case Layer1Rule::kCompatOnly:
-      *compat_why = std::move(w.why);
-      return ReasonCode::kCufileCompatOnly;
-    default:
-      return std::nullopt;  // the residency and probe rules are never reached here
-  }
-}
 
 // What a small request needs, checked without side effects; nullopt when it does not qualify.
 std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer, std::size_t size,
@@ -165,9 +128,16 @@ OpenFile::Lane* start_small(OpenFile& file, Op op, void* buffer, std::size_t siz
   std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
   if (!s) return nullptr;
   *memory = cuda::classify_quick(buffer);
-  std::optional<ReasonCode> layer1 = small_layer1(*s, *memory, size, file, &route->compat_why);
-  if (!layer1) return nullptr;
-  route->layer1 = *layer1;
+  // The plan at cheap depth: a remote object, or a rule that needs the residency or cuFile's
+  // driver, goes to submit().
+  RequestPlan plan = plan_route(PlanDepth::kCheap, *s, {memory->kind, memory->device, {}}, size,
+                                PlanSubject{&file, op, offset, size, {}});
+  if (!plan.walk.decided || plan.path != Path::kPosix ||
+      plan.walk.rule == Layer1Rule::kRemoteSource) {
+    return nullptr;
+  }
+  route->layer1 = reason_code(plan.walk.rule, memory->noted());
+  route->compat_why = std::move(plan.walk.why);
   OpenFile::Lane* lane = file.begin_small();
   if (lane == nullptr) return nullptr;
   *settings = *s;
@@ -239,14 +209,22 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   report.direct_tasks = r.cold_direct ? 1 : 0;
   const Settings& settings = r.settings;
   const MemoryInfo memory = cuda::with_note(r.memory);
-  // The same rule, given the one fact it used (small_layer1 never needs the others).
-  RouteFacts facts;
-  facts.compat_only = [&r]() -> std::optional<std::string> {
-    if (r.layer1 == ReasonCode::kCufileCompatOnly) return r.compat_why;
-    return std::nullopt;
-  };
-  facts.probe_cufile = []() -> std::optional<std::string> { return "not probed"; };
-  report.reasons = decide_route(settings, memory, r.requested, facts).reasons;
+  // The same plan, given the one fact the cheap depth used (it never needs the others).
+  struct Replay final : Layer1Asks {
+    explicit Replay(const SmallRoute& route) : r(route) {}
+    std::optional<std::optional<std::string>> compat_only() override {
+      if (r.layer1 == ReasonCode::kCufileCompatOnly) return std::optional(r.compat_why);
+      return std::optional<std::string>();
+    }
+    std::optional<bool> resident() override { return false; }
+    std::optional<std::optional<std::string>> probe() override {
+      return std::optional<std::string>("not probed");
+    }
+    const SmallRoute& r;
+  } replay(r);
+  report.reasons =
+      plan_route(PlanDepth::kPredict, settings, memory, r.requested, replay, report.page_cache)
+          .reasons;
   // Small requests never run on a File's O_DIRECT descriptor (small_settings()).
   report.reasons.push_back({ReasonCode::kEngine, r.host->describe_inline(r.op, memory, settings)});
   if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));

@@ -15,13 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/open_file.h"
+#include "core/plan.h"
 #include "core/report_json.h"
-#include "core/route_facts.h"
-#include "core/routing.h"
 #include "core/runtime_state.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
-#include "cufile/cufile_outlook.h"
 #include "ferry/plan.h"
 #include "io/io_seam.h"
 #include "posix/posix_backend.h"
@@ -159,30 +157,6 @@ void note_distance(const CudaStatus& cuda, Explanation& e) {
                                 e.storage.pci_reason));
 }
 
-// The memory `ferry read` would use, and the MemoryInfo layer 1 would classify it as.
-MemoryInfo choose_memory(const ExplainRequest& r, const CudaStatus& cuda, Explanation& e) {
-  MemoryInfo m;
-  if (r.host || r.pinned || (!r.gpu && (!cuda.available || cuda.gpus.empty()))) {
-    m.kind = r.pinned ? MemoryKind::kHostPinned : MemoryKind::kHostPageable;
-    m.device = r.pinned ? 0 : -1;
-    if (!cuda.available) m.note = cuda.why_not;  // what classify_memory says without a driver
-    if (!r.host && !r.pinned) e.memory_note = "no GPU, using host memory (" + cuda.why_not + ")";
-    if (r.pinned && !cuda.available) e.failure = cuda.why_not;
-  } else {
-    m.kind = MemoryKind::kDevice;
-    m.device = r.gpu.value_or(0);
-    if (!cuda.available) {
-      e.failure = cuda.why_not;
-    } else if (m.device < 0 || static_cast<std::size_t>(m.device) >= cuda.gpus.size()) {
-      e.failure = fmt::format("GPU {} does not exist: the CUDA driver sees {} GPU(s)", m.device,
-                              cuda.gpus.size());
-    }
-  }
-  e.memory = m.kind;
-  e.device = m.device;
-  return m;
-}
-
 }  // namespace
 
 std::string to_string(PredictedLayer2 p) {
@@ -199,29 +173,6 @@ std::string to_string(PredictedLayer2 p) {
   return "?";
 }
 
-RouteOutlook route_outlook(std::uint64_t size, const ExplainRequest& r) {
-  Explanation e;  // choose_memory notes its choice here
-  const CudaStatus cuda = cuda_status();
-  const MemoryInfo memory = choose_memory(r, cuda, e);
-  const Settings settings = settings_with(r.settings);
-  core::RouteFacts facts;
-  facts.compat_only = []() -> std::optional<std::string> {
-    cufile::Outlook o = cufile::process_outlook();
-    if (o.accelerated) return std::nullopt;
-    return o.why_not;
-  };
-  facts.probe_cufile = [] { return std::optional<std::string>(); };  // the file decides
-  core::RouteDecision d =
-      core::decide_route(settings, core::default_environment().layer1_view(memory), size, facts);
-  RouteOutlook o;
-  o.path = d.path;
-  o.reasons = d.reasons;
-  o.failure = e.failure ? e.failure : d.refusal;
-  o.memory = e.memory;
-  o.memory_note = e.memory_note;
-  return o;
-}
-
 Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) {
   Explanation e;
   e.file = path.string();
@@ -235,8 +186,14 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   const std::uint64_t wanted = r.size.value_or(e.file_size > r.offset ? e.file_size - r.offset : 0);
   e.size = r.offset >= e.file_size ? 0 : std::min<std::uint64_t>(wanted, e.file_size - r.offset);
 
+  // The memory `ferry read` would use.
   CudaStatus cuda = cuda_status();
-  MemoryInfo memory = choose_memory(r, cuda, e);
+  core::ChosenMemory chosen = core::choose_memory({r.gpu, r.host, r.pinned}, cuda);
+  const MemoryInfo& memory = chosen.memory;
+  e.memory = memory.kind;
+  e.device = memory.device;
+  e.memory_note = chosen.note;
+  e.failure = chosen.failure;
 
   e.platform = read_platform(r.root);
   for (auto& g : e.platform.gpus) {
@@ -288,18 +245,17 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
     }
   }
 
-  // Layer 1: exactly what core::submit decides for this read, from the same facts.
-  core::AcceleratedProbe probe;
-  core::Layer1Plan layer1 =
-      core::plan_layer1(*file, Op::kRead, e.settings, file->runtime().env().layer1_view(memory),
-                        e.offset, e.size, e.size, &probe);
-  e.page_cache = layer1.residency;
-  core::RouteDecision& route = layer1.route;
+  // Layer 1: the plan core::submit makes for this read, from the same facts.
+  core::RequestPlan route = core::plan_route(core::PlanDepth::kPredict, e.settings,
+                                             file->runtime().env().layer1_view(memory), e.size,
+                                             {file.get(), Op::kRead, e.offset, e.size, {}});
+  e.page_cache = route.residency;
   e.cufile = cufile_status(false);
   e.path = route.path;
   e.reasons = route.reasons;
   if (route.refusal && !e.failure) e.failure = route.refusal;
-  if (layer1.direct_refused) e.reasons.push_back(*layer1.direct_refused);
+  if (file->direct_requested() && file->direct_fd() < 0)
+    e.reasons.push_back({ReasonCode::kDirectIoRefused, file->direct_refused()});
   core::TaskSplitter split(e.offset, e.size, e.settings.task_size);
   e.tasks = split.count();
   (e.path == Path::kCufile ? e.cufile_tasks : e.posix_tasks) = e.tasks;

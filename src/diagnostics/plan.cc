@@ -1,10 +1,14 @@
-// ferry::plan: layer 1 mirrors the engine: every request is cut from its start offset into
-// task_size tasks, the last one shorter; in auto mode a request below gds_threshold takes
-// ferry's POSIX path. Layer 2 is predict_cufile_pieces per task that goes to cuFile.
+// ferry::plan: a view of the engine's own plan (core::plan_route at predict depth, over a file not
+// yet named): its route, its tasks cut from the start offset in task_size, the last one shorter;
+// and per task that goes to cuFile, predict_cufile_pieces.
 #include "ferry/plan.h"
 
 #include <fmt/format.h>
 
+#include <cctype>
+
+#include "core/paths.h"
+#include "core/plan.h"
 #include "core/task_splitter.h"
 #include "platform/text_file.h"
 
@@ -13,66 +17,45 @@ namespace {
 
 using platform::size_words;
 
-std::string_view compat_words(CompatMode m) {
-  switch (m) {
-    case CompatMode::kAuto:
-      return "AUTO";
-    case CompatMode::kOn:
-      return "ON";
-    case CompatMode::kOff:
-      return "OFF";
-  }
-  return "?";
+// "AUTO", "ON", "OFF": the words of cuFile's own documentation.
+std::string compat_words(CompatMode m) {
+  std::string words = to_string(m);
+  for (char& c : words) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return words;
 }
 
 }  // namespace
 
-std::string_view to_string(PlanPath p) {
-  switch (p) {
-    case PlanPath::kNothing:
-      return "nothing";
-    case PlanPath::kPosixBelowThreshold:
-      return "posix-below-threshold";
-    case PlanPath::kPosixCompatOn:
-      return "posix-compat-on";
-    case PlanPath::kCufile:
-      return "cufile";
-    case PlanPath::kPosix:
-      return "posix";
-  }
-  return "?";
+std::string cufile_required_by(const Settings& settings) {
+  return core::cufile_required_by(settings);
 }
 
 Plan plan(const PlanRequest& r) {
   Plan p;
   p.request = r;
+  p.settings = settings_with(r.settings);
+  core::ChosenMemory memory = core::choose_memory({r.gpu, r.host, r.pinned}, cuda_status());
+  p.memory = memory.memory.kind;
+  p.device = memory.memory.device;
+  p.memory_note = memory.note;
+  core::RequestPlan route = core::plan_route(
+      core::PlanDepth::kPredict, p.settings, core::default_environment().layer1_view(memory.memory),
+      r.size, core::PlanSubject{nullptr, Op::kRead, r.offset, r.size, r.cufile_probe});
+  p.path = route.path;
+  p.reasons = std::move(route.reasons);
+  p.failure = memory.failure ? memory.failure : route.refusal;
+  p.file_decides = route.file_decides;
+  p.cufile_required_by = route.cufile_required_by;
   if (r.size == 0) {
-    p.path = PlanPath::kNothing;
     p.words.push_back("Nothing to read: the request is 0 bytes.");
     return p;
   }
-  const core::TaskShape shape = core::task_shape(r.size, r.task_size == 0 ? r.size : r.task_size);
+  const core::TaskShape shape = core::task_shape(r.size, p.settings.task_size);
   const std::uint64_t task = shape.task_size, full = shape.full, rest = shape.rest;
   p.task_count = shape.count();
   p.first_task_size = shape.first_size();
   p.last_task_size = shape.last_size();
-  // As the engine's routing does (src/core/routing.cc): the threshold applies in auto mode
-  // only; compat_mode=off sends even small requests to cuFile.
-  if (r.compat_mode == CompatMode::kAuto && r.size < r.gds_threshold) {
-    p.path = PlanPath::kPosixBelowThreshold;
-    if (full) p.groups.push_back(PlanTaskGroup{full, task, std::nullopt});
-    if (rest) p.groups.push_back(PlanTaskGroup{1, rest, std::nullopt});
-    p.words.push_back(fmt::format(
-        "ferry: {} is below gds_threshold {}: ferry's POSIX path in {} task(s), cuFile is not "
-        "called.",
-        size_words(r.size), size_words(r.gds_threshold), p.task_count));
-    return p;
-  }
-  const bool posix = r.compat_mode == CompatMode::kOn || r.posix_because.has_value();
-  const bool cufile = !posix;
-  p.path = r.compat_mode == CompatMode::kOn
-               ? PlanPath::kPosixCompatOn
-               : (r.posix_because ? PlanPath::kPosix : PlanPath::kCufile);
+  const bool cufile = p.path == Path::kCufile;
   auto group = [&](std::uint64_t count, std::uint64_t size) {
     PlanTaskGroup g{count, size, std::nullopt};
     if (cufile) g.pieces = predict_cufile_pieces(size, r.buffer_registered, r.cufile);
@@ -80,7 +63,14 @@ Plan plan(const PlanRequest& r) {
   };
   if (full) group(full, task);
   if (rest) group(1, rest);
-
+  const ReasonCode code = p.reasons.empty() ? ReasonCode::kEngine : p.reasons.front().code;
+  if (code == ReasonCode::kBelowThreshold) {
+    p.words.push_back(fmt::format(
+        "ferry: {} is below gds_threshold {}: ferry's POSIX path in {} task(s), cuFile is not "
+        "called.",
+        size_words(r.size), size_words(p.settings.gds_threshold), p.task_count));
+    return p;
+  }
   std::string split = p.task_count == 1
                           ? fmt::format("1 task of {}", size_words(r.size))
                           : (rest ? fmt::format("{} tasks of {} and a last one of {}", full,
@@ -88,22 +78,22 @@ Plan plan(const PlanRequest& r) {
                                   : fmt::format("{} tasks of {}", full, size_words(task)));
   p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.", size_words(r.size),
                                 r.offset, size_words(task), split));
-  if (p.path == PlanPath::kPosixCompatOn) {
+  if (code == ReasonCode::kCompatModeOn) {
     p.words.push_back(
         "ferry: compat mode ON: its own POSIX path reads every task; cuFile is never "
         "called.");
     return p;
   }
-  if (p.path == PlanPath::kPosix) {
+  if (!cufile) {
     p.words.push_back(fmt::format(
-        "ferry: its own POSIX path reads every task, cuFile is not called: {}.", *r.posix_because));
+        "ferry: its own POSIX path reads every task, cuFile is not called: {}.", reasons_text(p)));
     return p;
   }
   p.words.push_back(fmt::format(
-      "ferry: compat mode {}: each task is one cuFileRead{}.", compat_words(r.compat_mode),
-      r.compat_mode == CompatMode::kAuto ? " (if cuFile opens for this file; else ferry's POSIX "
-                                           "path, with the reason recorded)"
-                                         : ""));
+      "ferry: compat mode {}: each task is one cuFileRead{}.", compat_words(p.settings.compat_mode),
+      p.file_decides && p.cufile_required_by.empty()
+          ? " (if cuFile opens for this file; else ferry's POSIX path, with the reason recorded)"
+          : ""));
   std::uint64_t total = 0;
   bool all_known = true;
   for (const auto& g : p.groups) {
@@ -121,6 +111,12 @@ Plan plan(const PlanRequest& r) {
         p.task_count, p.task_count == 1 ? "" : "s", total, total == 1 ? "" : "s", r.cufile.source));
   }
   return p;
+}
+
+std::string reasons_text(const Plan& p) {
+  std::string out;
+  for (const RouteReason& reason : p.reasons) out += (out.empty() ? "" : "; ") + reason.text;
+  return out;
 }
 
 std::string format_plan(const Plan& p) {

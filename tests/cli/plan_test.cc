@@ -31,7 +31,8 @@ TEST(CliPlan, ArticleFiguresInWords) {
   r = run_cli("plan --size 32MiB --task-size 32MiB" + cufile(), fake_gpu_env());
   EXPECT_TRUE(has(r.out, "1 x 32 MiB: 4 pieces of 8 MiB")) << r.out;
 
-  r = run_cli("plan --size 8KiB" + stock());
+  // The engine's rule asks the memory before the threshold: a GPU read (the libcuda double).
+  r = run_cli("plan --size 8KiB" + stock(), fake_gpu_env());
   EXPECT_TRUE(has(r.out,
                   "plan: 1 POSIX read of 8 KiB, below gds_threshold 16 KiB: cuFile is "
                   "not called"))
@@ -62,11 +63,20 @@ TEST(CliPlan, ArticleFiguresInJson) {
   j = run_cli_json("plan --size 32MiB --task-size 32MiB" + cufile(), fake_gpu_env());
   EXPECT_EQ(j["groups"][0]["pieces"]["count"], 4);
 
-  j = run_cli_json("plan --size 8KiB" + stock());
+  j = run_cli_json("plan --size 8KiB" + stock(), fake_gpu_env());
   EXPECT_EQ(j["path"], "posix-below-threshold");
   EXPECT_EQ(j["cufile_requests"], 0);
   EXPECT_EQ(j["cufile_pieces_total"], 0);
   EXPECT_TRUE(j["groups"][0]["pieces"].is_null());
+}
+
+// Regression (issue 46): under compat_mode=off, plan predicted 16 cuFile requests for a 64 MiB
+// host read that read and explain send down ferry's POSIX path.
+TEST(CliPlan, HostReadUnderCompatOffIsPosixNotCufileRequests) {
+  auto j = run_cli_json("plan --size 64MiB --host --compat off" + stock());
+  EXPECT_EQ(j["path"], "posix") << j.dump(2);
+  EXPECT_EQ(j["cufile_requests"], 0) << j.dump(2);
+  EXPECT_EQ(j["tasks"], 16) << j.dump(2);
 }
 
 TEST(CliPlan, CompatOnNeverCallsCufile) {

@@ -72,6 +72,18 @@ class FakeMachine {
   void set_resident_fraction(std::optional<double> f) { test::set_resident_fraction(f); }
 
   Runtime* runtime() { return runtime_.get(); }
+  // The environment runtime() carries (the same doubles), for plans made without a File.
+  core::Environment environment() {
+    core::Environment env;
+    env.io = &io::system_io();
+    env.host = &residency_host();
+    env.accelerated = &accelerated_;
+    env.layer1_memory = [this](const MemoryInfo& memory) {
+      if (!host_as_gpu_.load() || is_gpu(memory.kind)) return memory;
+      return MemoryInfo{MemoryKind::kDevice, thread_gpu(), {}};
+    };
+    return env;
+  }
 
  private:
   class Cufile final : public core::AcceleratedPath {
@@ -99,17 +111,6 @@ class FakeMachine {
     set_root(test_data() / "platform/nvfs_absent");
   }
 
-  core::Environment environment() {
-    core::Environment env;
-    env.io = &io::system_io();
-    env.host = &residency_host();
-    env.accelerated = &accelerated_;
-    env.layer1_memory = [this](const MemoryInfo& memory) {
-      if (!host_as_gpu_.load() || is_gpu(memory.kind)) return memory;
-      return MemoryInfo{MemoryKind::kDevice, thread_gpu(), {}};
-    };
-    return env;
-  }
   std::optional<std::array<char, 16>> uuid(int device) {
     std::lock_guard lock(mu_);
     auto it = uuids_.find(device);

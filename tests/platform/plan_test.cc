@@ -1,9 +1,10 @@
 #include "ferry/plan.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include "diagnostics/cufile_plan.h"
 #include "platform/cufile_config.h"
-#include "platform/cufile_plan.h"
 #include "platform/fake_tree.h"
 #include "platform/text_file.h"
 
@@ -86,11 +87,25 @@ TEST(CufilePlan, UnknownConfigValueIsUnknownWithReason) {
   EXPECT_NE(p.words.find("max_request_parallelism"), std::string::npos);
 }
 
-TEST(Plan, OneGiBInFourMiBTasksIs256RequestsOfOnePiece) {
+// A read into GPU 0 of the libcuda double, so that the plan does not depend on this machine;
+// compat_mode=off by default, so that cuFile's process-wide outlook (no nvidia-fs here) cannot
+// send it to ferry's POSIX path.
+PlanRequest gpu_read(std::uint64_t size, CompatMode compat = CompatMode::kOff) {
+  setenv("FERRY_CUDA_LIBRARY", FERRY_FAKE_CUDA_PATH, 1);
   PlanRequest r;
-  r.size = kGiB;
-  auto p = plan(r);
-  EXPECT_EQ(p.path, PlanPath::kCufile);
+  r.size = size;
+  r.gpu = 0;
+  r.settings.compat_mode = compat;
+  return r;
+}
+
+ReasonCode first_reason(const Plan& p) {
+  return p.reasons.empty() ? ReasonCode::kEngine : p.reasons.front().code;
+}
+
+TEST(Plan, OneGiBInFourMiBTasksIs256RequestsOfOnePiece) {
+  auto p = plan(gpu_read(kGiB));
+  EXPECT_EQ(p.path, Path::kCufile);
   EXPECT_EQ(p.task_count, 256u);
   EXPECT_EQ(p.first_task_size, 4 * kMiB);
   EXPECT_EQ(p.last_task_size, 4 * kMiB);
@@ -100,9 +115,8 @@ TEST(Plan, OneGiBInFourMiBTasksIs256RequestsOfOnePiece) {
 }
 
 TEST(Plan, TaskSizeOneGiBIsOneRequestOfFourPiecesOf256MiB) {
-  PlanRequest r;
-  r.size = kGiB;
-  r.task_size = kGiB;
+  PlanRequest r = gpu_read(kGiB);
+  r.settings.task_size = kGiB;
   auto p = plan(r);
   EXPECT_EQ(p.task_count, 1u);
   ASSERT_EQ(p.groups.size(), 1u);
@@ -112,9 +126,8 @@ TEST(Plan, TaskSizeOneGiBIsOneRequestOfFourPiecesOf256MiB) {
 }
 
 TEST(Plan, SixteenMiBInOneTaskIsTwoPiecesOfEightMiB) {
-  PlanRequest r;
-  r.size = 16 * kMiB;
-  r.task_size = 16 * kMiB;
+  PlanRequest r = gpu_read(16 * kMiB);
+  r.settings.task_size = 16 * kMiB;
   auto p = plan(r);
   EXPECT_EQ(p.task_count, 1u);
   EXPECT_EQ(p.groups[0].pieces->count, 2u);
@@ -122,17 +135,15 @@ TEST(Plan, SixteenMiBInOneTaskIsTwoPiecesOfEightMiB) {
 }
 
 TEST(Plan, ThirtyTwoMiBInOneTaskIsFourPieces) {
-  PlanRequest r;
-  r.size = 32 * kMiB;
-  r.task_size = 32 * kMiB;
+  PlanRequest r = gpu_read(32 * kMiB);
+  r.settings.task_size = 32 * kMiB;
   EXPECT_EQ(plan(r).cufile_pieces_total, 4u);
 }
 
 TEST(Plan, EightKiBIsPosixBelowTheSixteenKiBThreshold) {
-  PlanRequest r;
-  r.size = 8 * kKiB;
-  auto p = plan(r);
-  EXPECT_EQ(p.path, PlanPath::kPosixBelowThreshold);
+  auto p = plan(gpu_read(8 * kKiB, CompatMode::kAuto));
+  EXPECT_EQ(p.path, Path::kPosix);
+  EXPECT_EQ(first_reason(p), ReasonCode::kBelowThreshold);
   EXPECT_EQ(p.task_count, 1u);
   EXPECT_FALSE(p.cufile_pieces_total);
   ASSERT_FALSE(p.words.empty());
@@ -143,35 +154,29 @@ TEST(Plan, EightKiBIsPosixBelowTheSixteenKiBThreshold) {
 // The engine applies gds_threshold in auto mode only (src/core/routing.cc); plan must agree,
 // and must split a small request into tasks the way the engine does.
 TEST(Plan, CompatOffSendsEvenSmallRequestsToCufile) {
-  PlanRequest r;
-  r.size = 8 * kKiB;
-  r.compat_mode = CompatMode::kOff;
-  auto p = plan(r);
-  EXPECT_EQ(p.path, PlanPath::kCufile);
+  auto p = plan(gpu_read(8 * kKiB, CompatMode::kOff));
+  EXPECT_EQ(p.path, Path::kCufile);
   EXPECT_EQ(p.cufile_pieces_total, 1u);
 }
 
 TEST(Plan, SmallRequestBelowThresholdIsSplitLikeTheEngineSplitsIt) {
-  PlanRequest r;
-  r.size = 10 * kKiB;
-  r.task_size = 4 * kKiB;
+  PlanRequest r = gpu_read(10 * kKiB, CompatMode::kAuto);
+  r.settings.task_size = 4 * kKiB;
   auto p = plan(r);
-  EXPECT_EQ(p.path, PlanPath::kPosixBelowThreshold);
+  EXPECT_EQ(first_reason(p), ReasonCode::kBelowThreshold);
   EXPECT_EQ(p.task_count, 3u);
   EXPECT_EQ(p.last_task_size, 2 * kKiB);
 }
 
-TEST(Plan, ThresholdItselfGoesToCufile) {
-  PlanRequest r;
-  r.size = 16 * kKiB;
-  EXPECT_EQ(plan(r).path, PlanPath::kCufile);
+TEST(Plan, ThresholdItselfIsNotBelowIt) {
+  auto p = plan(gpu_read(16 * kKiB, CompatMode::kAuto));
+  EXPECT_NE(first_reason(p), ReasonCode::kBelowThreshold) << format_plan(p);
 }
 
 TEST(Plan, LastTaskIsShorterAndGetsItsOwnPieces) {
-  PlanRequest r;
+  PlanRequest r = gpu_read(10 * kMiB);
   r.offset = 4096;
-  r.size = 10 * kMiB;
-  r.task_size = 4 * kMiB;
+  r.settings.task_size = 4 * kMiB;
   auto p = plan(r);
   EXPECT_EQ(p.task_count, 3u);
   ASSERT_EQ(p.groups.size(), 2u);
@@ -182,11 +187,9 @@ TEST(Plan, LastTaskIsShorterAndGetsItsOwnPieces) {
 }
 
 TEST(Plan, CompatModeOnNeverCallsCufile) {
-  PlanRequest r;
-  r.size = kGiB;
-  r.compat_mode = CompatMode::kOn;
-  auto p = plan(r);
-  EXPECT_EQ(p.path, PlanPath::kPosixCompatOn);
+  auto p = plan(gpu_read(kGiB, CompatMode::kOn));
+  EXPECT_EQ(p.path, Path::kPosix);
+  EXPECT_EQ(first_reason(p), ReasonCode::kCompatModeOn);
   EXPECT_EQ(p.task_count, 256u);
   EXPECT_FALSE(p.groups[0].pieces);
   EXPECT_FALSE(p.cufile_pieces_total);
@@ -194,15 +197,15 @@ TEST(Plan, CompatModeOnNeverCallsCufile) {
 
 TEST(Plan, EmptyRequestReadsNothing) {
   PlanRequest r;
-  EXPECT_EQ(plan(r).path, PlanPath::kNothing);
   EXPECT_EQ(plan(r).task_count, 0u);
+  EXPECT_EQ(plan(r).words.at(0), "Nothing to read: the request is 0 bytes.");
 }
 
 TEST(Plan, SchedulingComesFromTheStockCufileJson) {
   platform::testing::FakeTree t;
   t.write("etc/cufile.json",
           platform::read_text_file(platform::testing::data_dir() / "cufile/stock.json").text);
-  auto s = platform::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
+  auto s = diagnostics::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
   EXPECT_EQ(s.parallel_io, true);
   EXPECT_EQ(s.min_io_threshold_size_kb, 8192u);
   EXPECT_EQ(s.max_request_parallelism, 4u);
@@ -212,9 +215,8 @@ TEST(Plan, SchedulingComesFromTheStockCufileJson) {
 TEST(Plan, BrokenCufileJsonMakesPiecesUnknown) {
   platform::testing::FakeTree t;
   t.write("etc/cufile.json", "{ oops");
-  PlanRequest r;
-  r.size = kGiB;
-  r.cufile = platform::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
+  PlanRequest r = gpu_read(kGiB);
+  r.cufile = diagnostics::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
   auto p = plan(r);
   EXPECT_FALSE(p.groups[0].pieces->known);
   EXPECT_FALSE(p.cufile_pieces_total);

@@ -2,7 +2,7 @@
 // any I/O: GPUs, CUDA driver, libcufile, cufile.json, nvidia-fs, IOMMU, ACS, P2PDMA, ferry's
 // settings, and one verdict per GPU in words.
 #include <ferry/cufile.h>
-#include <ferry/explain.h>
+#include <ferry/plan.h>
 #include <ferry/platform.h>
 #include <ferry/remote.h>
 #include <fmt/format.h>
@@ -74,46 +74,41 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
   } else {
     cufile = fmt::format("cuFile {} is usable", c.version_text);
   }
+  // A GPU read of gds_threshold bytes, planned as the engine plans it, with cuFile's probe
+  // answered by its status (no file is named: its own facts decide the rest).
   std::string ferry;
-  const bool cufile_usable = c.loaded && !(c.driver_open_attempted && !c.driver_open);
+  PlanRequest gpu_read;
+  gpu_read.gpu = 0;
+  gpu_read.size = s.gds_threshold;
+  gpu_read.settings = {s.compat_mode, s.require,       s.task_size,         s.gds_threshold,
+                       s.nthreads,    s.host_nthreads, s.bounce_buffer_size};
+  const bool usable = c.loaded && !(c.driver_open_attempted && !c.driver_open);
+  gpu_read.cufile_probe = usable ? std::optional<std::string>()
+                                 : std::optional(c.loaded ? c.driver_error_text : c.load_error);
+  const Plan plan_here = cuda.available ? plan(gpu_read) : Plan{};
+  const std::string& required = plan_here.cufile_required_by;
   if (!cuda.available) {
     ferry = "ferry cannot use GPU memory (" + cuda.why_not +
             ") and reads into host memory through its POSIX path";
-  } else if (s.compat_mode == CompatMode::kOn) {
-    ferry = "ferry will not call cuFile (compat_mode=on) and reads through its POSIX path";
-  } else if (s.compat_mode == CompatMode::kOff || s.require != Require::kAny) {
-    const std::string why =
-        s.compat_mode == CompatMode::kOff ? "compat_mode=off" : "require=" + to_string(s.require);
-    fails = !cufile_usable;
-    ferry = cufile_usable ? fmt::format(
-                                "ferry will send GPU reads to cuFile ({}), failing where it cannot "
-                                "serve them",
-                                why)
-                          : fmt::format("ferry will fail GPU reads ({} requires cuFile)", why);
+  } else if (plan_here.failure && !required.empty()) {
+    fails = true;
+    ferry = fmt::format("ferry will fail GPU reads ({} requires cuFile: {})", required,
+                        *plan_here.failure);
+  } else if (plan_here.failure) {
+    fails = true;
+    ferry = "ferry cannot read into GPU memory (" + *plan_here.failure + ")";
+  } else if (plan_here.path == Path::kPosix) {
+    ferry = "ferry will read into GPU memory through its own POSIX path, cuFile is not called: " +
+            reasons_text(plan_here);
+  } else if (!required.empty()) {
+    ferry = fmt::format(
+        "ferry will send GPU reads to cuFile ({}), failing where it cannot serve them", required);
   } else {
-    // Auto mode's own rule (src/core/routing.cc), from the facts known before a file is named.
-    ExplainRequest gpu_read;
-    gpu_read.gpu = 0;
-    gpu_read.settings = {s.compat_mode, s.require,       s.task_size,         s.gds_threshold,
-                         s.nthreads,    s.host_nthreads, s.bounce_buffer_size};
-    const RouteOutlook o = route_outlook(s.gds_threshold, gpu_read);
-    std::string why;
-    for (const RouteReason& r : o.reasons) why += (why.empty() ? "" : "; ") + r.text;
-    if (o.failure) {
-      fails = true;
-      ferry = "ferry cannot read into GPU memory (" + *o.failure + ")";
-    } else if (o.path == Path::kPosix) {
-      ferry = "ferry will read into GPU memory through its own POSIX path, cuFile is not called: " +
-              why;
-    } else if (!cufile_usable) {
-      ferry = "ferry will read into GPU memory through its own POSIX path, cuFile is not usable";
-    } else {
-      ferry = fmt::format(
-          "ferry will send GPU reads of {} or more to cuFile where the range is not in the page "
-          "cache and cuFile can register the file (else its POSIX path, with the reason: "
-          "`ferry explain FILE` tells per file)",
-          format_size(s.gds_threshold));
-    }
+    ferry = fmt::format(
+        "ferry will send GPU reads of {} or more to cuFile where the range is not in the page "
+        "cache and cuFile can register the file (else its POSIX path, with the reason: "
+        "`ferry explain FILE` tells per file)",
+        format_size(s.gds_threshold));
   }
   return fmt::format("GDS accelerated path: {}; {}; {}", gds, cufile, ferry);
 }

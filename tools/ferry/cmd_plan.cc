@@ -1,6 +1,5 @@
 // ferry plan: how one read will be split, into ferry's tasks and then into cuFile's pieces, from
 // the settings and cufile.json; no file is touched.
-#include <ferry/explain.h>
 #include <ferry/plan.h>
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -31,6 +30,16 @@ struct PlanArgs {
 
 nlohmann::json opt_json(const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
 
+// The path in the words of `ferry plan --json` (docs/cli.md).
+std::string path_words(const Plan& p) {
+  if (p.request.size == 0) return "nothing";
+  if (p.path == Path::kCufile) return "cufile";
+  const ReasonCode code = p.reasons.empty() ? ReasonCode::kEngine : p.reasons.front().code;
+  if (code == ReasonCode::kBelowThreshold) return "posix-below-threshold";
+  if (code == ReasonCode::kCompatModeOn) return "posix-compat-on";
+  return "posix";
+}
+
 nlohmann::json plan_json(const Plan& p, std::size_t threads) {
   using nlohmann::json;
   const PlanRequest& r = p.request;
@@ -47,14 +56,15 @@ nlohmann::json plan_json(const Plan& p, std::size_t threads) {
     }
     groups.push_back({{"count", g.count}, {"task_size", g.task_size}, {"pieces", pieces}});
   }
-  const bool cufile = p.path == PlanPath::kCufile;
+  const std::string path = path_words(p);
+  const bool cufile = path == "cufile";
   return {
       {"request",
        {{"size", r.size},
         {"offset", r.offset},
-        {"task_size", r.task_size},
-        {"gds_threshold", r.gds_threshold},
-        {"compat_mode", to_string(r.compat_mode)},
+        {"task_size", p.settings.task_size},
+        {"gds_threshold", p.settings.gds_threshold},
+        {"compat_mode", to_string(p.settings.compat_mode)},
         {"registered", r.buffer_registered},
         {"threads", threads}}},
       {"cufile",
@@ -63,8 +73,8 @@ nlohmann::json plan_json(const Plan& p, std::size_t threads) {
         {"max_request_parallelism", opt_json(r.cufile.max_request_parallelism)},
         {"source", r.cufile.source},
         {"unknown_reason", r.cufile.unknown_reason}}},
-      {"path", std::string(to_string(p.path))},
-      {"posix_because", opt_json(r.posix_because)},
+      {"path", path},
+      {"posix_because", path == "posix" ? json(reasons_text(p)) : json(nullptr)},
       {"tasks", p.task_count},
       {"first_task_size", p.first_task_size},
       {"last_task_size", p.last_task_size},
@@ -80,7 +90,6 @@ int run(const PlanArgs& a) {
   PlanRequest r;
   r.size = size_option(a.size, "--size");
   r.offset = offset_option(a.offset, "--offset");
-  r.task_size = a.task_size.empty() ? base.task_size : size_option(a.task_size, "--task-size");
   // The limits a read would meet: the engine refuses ranges past off_t (EOVERFLOW) and task
   // sizes out of range (SettingError), so a plan of them would describe a read that cannot run.
   if (r.offset > static_cast<std::uint64_t>(LLONG_MAX) ||
@@ -90,33 +99,14 @@ int run(const PlanArgs& a) {
                     "bytes): such a read fails with EOVERFLOW",
                     r.offset, r.size));
   }
-  SettingsOverride limits;
-  limits.task_size = r.task_size;
-  limits.apply_to(base);  // throws SettingError naming task_size
-  r.gds_threshold =
-      a.threshold.empty() ? base.gds_threshold : size_option(a.threshold, "--threshold");
-  r.compat_mode = a.compat.empty() ? base.compat_mode : parse_compat_mode(a.compat, "--compat");
+  if (!a.task_size.empty()) r.settings.task_size = size_option(a.task_size, "--task-size");
+  if (!a.threshold.empty()) r.settings.gds_threshold = size_option(a.threshold, "--threshold");
+  if (!a.compat.empty()) r.settings.compat_mode = parse_compat_mode(a.compat, "--compat");
+  r.settings.apply_to(base);  // throws SettingError naming task_size
+  r.gpu = a.memory.gpu;
+  r.host = a.memory.host;
+  r.pinned = a.memory.pinned;
   r.buffer_registered = a.registered;
-  // What the engine's own rule says before any file is named (the memory read would use, the
-  // settings, cuFile's process-wide outlook): a POSIX route then holds for every file.
-  ExplainRequest memory;
-  memory.gpu = a.memory.gpu;
-  memory.host = a.memory.host;
-  memory.pinned = a.memory.pinned;
-  memory.settings.task_size = r.task_size;
-  memory.settings.gds_threshold = r.gds_threshold;
-  memory.settings.compat_mode = r.compat_mode;
-  const RouteOutlook outlook = route_outlook(r.size, memory);
-  if (outlook.failure) throw Error("plan: the read would fail: " + *outlook.failure);
-  if (outlook.path == Path::kPosix && r.compat_mode == CompatMode::kAuto &&
-      r.size >= r.gds_threshold) {
-    std::string why;
-    for (const RouteReason& reason : outlook.reasons)
-      why += (why.empty() ? "" : "; ") + reason.text;
-    r.posix_because = why;
-  }
-  const std::size_t threads = a.threads.empty() ? workers_for(base, is_gpu(outlook.memory))
-                                                : parse_count(a.threads, "--threads");
   if (!a.cufile_json.empty()) {
     // cuFile's own rule for finding its file; the reader follows it.
     std::filesystem::path f = std::filesystem::absolute(a.cufile_json);
@@ -126,34 +116,33 @@ int run(const PlanArgs& a) {
   }
   r.cufile = read_cufile_scheduling(a.root);
   const Plan p = plan(r);
+  if (p.failure) throw Error("plan: the read would fail: " + *p.failure);
+  const std::size_t threads =
+      a.threads.empty() ? workers_for(base, is_gpu(p.memory)) : parse_count(a.threads, "--threads");
   if (a.json) {
     fmt::print("{}\n", plan_json(p, threads).dump(2));
     return 0;
   }
+  const std::string path = path_words(p);
   std::string summary;
-  switch (p.path) {
-    case PlanPath::kNothing:
-      summary = "nothing to read";
-      break;
-    case PlanPath::kPosixBelowThreshold:
-      summary = fmt::format("1 POSIX read of {}, below gds_threshold {}: cuFile is not called",
-                            format_size(r.size), format_size(r.gds_threshold));
-      break;
-    case PlanPath::kPosixCompatOn:
-      summary = fmt::format("{} task(s) on ferry's POSIX path (compat_mode=on)", p.task_count);
-      break;
-    case PlanPath::kPosix:
-      summary = fmt::format("{} task(s) on ferry's POSIX path, cuFile is not called: {}",
-                            p.task_count, *r.posix_because);
-      break;
-    case PlanPath::kCufile:
-      summary = fmt::format("{} cuFile request(s)", p.task_count);
-      for (const auto& g : p.groups) {
-        summary += fmt::format("{} {} x {}: {}", &g == &p.groups.front() ? ";" : ",", g.count,
-                               format_size(g.task_size), g.pieces->words);
-      }
-      summary += p.cufile_pieces_total ? fmt::format("; {} piece(s) in all", *p.cufile_pieces_total)
-                                       : "; cuFile's pieces unknown";
+  if (path == "nothing") {
+    summary = "nothing to read";
+  } else if (path == "posix-below-threshold") {
+    summary = fmt::format("1 POSIX read of {}, below gds_threshold {}: cuFile is not called",
+                          format_size(r.size), format_size(p.settings.gds_threshold));
+  } else if (path == "posix-compat-on") {
+    summary = fmt::format("{} task(s) on ferry's POSIX path (compat_mode=on)", p.task_count);
+  } else if (path == "posix") {
+    summary = fmt::format("{} task(s) on ferry's POSIX path, cuFile is not called: {}",
+                          p.task_count, reasons_text(p));
+  } else {
+    summary = fmt::format("{} cuFile request(s)", p.task_count);
+    for (const auto& g : p.groups) {
+      summary += fmt::format("{} {} x {}: {}", &g == &p.groups.front() ? ";" : ",", g.count,
+                             format_size(g.task_size), g.pieces->words);
+    }
+    summary += p.cufile_pieces_total ? fmt::format("; {} piece(s) in all", *p.cufile_pieces_total)
+                                     : "; cuFile's pieces unknown";
   }
   fmt::print("plan: {}\n", summary);
   fmt::print("{}", format_plan(p));

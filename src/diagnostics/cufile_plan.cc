@@ -1,4 +1,4 @@
-#include "platform/cufile_plan.h"
+#include "diagnostics/cufile_plan.h"
 
 #include <fmt/format.h>
 
@@ -83,9 +83,9 @@ CufilePieces predict_cufile_pieces(std::uint64_t size, bool registered,
 
 }  // namespace ferry
 
-namespace ferry::platform {
+namespace ferry::diagnostics {
 
-CufileScheduling scheduling_from_config(const CufileConfig& c) {
+CufileScheduling scheduling_from_config(const platform::CufileConfig& c) {
   CufileScheduling s;
   s.parallel_io = c.parallel_io.value;
   s.min_io_threshold_size_kb = c.min_io_threshold_size_kb.value;
@@ -98,12 +98,12 @@ CufileScheduling scheduling_from_config(const CufileConfig& c) {
   return s;
 }
 
-}  // namespace ferry::platform
+}  // namespace ferry::diagnostics
 
 namespace ferry {
 
 CufileScheduling read_cufile_scheduling(const std::filesystem::path& root) {
-  return platform::scheduling_from_config(
+  return diagnostics::scheduling_from_config(
       platform::read_cufile_config(root, platform::process_environment()));
 }
 

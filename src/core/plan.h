@@ -1,0 +1,80 @@
+// The one plan of a request's route (layer 1): which path, by which rule, with which reasons and
+// refusal, made by plan_route() at three depths (PlanDepth). The rule-to-reason mapping and
+// "which memory would a read use" are here and nowhere else. Not thread-safe: one per request.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/open_file.h"
+#include "core/paths.h"
+#include "core/routing.h"
+#include "ferry/memory.h"
+#include "ferry/route.h"
+#include "ferry/settings.h"
+
+namespace ferry::core {
+
+enum class PlanDepth : std::uint8_t {
+  kCheap,    // remote, settings, memory, cuFile's outlook; undecided where a rule needs more
+  kFull,     // every fact: the range's residency (reads), cuFile's probe (its backend kept)
+  kPredict,  // as full, without a request: over a File, or over a hypothetical file
+};
+
+struct RequestPlan {
+  Layer1Walk walk;           // the rule that decided (or, cheap, the one that could not)
+  Path path = Path::kPosix;  // decided walks only
+  ReasonCode code = ReasonCode::kHostBuffer;  // the first reason's code (memory.note: no driver)
+  std::vector<RouteReason> reasons;           // not at cheap depth
+  std::optional<std::string> refusal;         // the settings forbid the only possible path
+  std::string cufile_required_by;             // not at cheap depth (core/routing.h)
+  PageCacheResidency residency;  // measured for a File's reads at full and predict depth
+  AcceleratedProbe probe;        // full and predict depth over a File, where the rule probed
+  // Predict depth over a hypothetical file: the probe was left to the file (path is kCufile).
+  bool file_decides = false;
+};
+
+// What a plan is made over. `file` null: a hypothetical local file (predict depth only), cold,
+// whose cuFile outlook is the process's and whose probe `probe` answers (nullopt: left to the
+// file; then nullopt inside: usable; else why not).
+struct PlanSubject {
+  OpenFile* file = nullptr;
+  Op op = Op::kRead;
+  std::uint64_t offset = 0;
+  std::uint64_t span = 0;  // the bytes a read's residency is measured over
+  std::optional<std::optional<std::string>> probe;
+  // A hypothetical file's environment (whose cuFile outlook it asks); null: the default one.
+  const Environment* env = nullptr;
+};
+
+// `memory`: the memory layer 1 decides on (Environment::layer1_view of the buffer's); `size`: the
+// bytes the request moves.
+RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
+                       std::size_t size, const PlanSubject& subject);
+
+// The same over facts a caller scripts (tests; the small path's report): the walk, then beyond
+// cheap depth the reasons and the refusal.
+RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
+                       std::size_t size, Layer1Asks& asks, const PageCacheResidency& residency);
+
+// The reason code of a rule that sent a request to ferry's POSIX path (`no_driver`: the buffer is
+// host memory because there is no CUDA driver).
+ReasonCode reason_code(Layer1Rule rule, bool no_driver);
+
+// The memory a read with these choices would use (as `ferry read` chooses it: GPU 0 where the
+// driver sees one, else host memory), and why not the one asked for.
+struct MemoryChoice {
+  std::optional<int> gpu;
+  bool host = false;
+  bool pinned = false;
+};
+struct ChosenMemory {
+  MemoryInfo memory;                   // as layer 1 classifies it (note: no CUDA driver)
+  std::string note;                    // why host memory when it was not asked for
+  std::optional<std::string> failure;  // the memory cannot be had
+};
+ChosenMemory choose_memory(const MemoryChoice& choice, const CudaStatus& cuda);
+
+}  // namespace ferry::core
