@@ -60,6 +60,10 @@ def _check_rows(info, rows):
 
 def test_bench_runs_every_case_and_checks_equality(tmp_path):
     pytest.importorskip("torch")
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed: the bench runs once, with the stand-in "
+                    "(test_bench_with_transformers_checks_each_checkpoint_by_its_own_count), "
+                    "whose synthetic cases are these")
     _check_rows(*_run_bench(tmp_path))
 
 
