@@ -54,6 +54,8 @@ std::string_view to_string(Dtype dtype);
 std::optional<Dtype> parse_dtype(std::string_view name);
 // Bits per element: 4 and 6 for the packed MX kinds, else 8 times the byte size.
 unsigned dtype_bits(Dtype dtype);
+// Every dtype, in the enumeration's order: ferry's one dtype table, which Python reads too.
+std::span<const Dtype> all_dtypes();
 
 // A checkpoint that does not describe its bytes (bad header, unknown dtype, overlapping ranges,
 // an index naming a missing shard...). The message names the file and, where one is at fault,

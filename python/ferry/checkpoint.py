@@ -36,8 +36,10 @@ _PART_BYTES = 1 << 30
 _PARTS_AT_ONCE = 4
 # Host tensors this large are given transparent huge pages (ferry::advise_huge_pages).
 _HUGE_PAGE = 2 << 20
-# The packed (sub-byte) kinds, from ferry's one dtype table (C++, safetensors_header.cc).
-_PACKED = tuple(name for name, bits in _ferry.safetensors_dtype_bits().items() if bits < 8)
+# ferry's one dtype table (C++): bits and the torch and NumPy dtypes of every safetensors dtype.
+_DTYPES = _ferry.safetensors_dtypes()
+# The packed (sub-byte) kinds: a load gives their bytes as a flat uint8 array.
+_PACKED = tuple(name for name, d in _DTYPES.items() if d.bits < 8)
 
 
 class CheckpointError(Error, ValueError):
@@ -80,15 +82,6 @@ class _Framework:
         raise NotImplementedError
 
 
-_NUMPY_NAMES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "F16": "float16", "BF16": "uint16", "U32": "uint32", "I32": "int32", "F32": "float32",
-    "U64": "uint64", "I64": "int64", "F64": "float64", "C64": "complex64",
-    "F8_E4M3": "uint8", "F8_E5M2": "uint8", "F8_E8M0": "uint8",
-    "F8_E4M3FNUZ": "uint8", "F8_E5M2FNUZ": "uint8",
-}
-
-
 class _Numpy(_Framework):
     name = "numpy"
 
@@ -102,7 +95,8 @@ class _Numpy(_Framework):
     def view(self, raw: Any, entry: _Entry) -> Any:
         if entry.dtype in _PACKED:
             return raw
-        return raw.view(self.np.dtype(_NUMPY_NAMES[entry.dtype])).reshape(entry.shape)
+        d = _DTYPES[entry.dtype]  # no NumPy dtype (BF16, F8): its bits, as uint16 or uint8
+        return raw.view(self.np.dtype(d.numpy or f"uint{d.bits}")).reshape(entry.shape)
 
 
 class _Cupy(_Numpy):
@@ -117,15 +111,6 @@ class _Cupy(_Numpy):
     def raw(self, nbytes: int) -> Any:
         with self.np.cuda.Device(self.device):
             return self.np.empty(nbytes, dtype=self.np.uint8)
-
-
-_TORCH_NAMES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "F16": "float16", "BF16": "bfloat16", "U32": "uint32", "I32": "int32", "F32": "float32",
-    "U64": "uint64", "I64": "int64", "F64": "float64", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
-}
 
 
 class _Torch(_Framework):
@@ -152,7 +137,7 @@ class _Torch(_Framework):
         return t
 
     def dtype(self, entry: _Entry) -> Any:
-        dtype = getattr(self.torch, _TORCH_NAMES[entry.dtype], None)
+        dtype = getattr(self.torch, _DTYPES[entry.dtype].torch, None)
         if dtype is None:
             raise TypeError(f"ferry: tensor '{entry.name}' is {entry.dtype}, which torch "
                             f"{self.torch.__version__} has no dtype for")
@@ -166,7 +151,7 @@ class _Torch(_Framework):
 
 class _Jax(_Numpy):
     """JAX arrays: read into host memory, then placed on the device; BF16 and the F8 kinds get
-    JAX's own dtypes (ml_dtypes) where it has them."""
+    JAX's own dtypes (ml_dtypes, named as torch names them) where it has them."""
 
     name = "jax"
 
@@ -178,9 +163,9 @@ class _Jax(_Numpy):
 
     def view(self, raw: Any, entry: _Entry) -> Any:
         array = super().view(raw, entry)
-        native = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-                  "F8_E8M0": "float8_e8m0fnu"}.get(entry.dtype)
-        if native is not None and hasattr(self.jnp, native):
+        d = _DTYPES[entry.dtype]
+        native = d.torch if not d.numpy and entry.dtype not in _PACKED else ""
+        if native and hasattr(self.jnp, native):
             array = array.view(getattr(self.jnp, native))
         return self.jax.device_put(array, self.device)
 
@@ -327,7 +312,7 @@ def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any,
             if t.dtype != dtype:
                 tensors[name] = t.to(dtype)
             continue
-        if kind in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0") and fw.name in ("numpy", "cupy"):
+        if not _DTYPES[kind].numpy and fw.name in ("numpy", "cupy"):  # BF16 or F8 as raw bits
             t = _as_float(fw, t, kind)
         if t.dtype != dtype:
             t = t.astype(dtype)

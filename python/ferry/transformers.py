@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .checkpoint import _PACKED, Checkpoint
+from .checkpoint import _DTYPES, _PACKED, Checkpoint
 
 # The leading parameters of the seam, as transformers 5 names them.
 _SEAM_PARAMS = ("model", "state_dict", "checkpoint_files", "load_config")
@@ -233,8 +233,8 @@ class _Handle:
         return _Slice(self, name)
 
 
-# Bytes per element of the floating-point kinds a cast can shrink.
-_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+# The floating-point kinds a cast can shrink.
+_CAST = ("F64", "F32", "F16", "BF16")
 
 
 _ON_DEMAND = "on demand: one gathered request per tensor"
@@ -247,7 +247,7 @@ def _shrinking_cast(ckpts: Sequence[Checkpoint], dtype: Any) -> bool:
         return False
     import torch
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return any(_FLOAT_BYTES.get(e.dtype, 0) > itemsize
+    return any(e.dtype in _CAST and _DTYPES[e.dtype].bits // 8 > itemsize
                for c in ckpts for e in c.entries.values())
 
 

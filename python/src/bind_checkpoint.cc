@@ -26,6 +26,37 @@ py::tuple tensor_tuple(const TensorInfo& t) {
                         t.nbytes, t.shard);
 }
 
+// The torch and NumPy dtypes that hold each safetensors dtype, by their attribute names ("": the
+// framework has none), in the enumeration's order; safetensors_dtypes() refuses a table that
+// misses a dtype, so a new one cannot reach Python without its row.
+struct FrameworkDtypes {
+  Dtype dtype;
+  const char* torch;
+  const char* numpy;
+};
+// clang-format off
+constexpr FrameworkDtypes kFrameworkDtypes[] = {
+    {Dtype::kBool, "bool", "bool"},          {Dtype::kU8, "uint8", "uint8"},
+    {Dtype::kI8, "int8", "int8"},            {Dtype::kU16, "uint16", "uint16"},
+    {Dtype::kI16, "int16", "int16"},         {Dtype::kF16, "float16", "float16"},
+    {Dtype::kBF16, "bfloat16", ""},          {Dtype::kU32, "uint32", "uint32"},
+    {Dtype::kI32, "int32", "int32"},         {Dtype::kF32, "float32", "float32"},
+    {Dtype::kU64, "uint64", "uint64"},       {Dtype::kI64, "int64", "int64"},
+    {Dtype::kF64, "float64", "float64"},     {Dtype::kC64, "complex64", "complex64"},
+    {Dtype::kF8E4M3, "float8_e4m3fn", ""},   {Dtype::kF8E5M2, "float8_e5m2", ""},
+    {Dtype::kF8E8M0, "float8_e8m0fnu", ""},  {Dtype::kF6E2M3, "", ""},
+    {Dtype::kF6E3M2, "", ""},                {Dtype::kF4, "float4_e2m1fn_x2", ""},
+    {Dtype::kF8E4M3FNUZ, "float8_e4m3fnuz", ""}, {Dtype::kF8E5M2FNUZ, "float8_e5m2fnuz", ""},
+};
+// clang-format on
+
+struct DtypeRow {
+  std::string name;
+  unsigned bits;
+  std::string torch;
+  std::string numpy;
+};
+
 // Bytes landed so far, added to by read_into calls on other threads (with the GIL released) and
 // read by the thread that reports a load's progress (ferry/_progress.py).
 struct ByteCounter {
@@ -199,19 +230,37 @@ void bind_checkpoint(py::module_& m) {
       .def("summary", &SaveReport::summary)
       .def("__repr__", &SaveReport::summary);
 
+  py::class_<DtypeRow>(m, "SafetensorsDtype",
+                       "One row of ferry's dtype table: the format's name, bits per element, and "
+                       "the framework dtypes that hold it.")
+      .def_readonly("name", &DtypeRow::name)
+      .def_readonly("bits", &DtypeRow::bits)
+      .def_readonly("torch", &DtypeRow::torch,
+                    "torch's dtype attribute (\"\": none; F4 is torch's packed float4_e2m1fn_x2)")
+      .def_readonly("numpy", &DtypeRow::numpy,
+                    "NumPy's dtype (\"\": none; a load holds the bits as uint8/uint16)")
+      .def("__repr__", [](const DtypeRow& r) {
+        return "SafetensorsDtype(" + r.name + ", bits=" + std::to_string(r.bits) + ", torch='" +
+               r.torch + "', numpy='" + r.numpy + "')";
+      });
   m.def(
-      "safetensors_dtype_bits",
+      "safetensors_dtypes",
       [] {
-        py::dict bits;
-        for (int d = static_cast<int>(Dtype::kBool); d <= static_cast<int>(Dtype::kF8E5M2FNUZ);
-             ++d) {
-          const Dtype dtype = static_cast<Dtype>(d);
-          bits[py::str(std::string(to_string(dtype)))] = dtype_bits(dtype);
+        py::dict out;
+        for (Dtype dtype : all_dtypes()) {
+          const auto i = static_cast<std::size_t>(dtype);
+          if (i >= std::size(kFrameworkDtypes) || kFrameworkDtypes[i].dtype != dtype) {
+            throw std::logic_error("ferry: dtype " + std::string(to_string(dtype)) +
+                                   " has no row in bind_checkpoint.cc's kFrameworkDtypes");
+          }
+          const FrameworkDtypes& f = kFrameworkDtypes[i];
+          DtypeRow row{std::string(to_string(dtype)), dtype_bits(dtype), f.torch, f.numpy};
+          out[py::str(row.name)] = row;
         }
-        return bits;
+        return out;
       },
-      "Bits per element of every safetensors dtype, by the format's name: ferry's one dtype "
-      "table (4 and 6 for the packed MX kinds).");
+      "Every safetensors dtype by the format's name: ferry's one dtype table (C++), with the "
+      "torch and NumPy dtypes that hold each.");
   m.def(
       "safetensors_layout",
       [](const py::list& rows, std::optional<std::map<std::string, std::string>> metadata) {
