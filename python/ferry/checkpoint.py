@@ -348,6 +348,16 @@ class Checkpoint:
             raise CheckpointError(f"safetensors {_ferry.shown_path(self.path)}: tensor '{name}': no such tensor "
                                   f"in the checkpoint") from None
 
+    def read_into(self, targets: Iterable[Tuple[Any, ...]]) -> Any:
+        """Reads [(name, destination[, begin, length]), ...]: bytes [begin, begin + length) of
+        each named tensor (all of it by default; length -1: to its end) into `destination`, a
+        writable torch tensor, NumPy or CuPy array (or buffer) that holds them, all in host memory
+        or all on one GPU. One gathered request per shard, the GIL released. Returns the
+        LoadReport, also last_load_report()'s."""
+        rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
+        self.last_report = _last[0] = self._c.read_into(rows)
+        return self.last_report
+
     def load(self, framework: str = "pt", device: Any = "cpu",
              names: Optional[Iterable[str]] = None, dtype: Any = None,
              one_allocation: bool = False, progress: Any = None) -> Dict[str, Any]:

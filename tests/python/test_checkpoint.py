@@ -172,6 +172,21 @@ def test_sharded_index_and_directory_load_every_shard(tmp_path):
     assert list(some) == ["layers.0.0.weight", "layers.2.4.weight"]  # file order
 
 
+def test_read_into_reads_named_ranges_into_memory_the_caller_allocated(tmp_path):
+    # Issue 46: ferry.distributed read its pieces through ckpt._c, the C++ object behind it.
+    shards = shards_of(2)
+    write_sharded(tmp_path, shards)
+    name, _, _, data = shards[1][2]
+    ckpt = ferry.checkpoint.Checkpoint(tmp_path)
+    whole, part = np.zeros(len(data), np.uint8), np.zeros(3, np.uint8)
+    report = ckpt.read_into([(name, whole), (name, part, 2, 3)])
+    assert whole.tobytes() == data and part.tobytes() == data[2:5]
+    assert report.bytes == len(data) + 3 and len(report.routes) == 1
+    assert ferry.last_load_report().bytes == report.bytes
+    with pytest.raises(ferry.CheckpointError, match="'layers.9.weight': no such tensor"):
+        ckpt.read_into([("layers.9.weight", whole)])
+
+
 def test_a_load_reads_in_parts_that_each_start_once_allocated(tmp_path, monkeypatch):
     # Parts of at most 2 tensors here (a shard, cut once it holds _PART_BYTES): 3 shards of 5
     # tensors make 3 parts each, every one a read of its own, and one report for the whole.
