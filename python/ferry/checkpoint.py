@@ -1,10 +1,12 @@
 """Safetensors checkpoints into GPU or host memory: ``load_checkpoint`` for one file, an index or
 a directory of shards, and the machinery behind ``ferry.safetensors``.
 
-Destinations are allocated by the framework asked for (``torch.empty``, ``numpy.empty``,
-``cupy.empty``), a part of the checkpoint at a time (a shard, or 1 GiB of it): each part's read,
-one gathered request through a C++ call with the GIL released, starts as soon as its tensors
-exist, so the next part's allocations run while it reads, and the parts read at once. By default
+Loads are C++'s ``Checkpoint::load``, the loader ``ferry load`` runs: it schedules the parts (a
+shard, or 1 GiB of it: one gathered request each, 4 in flight) with the GIL released, and asks
+this module for each destination as it needs it, which the framework asked for allocates
+(``torch.empty``, ``numpy.empty``, ``cupy.empty``) on the calling thread: GPU memory a part at a
+time, so the next part's allocations run while the previous part reads, pageable host memory all
+before the first read. By default
 each tensor has its own allocation, so a user can free or replace any of them (and
 ``load_state_dict`` copies anyway); ``one_allocation=True`` puts every tensor in one backing
 allocation instead, which saves allocator calls but frees nothing until every tensor is gone.
@@ -16,11 +18,8 @@ every framework the packed MX kinds (F4, F6_E2M3, F6_E3M2) are flat uint8 arrays
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ferry, _progress
@@ -28,12 +27,9 @@ from ._errors import CudaError, Error
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# Alignment of each tensor inside one backing allocation (what cuMemAlloc gives).
+# Alignment of each tensor inside one backing allocation (what cuMemAlloc gives), as
+# Checkpoint::load aligns them; ferry.distributed lays out its own allocation with it.
 _ALIGN = 256
-# A part of a load: the tensors of one shard, cut where they pass this many bytes.
-_PART_BYTES = 1 << 30
-# Parts read at once (each a gathered request spread over ferry's workers).
-_PARTS_AT_ONCE = 4
 # Host tensors this large are given transparent huge pages (ferry::advise_huge_pages).
 _HUGE_PAGE = 2 << 20
 # ferry's one dtype table (C++): bits and the torch and NumPy dtypes of every safetensors dtype.
@@ -369,91 +365,29 @@ class Checkpoint:
         else:
             chosen = sorted({self.entry(n).index: self.entry(n) for n in names}.values(),
                             key=lambda e: e.index)
-        meter = _progress.Meter(callback, sum(e.nbytes for e in chosen)) if callback else None
-        out: Dict[str, Any] = {}
+        if not chosen:  # Checkpoint::load takes no names as all of them
+            self.last_report = _last[0] = _ferry.LoadReport()
         try:
-            if one_allocation:
-                offsets, total = [], 0
-                for e in chosen:
-                    offsets.append(total)
-                    total += -(-e.nbytes // _ALIGN) * _ALIGN
-                backing = fw.raw(total)
-                raws = [backing[o:o + e.nbytes] for o, e in zip(offsets, chosen)]
-                targets = [(e.index, raw) for e, raw in zip(chosen, raws) if e.nbytes]
-                self.last_report = _last[0] = self._read_one(targets, meter)
-            else:
-                raws, self.last_report = self._allocate_and_read(fw, chosen, meter)
-                _last[0] = self.last_report
-            if meter:
-                meter.finish()
+            raws = self._allocate_and_read(fw, chosen, one_allocation, callback) if chosen else []
         finally:
             _progress.close(callback)
-        for e, raw in zip(chosen, raws):
-            out[e.name] = fw.view(raw, e)
+        out = {e.name: fw.view(raw, e) for e, raw in zip(chosen, raws)}
         if dtype is not None:
             _convert(out, fw, dtype, {e.name: e.dtype for e in chosen})
         return out
 
-    def _read_one(self, targets: List[Tuple[Any, ...]],
-                  meter: Optional[_progress.Meter]) -> Any:
-        """One read_into call: in this thread, or (to report progress) on another while this
-        one reports."""
-        if meter is None:
-            return self._c.read_into(targets)
-        counter = _ferry.ByteCounter()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-load") as pool:
-            future = pool.submit(self._c.read_into, targets, counter=counter)
-            meter.wait([future], lambda: counter.done)  # leaving the block waits for the read
-        return future.result()
-
-    def _allocate_and_read(self, fw: _Framework, chosen: List[_Entry],
-                           meter: Optional[_progress.Meter] = None) -> Tuple[List[Any], Any]:
-        """One destination per tensor; each part's read starts once its destinations exist (on
-        a thread of a small pool, the GIL released in the read). GPU memory is allocated a part
-        at a time, so that allocating the next part overlaps the reads; pageable host memory all
-        before the first read (bench/NOTES.md §27). Every read that started has finished when
-        this returns or raises, so no destination is freed under a read."""
-        parts: List[List[int]] = []
-        shard, part_bytes = None, 0
-        for k, e in enumerate(chosen):
-            if not parts or e.shard != shard or part_bytes >= _PART_BYTES:
-                parts.append([])
-                shard, part_bytes = e.shard, 0
-            parts[-1].append(k)
-            part_bytes += e.nbytes
-        raws: List[Any] = [None] * len(chosen)
-        start = time.perf_counter()
-        if fw.host:
-            raws = [fw.raw(e.nbytes) for e in chosen]
-        futures = []
-        # The reads add their bytes to it as they land; this thread reports them (`meter`).
-        counter = _ferry.ByteCounter()
-        read = (self._c.read_into if meter is None
-                else functools.partial(self._c.read_into, counter=counter))
-        with ThreadPoolExecutor(max_workers=max(1, min(_PARTS_AT_ONCE, len(parts))),
-                                thread_name_prefix="ferry-load") as pool:
-            # Leaving the block, on success or on a failed allocation (or a progress callback's
-            # exception), waits for every read started; those not started are cancelled first.
-            try:
-                for part in parts:
-                    targets = []
-                    for k in part:
-                        if raws[k] is None:
-                            raws[k] = fw.raw(chosen[k].nbytes)
-                        if chosen[k].nbytes:
-                            targets.append((chosen[k].index, raws[k]))
-                    if targets:
-                        futures.append(pool.submit(read, targets))
-                    if meter is not None:
-                        meter.poll(counter.done)
-                if meter is not None:
-                    meter.wait(futures, lambda: counter.done)
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
-        reports = [f.result() for f in futures]  # the first failure, if any, raises here
-        return raws, _ferry.merge_load_reports(reports, time.perf_counter() - start)
+    def _allocate_and_read(self, fw: _Framework, chosen: List[_Entry], one_allocation: bool,
+                           progress: Optional[_progress.Callback]) -> List[Any]:
+        """The `chosen` tensors' bytes, one framework array each (views of one with
+        one_allocation), read by the C++ loader that ``ferry load`` runs (Checkpoint::load): it
+        calls fw.raw from this thread as it needs memory, the GIL released in between, and every
+        read it started has finished when it returns or raises."""
+        names = [] if len(chosen) == len(self.entries) else [e.name for e in chosen]
+        report, allocations, places = self._c.load(fw.raw, names, fw.host, one_allocation,
+                                                    progress)
+        self.last_report = _last[0] = report
+        return [allocations[a][o:o + e.nbytes] if one_allocation else allocations[a]
+                for e, (a, o) in zip(chosen, places)]
 
     def read_rows(self, fw: _Framework, entry: _Entry, first: int, stop: int) -> Any:
         """Rows [first, stop) of dimension 0 of `entry`, as an array of shape (stop-first, ...)."""

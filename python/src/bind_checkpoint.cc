@@ -1,10 +1,9 @@
 // _ferry.Checkpoint and _ferry.LoadReport: the safetensors loader for the Python package
 // (ferry.safetensors, ferry.load_checkpoint). Python allocates every destination with its own
-// framework; read_into takes them all and reads with the GIL released, one gathered request per
-// shard. CheckpointError becomes ferry.CheckpointError (a ValueError).
+// framework: load() asks for each as Checkpoint::load needs it, read_into takes them all; both read
+// with the GIL released. CheckpointError becomes ferry.CheckpointError (a ValueError).
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <map>
 #include <vector>
 
@@ -57,18 +56,11 @@ struct DtypeRow {
   std::string numpy;
 };
 
-// Bytes landed so far, added to by read_into calls on other threads (with the GIL released) and
-// read by the thread that reports a load's progress (ferry/_progress.py).
-struct ByteCounter {
-  std::atomic<std::uint64_t> done{0};
-};
-
 // `targets`: (tensor index, destination, begin, length[, at]) with length -1 for "to the end" and
 // `at` the byte of the destination where they go (0 by default). Consecutive targets into one
 // destination object share its view: a slice's runs (ferry.iter_weights) are thousands of them,
 // and viewing a CUDA tensor costs a __cuda_array_interface__ each.
-// `counter`: where the read adds its bytes as they land (None: nowhere).
-LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounter* counter) {
+LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
   std::vector<std::shared_ptr<BufferView>> views;
   std::vector<TensorTarget> plan;
   views.reserve(targets.size());
@@ -99,31 +91,69 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounte
     target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
     plan.push_back(target);
   }
-  ProgressOptions progress;
-  std::uint64_t told = 0;  // what this call has added to the counter
-  if (counter != nullptr) {
-    progress.callback = [counter, &told](std::uint64_t done, std::uint64_t) {
-      counter->done.fetch_add(done - told, std::memory_order_relaxed);
-      told = done;
-    };
-    progress.interval_seconds = 0.02;  // Python reads the counter at its own pace
-  }
   py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
-  return ckpt.read_into(plan, progress);
+  return ckpt.read_into(plan);
 }
 
-// A save's progress for Python: `callback(done, total)` called with the GIL taken, from the thread
-// running the save. It holds a reference to `callback`, which the caller keeps alive (the
+// A load's or save's progress for Python: `callback(done, total)` called with the GIL taken, from
+// the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
 // std::function may be copied without the GIL: a py::object in it could not be).
-ProgressOptions save_progress(const py::object& callback) {
+ProgressOptions python_progress(const py::object& callback) {
   ProgressOptions progress;
   if (callback.is_none()) return progress;
   const py::object* fn = &callback;
   progress.callback = [fn](std::uint64_t done, std::uint64_t total) {
     py::gil_scoped_acquire gil;
-    (*fn)(done, total);  // a Python exception: py::error_already_set, through the save, to Python
+    (*fn)(done, total);  // a Python exception: py::error_already_set, through C++, to Python
   };
   return progress;
+}
+
+// Checkpoint::load into Python's memory: `allocate(nbytes)` returns an object exporting that many
+// writable bytes (a torch tensor, a NumPy or CuPy array), called from this thread with the GIL
+// taken as load() needs memory (`host`: pageable host memory, all before the first read; else a
+// part at a time, overlapping the reads); the GIL is released otherwise. `names`: the tensors
+// (empty: all). Returns (report, the allocations, (allocation, byte offset) of each tensor).
+py::tuple load(const Checkpoint& ckpt, const py::function& allocate, std::vector<std::string> names,
+               bool host, bool one_allocation, const py::object& progress) {
+  LoadOptions o;
+  o.memory = host ? MemoryKind::kHostPageable : MemoryKind::kDevice;
+  o.names = std::move(names);
+  o.one_allocation = one_allocation;
+  o.progress = python_progress(progress);
+  py::list allocations;
+  std::vector<std::shared_ptr<BufferView>> views;  // destroyed with the GIL taken
+  std::vector<const char*> starts;
+  o.allocate = [&](std::uint64_t bytes) -> void* {
+    py::gil_scoped_acquire gil;
+    py::object raw = allocate(bytes);
+    allocations.append(raw);
+    starts.push_back(nullptr);
+    if (bytes == 0) return nullptr;  // nothing is read into it
+    views.push_back(BufferView::of(raw, true));
+    if (views.back()->nbytes() < bytes) {
+      throw py::value_error("ferry: an allocation of " + std::to_string(bytes) +
+                            " B for a checkpoint load holds " +
+                            std::to_string(views.back()->nbytes()));
+    }
+    starts.back() = static_cast<const char*>(views.back()->data());
+    return views.back()->data();
+  };
+  LoadResult result;
+  {
+    py::gil_scoped_release release;
+    result = ckpt.load(o);
+  }
+  py::list places;
+  for (std::size_t k = 0; k < result.tensors.size(); ++k) {
+    if (!one_allocation) {
+      places.append(py::make_tuple(k, 0));
+      continue;
+    }
+    places.append(
+        py::make_tuple(0, static_cast<const char*>(result.tensors[k].data) - starts.front()));
+  }
+  return py::make_tuple(std::move(result.report), allocations, places);
 }
 
 // (name, dtype, shape, data pointer, nbytes[, storage[, storage bytes]]) rows from Python, as
@@ -187,29 +217,15 @@ void bind_checkpoint(py::module_& m) {
 
   py::class_<LoadReport>(m, "LoadReport",
                          "How a checkpoint load went: totals and per-shard routes.")
+      .def(py::init<>())
       .def_readonly("bytes", &LoadReport::bytes)
       .def_readonly("tensors", &LoadReport::tensors)
       .def_readonly("seconds", &LoadReport::seconds)
+      .def_readonly("allocate_seconds", &LoadReport::allocate_seconds)
       .def_readonly("routes", &LoadReport::routes)
       .def("summary", &LoadReport::summary)
       .def("to_json", &LoadReport::to_json)
       .def("__repr__", &LoadReport::summary);
-
-  m.def(
-      "merge_load_reports",
-      [](const std::vector<LoadReport>& parts, double seconds) {
-        LoadReport all;
-        for (const LoadReport& p : parts) {
-          all.bytes += p.bytes;
-          all.tensors += p.tensors;
-          all.routes.insert(all.routes.end(), p.routes.begin(), p.routes.end());
-        }
-        all.seconds = seconds;
-        return all;
-      },
-      arg("parts"), arg("seconds"),
-      "One LoadReport for a load read in parts: bytes, tensors and routes of every part, and "
-      "`seconds` for the whole.");
 
   m.def(
       "advise_huge_pages",
@@ -293,7 +309,7 @@ void bind_checkpoint(py::module_& m) {
          const std::map<std::string, std::string>& settings, const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
         SaveOptions o = save_options(std::move(metadata), durable, 0, settings);
-        o.progress = save_progress(progress);
+        o.progress = python_progress(progress);
         py::gil_scoped_release release;
         return save_file(tensors, path, o);
       },
@@ -310,7 +326,7 @@ void bind_checkpoint(py::module_& m) {
          const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
         SaveOptions o = save_options(std::move(metadata), durable, max_shard_size, settings);
-        o.progress = save_progress(progress);
+        o.progress = python_progress(progress);
         py::gil_scoped_release release;
         return save_checkpoint(tensors, directory, o);
       },
@@ -350,16 +366,13 @@ void bind_checkpoint(py::module_& m) {
           "(name, dtype, shape, file_offset, nbytes, shard) of every tensor, shard by shard in "
           "file order.")
       .def("metadata", &Checkpoint::metadata, arg("shard") = 0)
-      .def("read_into", &read_into, arg("targets"), arg("counter") = nullptr,
+      .def("read_into", &read_into, arg("targets"),
            "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
-           "released, into byte `at` of each destination, adding the bytes to `counter` (a "
-           "ByteCounter) as they land.");
-
-  py::class_<ByteCounter>(m, "ByteCounter",
-                          "Bytes landed so far by the read_into calls given it (any thread).")
-      .def(py::init<>())
-      .def_property_readonly(
-          "done", [](const ByteCounter& c) { return c.done.load(std::memory_order_relaxed); });
+           "released, into byte `at` of each destination.")
+      .def("load", &load, arg("allocate"), arg("names"), arg("host"), arg("one_allocation"),
+           arg("progress") = py::none(),
+           "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives: "
+           "(report, allocations, [(allocation, offset) of each tensor, in file order]).");
 }
 
 }  // namespace ferry::python
