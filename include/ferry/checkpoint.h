@@ -54,6 +54,8 @@ std::string_view to_string(Dtype dtype);
 std::optional<Dtype> parse_dtype(std::string_view name);
 // Bits per element: 4 and 6 for the packed MX kinds, else 8 times the byte size.
 unsigned dtype_bits(Dtype dtype);
+// Every dtype, in the enumeration's order: ferry's one dtype table, which Python reads too.
+std::span<const Dtype> all_dtypes();
 
 // A checkpoint that does not describe its bytes (bad header, unknown dtype, overlapping ranges,
 // an index naming a missing shard...). The message names the file and, where one is at fault,
@@ -141,11 +143,18 @@ struct LoadOptions {
   // can then only be freed together).
   bool one_allocation = false;
   ProgressOptions progress;  // total: the chosen tensors' bytes
+  // Where the memory comes from: `allocate(bytes)` returns that many writable bytes (host memory
+  // or GPU `device`'s, as `memory` says, which also sets when they are asked for), owned by the
+  // caller, who keeps them past the load (LoadResult::memory stays empty). It is called from the
+  // thread that called load(), in the order load() allocates: once for one_allocation, else once
+  // per tensor in file order. An exception it throws ends the load, as a progress callback's
+  // does. None: ferry's own Buffers.
+  std::function<void*(std::uint64_t bytes)> allocate;
 };
 
 struct LoadResult {
   std::vector<LoadedTensor> tensors;
-  std::vector<Buffer> memory;
+  std::vector<Buffer> memory;  // empty when LoadOptions::allocate gave the memory
   LoadReport report;
 };
 
@@ -174,6 +183,7 @@ class Checkpoint {
                        const ProgressOptions& progress = {}) const;
   // Allocates and reads: the tensors named in `options` (all when none), in file order, a part
   // (a shard's tensors, cut at 1 GiB) at a time: each part's read starts once its memory exists.
+  // Pageable host memory is allocated before the first read; at most 4 parts are in flight.
   LoadResult load(const LoadOptions& options = {}) const;
 
  private:

@@ -13,18 +13,22 @@
 
 namespace ferry {
 
-struct NvfsRwCounts {
+// n/ok/err/MiB of "Reads" or "Writes"; only printed when rw_stats_enabled=1.
+struct NvfsRwCounters {
   std::uint64_t n = 0;
   std::uint64_t ok = 0;
   std::uint64_t err = 0;
   std::uint64_t mib = 0;
 };
 
-struct NvfsGpuCounts {
-  std::string bus_id;
+// One GPU's line of the stats file.
+struct NvfsGpuCounters {
+  std::string bus_id;  // "0000:3b:00.0"
+  std::string uuid;
   std::optional<std::uint64_t> registered_mib;
   std::optional<std::uint64_t> cache_mib;
   std::optional<std::uint64_t> max_pinned_mib;
+  std::optional<double> cross_root_port_pct;
 };
 
 struct NvfsCounters {
@@ -34,9 +38,9 @@ struct NvfsCounters {
   std::optional<bool> rw_stats_enabled;
   bool stats_read = false;  // the stats file was read
   std::optional<bool> io_stats_enabled;
-  std::optional<NvfsRwCounts> reads;  // empty when rw stats are off
-  std::optional<NvfsRwCounts> writes;
-  std::vector<NvfsGpuCounts> gpus;
+  std::optional<NvfsRwCounters> reads;  // empty when rw stats are off
+  std::optional<NvfsRwCounters> writes;
+  std::vector<NvfsGpuCounters> gpus;
   // Every labelled line as printed ("Batches", "n=0 ok=0 err=0 ..."), duplicates kept.
   std::vector<std::pair<std::string, std::string>> lines;
 };
@@ -49,8 +53,8 @@ NvfsCounters read_nvfs_counters(const std::filesystem::path& root = "/");
 struct NvfsCountersDelta {
   bool known = false;
   std::string reason;
-  NvfsRwCounts reads;
-  NvfsRwCounts writes;
+  NvfsRwCounters reads;
+  NvfsRwCounters writes;
 };
 NvfsCountersDelta nvfs_counters_delta(const NvfsCounters& after, const NvfsCounters& before);
 

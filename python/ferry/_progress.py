@@ -15,11 +15,10 @@ old file or checkpoint stays whole).
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import sys
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional
 
 Callback = Callable[[int, int], Any]
 
@@ -27,7 +26,6 @@ Callback = Callable[[int, int], Any]
 # per _REDRAW at most.
 _FIRST_FRAME = 0.3
 _REDRAW = 0.1
-INTERVAL = 0.1  # between two calls of a callable
 
 
 def _three_digits(v: float) -> str:
@@ -153,41 +151,3 @@ def close(callback: Optional[Callback]) -> None:
     """Erases a bar that reporter() made; a caller's callable is left alone."""
     if isinstance(callback, (TextBar, _TqdmBar)):
         callback.close()
-
-
-class Meter:
-    """Calls `callback(done, total)` from the thread that owns the meter: at most every
-    INTERVAL, `done` never going down, `total` once at the end (finish)."""
-
-    def __init__(self, callback: Callback, total: int) -> None:
-        self._callback = callback
-        self._total = total
-        self._done = 0
-        self._last = time.monotonic()
-        self._finished = False
-
-    def poll(self, done: int) -> None:
-        now = time.monotonic()
-        if self._finished or now - self._last < INTERVAL:
-            return
-        self._call(done)
-
-    def _call(self, done: int) -> None:
-        self._done = min(max(done, self._done), self._total)
-        self._last = time.monotonic()
-        self._callback(self._done, self._total)
-
-    def wait(self, futures: List["concurrent.futures.Future[Any]"],
-             done: Callable[[], int]) -> None:
-        """Until every future is done, calling poll(done()) every INTERVAL. A callback's
-        exception propagates at once; the caller's pool then waits for the reads."""
-        pending = set(futures)
-        while pending:
-            _, pending = concurrent.futures.wait(pending, timeout=INTERVAL)
-            if pending:
-                self.poll(done())
-
-    def finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self._call(self._total)

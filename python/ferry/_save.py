@@ -30,19 +30,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 # the storage's bytes, as huggingface_hub does (TensorSource::storage, storage_bytes).
 Row = Tuple[str, str, Tuple[int, ...], int, int, int, int]
 
-_TORCH_FORMAT = {
-    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
-    "float16": "F16", "bfloat16": "BF16", "int32": "I32", "uint32": "U32", "float32": "F32",
-    "int64": "I64", "uint64": "U64", "float64": "F64", "complex64": "C64",
-    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
-    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
-    "float4_e2m1fn_x2": "F4",
-}
-_NUMPY_FORMAT = {
-    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
-    "float16": "F16", "int32": "I32", "uint32": "U32", "float32": "F32", "int64": "I64",
-    "uint64": "U64", "float64": "F64", "complex64": "C64",
-}
+# The safetensors dtype of each torch and NumPy dtype, from ferry's one dtype table (C++).
+_TORCH_FORMAT = {d.torch: name for name, d in _ferry.safetensors_dtypes().items() if d.torch}
+_NUMPY_FORMAT = {d.numpy: name for name, d in _ferry.safetensors_dtypes().items() if d.numpy}
 
 _executor_lock = threading.Lock()
 _executor: Optional[ThreadPoolExecutor] = None

@@ -1,10 +1,12 @@
 """Safetensors checkpoints into GPU or host memory: ``load_checkpoint`` for one file, an index or
 a directory of shards, and the machinery behind ``ferry.safetensors``.
 
-Destinations are allocated by the framework asked for (``torch.empty``, ``numpy.empty``,
-``cupy.empty``), a part of the checkpoint at a time (a shard, or 1 GiB of it): each part's read,
-one gathered request through a C++ call with the GIL released, starts as soon as its tensors
-exist, so the next part's allocations run while it reads, and the parts read at once. By default
+Loads are C++'s ``Checkpoint::load``, the loader ``ferry load`` runs: it schedules the parts (a
+shard, or 1 GiB of it: one gathered request each, 4 in flight) with the GIL released, and asks
+this module for each destination as it needs it, which the framework asked for allocates
+(``torch.empty``, ``numpy.empty``, ``cupy.empty``) on the calling thread: GPU memory a part at a
+time, so the next part's allocations run while the previous part reads, pageable host memory all
+before the first read. By default
 each tensor has its own allocation, so a user can free or replace any of them (and
 ``load_state_dict`` copies anyway); ``one_allocation=True`` puts every tensor in one backing
 allocation instead, which saves allocator calls but frees nothing until every tensor is gone.
@@ -16,11 +18,8 @@ every framework the packed MX kinds (F4, F6_E2M3, F6_E3M2) are flat uint8 arrays
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ferry, _progress
@@ -28,16 +27,15 @@ from ._errors import CudaError, Error
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# Alignment of each tensor inside one backing allocation (what cuMemAlloc gives).
+# Alignment of each tensor inside one backing allocation (what cuMemAlloc gives), as
+# Checkpoint::load aligns them; ferry.distributed lays out its own allocation with it.
 _ALIGN = 256
-# A part of a load: the tensors of one shard, cut where they pass this many bytes.
-_PART_BYTES = 1 << 30
-# Parts read at once (each a gathered request spread over ferry's workers).
-_PARTS_AT_ONCE = 4
 # Host tensors this large are given transparent huge pages (ferry::advise_huge_pages).
 _HUGE_PAGE = 2 << 20
-# The packed (sub-byte) kinds, from ferry's one dtype table (C++, safetensors_header.cc).
-_PACKED = tuple(name for name, bits in _ferry.safetensors_dtype_bits().items() if bits < 8)
+# ferry's one dtype table (C++): bits and the torch and NumPy dtypes of every safetensors dtype.
+_DTYPES = _ferry.safetensors_dtypes()
+# The packed (sub-byte) kinds: a load gives their bytes as a flat uint8 array.
+_PACKED = tuple(name for name, d in _DTYPES.items() if d.bits < 8)
 
 
 class CheckpointError(Error, ValueError):
@@ -80,15 +78,6 @@ class _Framework:
         raise NotImplementedError
 
 
-_NUMPY_NAMES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "F16": "float16", "BF16": "uint16", "U32": "uint32", "I32": "int32", "F32": "float32",
-    "U64": "uint64", "I64": "int64", "F64": "float64", "C64": "complex64",
-    "F8_E4M3": "uint8", "F8_E5M2": "uint8", "F8_E8M0": "uint8",
-    "F8_E4M3FNUZ": "uint8", "F8_E5M2FNUZ": "uint8",
-}
-
-
 class _Numpy(_Framework):
     name = "numpy"
 
@@ -102,7 +91,8 @@ class _Numpy(_Framework):
     def view(self, raw: Any, entry: _Entry) -> Any:
         if entry.dtype in _PACKED:
             return raw
-        return raw.view(self.np.dtype(_NUMPY_NAMES[entry.dtype])).reshape(entry.shape)
+        d = _DTYPES[entry.dtype]  # no NumPy dtype (BF16, F8): its bits, as uint16 or uint8
+        return raw.view(self.np.dtype(d.numpy or f"uint{d.bits}")).reshape(entry.shape)
 
 
 class _Cupy(_Numpy):
@@ -117,15 +107,6 @@ class _Cupy(_Numpy):
     def raw(self, nbytes: int) -> Any:
         with self.np.cuda.Device(self.device):
             return self.np.empty(nbytes, dtype=self.np.uint8)
-
-
-_TORCH_NAMES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "F16": "float16", "BF16": "bfloat16", "U32": "uint32", "I32": "int32", "F32": "float32",
-    "U64": "uint64", "I64": "int64", "F64": "float64", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
-}
 
 
 class _Torch(_Framework):
@@ -152,7 +133,7 @@ class _Torch(_Framework):
         return t
 
     def dtype(self, entry: _Entry) -> Any:
-        dtype = getattr(self.torch, _TORCH_NAMES[entry.dtype], None)
+        dtype = getattr(self.torch, _DTYPES[entry.dtype].torch, None)
         if dtype is None:
             raise TypeError(f"ferry: tensor '{entry.name}' is {entry.dtype}, which torch "
                             f"{self.torch.__version__} has no dtype for")
@@ -166,7 +147,7 @@ class _Torch(_Framework):
 
 class _Jax(_Numpy):
     """JAX arrays: read into host memory, then placed on the device; BF16 and the F8 kinds get
-    JAX's own dtypes (ml_dtypes) where it has them."""
+    JAX's own dtypes (ml_dtypes, named as torch names them) where it has them."""
 
     name = "jax"
 
@@ -178,9 +159,9 @@ class _Jax(_Numpy):
 
     def view(self, raw: Any, entry: _Entry) -> Any:
         array = super().view(raw, entry)
-        native = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-                  "F8_E8M0": "float8_e8m0fnu"}.get(entry.dtype)
-        if native is not None and hasattr(self.jnp, native):
+        d = _DTYPES[entry.dtype]
+        native = d.torch if not d.numpy and entry.dtype not in _PACKED else ""
+        if native and hasattr(self.jnp, native):
             array = array.view(getattr(self.jnp, native))
         return self.jax.device_put(array, self.device)
 
@@ -327,7 +308,7 @@ def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any,
             if t.dtype != dtype:
                 tensors[name] = t.to(dtype)
             continue
-        if kind in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0") and fw.name in ("numpy", "cupy"):
+        if not _DTYPES[kind].numpy and fw.name in ("numpy", "cupy"):  # BF16 or F8 as raw bits
             t = _as_float(fw, t, kind)
         if t.dtype != dtype:
             t = t.astype(dtype)
@@ -363,6 +344,16 @@ class Checkpoint:
             raise CheckpointError(f"safetensors {_ferry.shown_path(self.path)}: tensor '{name}': no such tensor "
                                   f"in the checkpoint") from None
 
+    def read_into(self, targets: Iterable[Tuple[Any, ...]]) -> Any:
+        """Reads [(name, destination[, begin, length]), ...]: bytes [begin, begin + length) of
+        each named tensor (all of it by default; length -1: to its end) into `destination`, a
+        writable torch tensor, NumPy or CuPy array (or buffer) that holds them, all in host memory
+        or all on one GPU. One gathered request per shard, the GIL released. Returns the
+        LoadReport, also last_load_report()'s."""
+        rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
+        self.last_report = _last[0] = self._c.read_into(rows)
+        return self.last_report
+
     def load(self, framework: str = "pt", device: Any = "cpu",
              names: Optional[Iterable[str]] = None, dtype: Any = None,
              one_allocation: bool = False, progress: Any = None) -> Dict[str, Any]:
@@ -374,91 +365,29 @@ class Checkpoint:
         else:
             chosen = sorted({self.entry(n).index: self.entry(n) for n in names}.values(),
                             key=lambda e: e.index)
-        meter = _progress.Meter(callback, sum(e.nbytes for e in chosen)) if callback else None
-        out: Dict[str, Any] = {}
+        if not chosen:  # Checkpoint::load takes no names as all of them
+            self.last_report = _last[0] = _ferry.LoadReport()
         try:
-            if one_allocation:
-                offsets, total = [], 0
-                for e in chosen:
-                    offsets.append(total)
-                    total += -(-e.nbytes // _ALIGN) * _ALIGN
-                backing = fw.raw(total)
-                raws = [backing[o:o + e.nbytes] for o, e in zip(offsets, chosen)]
-                targets = [(e.index, raw) for e, raw in zip(chosen, raws) if e.nbytes]
-                self.last_report = _last[0] = self._read_one(targets, meter)
-            else:
-                raws, self.last_report = self._allocate_and_read(fw, chosen, meter)
-                _last[0] = self.last_report
-            if meter:
-                meter.finish()
+            raws = self._allocate_and_read(fw, chosen, one_allocation, callback) if chosen else []
         finally:
             _progress.close(callback)
-        for e, raw in zip(chosen, raws):
-            out[e.name] = fw.view(raw, e)
+        out = {e.name: fw.view(raw, e) for e, raw in zip(chosen, raws)}
         if dtype is not None:
             _convert(out, fw, dtype, {e.name: e.dtype for e in chosen})
         return out
 
-    def _read_one(self, targets: List[Tuple[Any, ...]],
-                  meter: Optional[_progress.Meter]) -> Any:
-        """One read_into call: in this thread, or (to report progress) on another while this
-        one reports."""
-        if meter is None:
-            return self._c.read_into(targets)
-        counter = _ferry.ByteCounter()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-load") as pool:
-            future = pool.submit(self._c.read_into, targets, counter=counter)
-            meter.wait([future], lambda: counter.done)  # leaving the block waits for the read
-        return future.result()
-
-    def _allocate_and_read(self, fw: _Framework, chosen: List[_Entry],
-                           meter: Optional[_progress.Meter] = None) -> Tuple[List[Any], Any]:
-        """One destination per tensor; each part's read starts once its destinations exist (on
-        a thread of a small pool, the GIL released in the read). GPU memory is allocated a part
-        at a time, so that allocating the next part overlaps the reads; pageable host memory all
-        before the first read (bench/NOTES.md §27). Every read that started has finished when
-        this returns or raises, so no destination is freed under a read."""
-        parts: List[List[int]] = []
-        shard, part_bytes = None, 0
-        for k, e in enumerate(chosen):
-            if not parts or e.shard != shard or part_bytes >= _PART_BYTES:
-                parts.append([])
-                shard, part_bytes = e.shard, 0
-            parts[-1].append(k)
-            part_bytes += e.nbytes
-        raws: List[Any] = [None] * len(chosen)
-        start = time.perf_counter()
-        if fw.host:
-            raws = [fw.raw(e.nbytes) for e in chosen]
-        futures = []
-        # The reads add their bytes to it as they land; this thread reports them (`meter`).
-        counter = _ferry.ByteCounter()
-        read = (self._c.read_into if meter is None
-                else functools.partial(self._c.read_into, counter=counter))
-        with ThreadPoolExecutor(max_workers=max(1, min(_PARTS_AT_ONCE, len(parts))),
-                                thread_name_prefix="ferry-load") as pool:
-            # Leaving the block, on success or on a failed allocation (or a progress callback's
-            # exception), waits for every read started; those not started are cancelled first.
-            try:
-                for part in parts:
-                    targets = []
-                    for k in part:
-                        if raws[k] is None:
-                            raws[k] = fw.raw(chosen[k].nbytes)
-                        if chosen[k].nbytes:
-                            targets.append((chosen[k].index, raws[k]))
-                    if targets:
-                        futures.append(pool.submit(read, targets))
-                    if meter is not None:
-                        meter.poll(counter.done)
-                if meter is not None:
-                    meter.wait(futures, lambda: counter.done)
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
-        reports = [f.result() for f in futures]  # the first failure, if any, raises here
-        return raws, _ferry.merge_load_reports(reports, time.perf_counter() - start)
+    def _allocate_and_read(self, fw: _Framework, chosen: List[_Entry], one_allocation: bool,
+                           progress: Optional[_progress.Callback]) -> List[Any]:
+        """The `chosen` tensors' bytes, one framework array each (views of one with
+        one_allocation), read by the C++ loader that ``ferry load`` runs (Checkpoint::load): it
+        calls fw.raw from this thread as it needs memory, the GIL released in between, and every
+        read it started has finished when it returns or raises."""
+        names = [] if len(chosen) == len(self.entries) else [e.name for e in chosen]
+        report, allocations, places = self._c.load(fw.raw, names, fw.host, one_allocation,
+                                                    progress)
+        self.last_report = _last[0] = report
+        return [allocations[a][o:o + e.nbytes] if one_allocation else allocations[a]
+                for e, (a, o) in zip(chosen, places)]
 
     def read_rows(self, fw: _Framework, entry: _Entry, first: int, stop: int) -> Any:
         """Rows [first, stop) of dimension 0 of `entry`, as an array of shape (stop-first, ...)."""

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .checkpoint import _PACKED, Checkpoint
+from .checkpoint import _DTYPES, _PACKED, Checkpoint
 
 # The leading parameters of the seam, as transformers 5 names them.
 _SEAM_PARAMS = ("model", "state_dict", "checkpoint_files", "load_config")
@@ -233,8 +233,8 @@ class _Handle:
         return _Slice(self, name)
 
 
-# Bytes per element of the floating-point kinds a cast can shrink.
-_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+# The floating-point kinds a cast can shrink.
+_CAST = ("F64", "F32", "F16", "BF16")
 
 
 _ON_DEMAND = "on demand: one gathered request per tensor"
@@ -247,11 +247,11 @@ def _shrinking_cast(ckpts: Sequence[Checkpoint], dtype: Any) -> bool:
         return False
     import torch
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return any(_FLOAT_BYTES.get(e.dtype, 0) > itemsize
+    return any(e.dtype in _CAST and _DTYPES[e.dtype].bits // 8 > itemsize
                for c in ckpts for e in c.entries.values())
 
 
-class _Plan:
+class _ServedFiles:
     """The files of one load that ferry serves. On the first ``safe_open`` of any of them, every
     header is opened; then all the tensors are read at once into the target device, or, where
     transformers' cast shrinks them, each is read when transformers materialises it, so the
@@ -384,11 +384,11 @@ def _seam(module: Any) -> str:
 def _ferry_safe_open(*args: Any, **kwargs: Any) -> Any:
     """transformers' ``safe_open`` while the patch is installed: ferry's handle for a file of the
     load this thread is running, if ferry serves it; safetensors' own otherwise."""
-    plan: Optional[_Plan] = getattr(_patch.local, "plan", None)
+    served: Optional[_ServedFiles] = getattr(_patch.local, "served", None)
     filename = args[0] if args else kwargs.get("filename")
     framework = args[1] if len(args) > 1 else kwargs.get("framework", "pt")
-    if plan is not None and framework in ("pt", "torch") and plan.serves(filename):
-        handle = plan.handle(filename)
+    if served is not None and framework in ("pt", "torch") and served.serves(filename):
+        handle = served.handle(filename)
         if handle is not None:
             return handle
     return _patch.original_safe_open(*args, **kwargs)
@@ -415,14 +415,14 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
         finally:
             report.load_seconds = time.perf_counter() - start
             _last[0] = report
-    plan = _Plan(checkpoint_files, device, report, getattr(load_config, "dtype", None))
-    outer = getattr(_patch.local, "plan", None)
-    _patch.local.plan = plan
+    served = _ServedFiles(checkpoint_files, device, report, getattr(load_config, "dtype", None))
+    outer = getattr(_patch.local, "served", None)
+    _patch.local.served = served
     try:
         return original(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
     finally:
-        _patch.local.plan = outer
-        plan.finish()
+        _patch.local.served = outer
+        served.finish()
         report.load_seconds = time.perf_counter() - start
         _last[0] = report
 

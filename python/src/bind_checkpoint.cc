@@ -1,10 +1,9 @@
 // _ferry.Checkpoint and _ferry.LoadReport: the safetensors loader for the Python package
 // (ferry.safetensors, ferry.load_checkpoint). Python allocates every destination with its own
-// framework; read_into takes them all and reads with the GIL released, one gathered request per
-// shard. CheckpointError becomes ferry.CheckpointError (a ValueError).
+// framework: load() asks for each as Checkpoint::load needs it, read_into takes them all; both read
+// with the GIL released. CheckpointError becomes ferry.CheckpointError (a ValueError).
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <map>
 #include <vector>
 
@@ -26,18 +25,42 @@ py::tuple tensor_tuple(const TensorInfo& t) {
                         t.nbytes, t.shard);
 }
 
-// Bytes landed so far, added to by read_into calls on other threads (with the GIL released) and
-// read by the thread that reports a load's progress (ferry/_progress.py).
-struct ByteCounter {
-  std::atomic<std::uint64_t> done{0};
+// The torch and NumPy dtypes that hold each safetensors dtype, by their attribute names ("": the
+// framework has none), in the enumeration's order; safetensors_dtypes() refuses a table that
+// misses a dtype, so a new one cannot reach Python without its row.
+struct FrameworkDtypes {
+  Dtype dtype;
+  const char* torch;
+  const char* numpy;
+};
+// clang-format off
+constexpr FrameworkDtypes kFrameworkDtypes[] = {
+    {Dtype::kBool, "bool", "bool"},          {Dtype::kU8, "uint8", "uint8"},
+    {Dtype::kI8, "int8", "int8"},            {Dtype::kU16, "uint16", "uint16"},
+    {Dtype::kI16, "int16", "int16"},         {Dtype::kF16, "float16", "float16"},
+    {Dtype::kBF16, "bfloat16", ""},          {Dtype::kU32, "uint32", "uint32"},
+    {Dtype::kI32, "int32", "int32"},         {Dtype::kF32, "float32", "float32"},
+    {Dtype::kU64, "uint64", "uint64"},       {Dtype::kI64, "int64", "int64"},
+    {Dtype::kF64, "float64", "float64"},     {Dtype::kC64, "complex64", "complex64"},
+    {Dtype::kF8E4M3, "float8_e4m3fn", ""},   {Dtype::kF8E5M2, "float8_e5m2", ""},
+    {Dtype::kF8E8M0, "float8_e8m0fnu", ""},  {Dtype::kF6E2M3, "", ""},
+    {Dtype::kF6E3M2, "", ""},                {Dtype::kF4, "float4_e2m1fn_x2", ""},
+    {Dtype::kF8E4M3FNUZ, "float8_e4m3fnuz", ""}, {Dtype::kF8E5M2FNUZ, "float8_e5m2fnuz", ""},
+};
+// clang-format on
+
+struct DtypeRow {
+  std::string name;
+  unsigned bits;
+  std::string torch;
+  std::string numpy;
 };
 
 // `targets`: (tensor index, destination, begin, length[, at]) with length -1 for "to the end" and
 // `at` the byte of the destination where they go (0 by default). Consecutive targets into one
 // destination object share its view: a slice's runs (ferry.iter_weights) are thousands of them,
 // and viewing a CUDA tensor costs a __cuda_array_interface__ each.
-// `counter`: where the read adds its bytes as they land (None: nowhere).
-LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounter* counter) {
+LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
   std::vector<std::shared_ptr<BufferView>> views;
   std::vector<TensorTarget> plan;
   views.reserve(targets.size());
@@ -68,31 +91,69 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets, ByteCounte
     target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
     plan.push_back(target);
   }
-  ProgressOptions progress;
-  std::uint64_t told = 0;  // what this call has added to the counter
-  if (counter != nullptr) {
-    progress.callback = [counter, &told](std::uint64_t done, std::uint64_t) {
-      counter->done.fetch_add(done - told, std::memory_order_relaxed);
-      told = done;
-    };
-    progress.interval_seconds = 0.02;  // Python reads the counter at its own pace
-  }
   py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
-  return ckpt.read_into(plan, progress);
+  return ckpt.read_into(plan);
 }
 
-// A save's progress for Python: `callback(done, total)` called with the GIL taken, from the thread
-// running the save. It holds a reference to `callback`, which the caller keeps alive (the
+// A load's or save's progress for Python: `callback(done, total)` called with the GIL taken, from
+// the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
 // std::function may be copied without the GIL: a py::object in it could not be).
-ProgressOptions save_progress(const py::object& callback) {
+ProgressOptions python_progress(const py::object& callback) {
   ProgressOptions progress;
   if (callback.is_none()) return progress;
   const py::object* fn = &callback;
   progress.callback = [fn](std::uint64_t done, std::uint64_t total) {
     py::gil_scoped_acquire gil;
-    (*fn)(done, total);  // a Python exception: py::error_already_set, through the save, to Python
+    (*fn)(done, total);  // a Python exception: py::error_already_set, through C++, to Python
   };
   return progress;
+}
+
+// Checkpoint::load into Python's memory: `allocate(nbytes)` returns an object exporting that many
+// writable bytes (a torch tensor, a NumPy or CuPy array), called from this thread with the GIL
+// taken as load() needs memory (`host`: pageable host memory, all before the first read; else a
+// part at a time, overlapping the reads); the GIL is released otherwise. `names`: the tensors
+// (empty: all). Returns (report, the allocations, (allocation, byte offset) of each tensor).
+py::tuple load(const Checkpoint& ckpt, const py::function& allocate, std::vector<std::string> names,
+               bool host, bool one_allocation, const py::object& progress) {
+  LoadOptions o;
+  o.memory = host ? MemoryKind::kHostPageable : MemoryKind::kDevice;
+  o.names = std::move(names);
+  o.one_allocation = one_allocation;
+  o.progress = python_progress(progress);
+  py::list allocations;
+  std::vector<std::shared_ptr<BufferView>> views;  // destroyed with the GIL taken
+  std::vector<const char*> starts;
+  o.allocate = [&](std::uint64_t bytes) -> void* {
+    py::gil_scoped_acquire gil;
+    py::object raw = allocate(bytes);
+    allocations.append(raw);
+    starts.push_back(nullptr);
+    if (bytes == 0) return nullptr;  // nothing is read into it
+    views.push_back(BufferView::of(raw, true));
+    if (views.back()->nbytes() < bytes) {
+      throw py::value_error("ferry: an allocation of " + std::to_string(bytes) +
+                            " B for a checkpoint load holds " +
+                            std::to_string(views.back()->nbytes()));
+    }
+    starts.back() = static_cast<const char*>(views.back()->data());
+    return views.back()->data();
+  };
+  LoadResult result;
+  {
+    py::gil_scoped_release release;
+    result = ckpt.load(o);
+  }
+  py::list places;
+  for (std::size_t k = 0; k < result.tensors.size(); ++k) {
+    if (!one_allocation) {
+      places.append(py::make_tuple(k, 0));
+      continue;
+    }
+    places.append(
+        py::make_tuple(0, static_cast<const char*>(result.tensors[k].data) - starts.front()));
+  }
+  return py::make_tuple(std::move(result.report), allocations, places);
 }
 
 // (name, dtype, shape, data pointer, nbytes[, storage[, storage bytes]]) rows from Python, as
@@ -156,29 +217,15 @@ void bind_checkpoint(py::module_& m) {
 
   py::class_<LoadReport>(m, "LoadReport",
                          "How a checkpoint load went: totals and per-shard routes.")
+      .def(py::init<>())
       .def_readonly("bytes", &LoadReport::bytes)
       .def_readonly("tensors", &LoadReport::tensors)
       .def_readonly("seconds", &LoadReport::seconds)
+      .def_readonly("allocate_seconds", &LoadReport::allocate_seconds)
       .def_readonly("routes", &LoadReport::routes)
       .def("summary", &LoadReport::summary)
       .def("to_json", &LoadReport::to_json)
       .def("__repr__", &LoadReport::summary);
-
-  m.def(
-      "merge_load_reports",
-      [](const std::vector<LoadReport>& parts, double seconds) {
-        LoadReport all;
-        for (const LoadReport& p : parts) {
-          all.bytes += p.bytes;
-          all.tensors += p.tensors;
-          all.routes.insert(all.routes.end(), p.routes.begin(), p.routes.end());
-        }
-        all.seconds = seconds;
-        return all;
-      },
-      arg("parts"), arg("seconds"),
-      "One LoadReport for a load read in parts: bytes, tensors and routes of every part, and "
-      "`seconds` for the whole.");
 
   m.def(
       "advise_huge_pages",
@@ -199,19 +246,37 @@ void bind_checkpoint(py::module_& m) {
       .def("summary", &SaveReport::summary)
       .def("__repr__", &SaveReport::summary);
 
+  py::class_<DtypeRow>(m, "SafetensorsDtype",
+                       "One row of ferry's dtype table: the format's name, bits per element, and "
+                       "the framework dtypes that hold it.")
+      .def_readonly("name", &DtypeRow::name)
+      .def_readonly("bits", &DtypeRow::bits)
+      .def_readonly("torch", &DtypeRow::torch,
+                    "torch's dtype attribute (\"\": none; F4 is torch's packed float4_e2m1fn_x2)")
+      .def_readonly("numpy", &DtypeRow::numpy,
+                    "NumPy's dtype (\"\": none; a load holds the bits as uint8/uint16)")
+      .def("__repr__", [](const DtypeRow& r) {
+        return "SafetensorsDtype(" + r.name + ", bits=" + std::to_string(r.bits) + ", torch='" +
+               r.torch + "', numpy='" + r.numpy + "')";
+      });
   m.def(
-      "safetensors_dtype_bits",
+      "safetensors_dtypes",
       [] {
-        py::dict bits;
-        for (int d = static_cast<int>(Dtype::kBool); d <= static_cast<int>(Dtype::kF8E5M2FNUZ);
-             ++d) {
-          const Dtype dtype = static_cast<Dtype>(d);
-          bits[py::str(std::string(to_string(dtype)))] = dtype_bits(dtype);
+        py::dict out;
+        for (Dtype dtype : all_dtypes()) {
+          const auto i = static_cast<std::size_t>(dtype);
+          if (i >= std::size(kFrameworkDtypes) || kFrameworkDtypes[i].dtype != dtype) {
+            throw std::logic_error("ferry: dtype " + std::string(to_string(dtype)) +
+                                   " has no row in bind_checkpoint.cc's kFrameworkDtypes");
+          }
+          const FrameworkDtypes& f = kFrameworkDtypes[i];
+          DtypeRow row{std::string(to_string(dtype)), dtype_bits(dtype), f.torch, f.numpy};
+          out[py::str(row.name)] = row;
         }
-        return bits;
+        return out;
       },
-      "Bits per element of every safetensors dtype, by the format's name: ferry's one dtype "
-      "table (4 and 6 for the packed MX kinds).");
+      "Every safetensors dtype by the format's name: ferry's one dtype table (C++), with the "
+      "torch and NumPy dtypes that hold each.");
   m.def(
       "safetensors_layout",
       [](const py::list& rows, std::optional<std::map<std::string, std::string>> metadata) {
@@ -244,7 +309,7 @@ void bind_checkpoint(py::module_& m) {
          const std::map<std::string, std::string>& settings, const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
         SaveOptions o = save_options(std::move(metadata), durable, 0, settings);
-        o.progress = save_progress(progress);
+        o.progress = python_progress(progress);
         py::gil_scoped_release release;
         return save_file(tensors, path, o);
       },
@@ -261,7 +326,7 @@ void bind_checkpoint(py::module_& m) {
          const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
         SaveOptions o = save_options(std::move(metadata), durable, max_shard_size, settings);
-        o.progress = save_progress(progress);
+        o.progress = python_progress(progress);
         py::gil_scoped_release release;
         return save_checkpoint(tensors, directory, o);
       },
@@ -301,16 +366,13 @@ void bind_checkpoint(py::module_& m) {
           "(name, dtype, shape, file_offset, nbytes, shard) of every tensor, shard by shard in "
           "file order.")
       .def("metadata", &Checkpoint::metadata, arg("shard") = 0)
-      .def("read_into", &read_into, arg("targets"), arg("counter") = nullptr,
+      .def("read_into", &read_into, arg("targets"),
            "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
-           "released, into byte `at` of each destination, adding the bytes to `counter` (a "
-           "ByteCounter) as they land.");
-
-  py::class_<ByteCounter>(m, "ByteCounter",
-                          "Bytes landed so far by the read_into calls given it (any thread).")
-      .def(py::init<>())
-      .def_property_readonly(
-          "done", [](const ByteCounter& c) { return c.done.load(std::memory_order_relaxed); });
+           "released, into byte `at` of each destination.")
+      .def("load", &load, arg("allocate"), arg("names"), arg("host"), arg("one_allocation"),
+           arg("progress") = py::none(),
+           "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives: "
+           "(report, allocations, [(allocation, offset) of each tensor, in file order]).");
 }
 
 }  // namespace ferry::python

@@ -29,7 +29,7 @@ namespace {
 constexpr std::size_t kShardsKeptOpen = 128;
 // Shards read_into reads at once (each one gathered request), so descriptors stay bounded.
 constexpr std::size_t kShardsReadAtOnce = 64;
-// Parts load() keeps in flight, as Python's loader does (_PARTS_AT_ONCE): on the GPU machine a
+// Parts load() keeps in flight (Python's loader is this one): on the GPU machine a
 // 14.5 GB load of 291 tensors ran at 49.4 GB/s with 4 against 48.3 with 64 and 46.7 with 1
 // (bench/NOTES.md §27).
 constexpr std::size_t kPartsAtOnce = 4;
@@ -111,8 +111,7 @@ std::string join_verdicts(const std::vector<RouteReport>& routes) {
 }
 
 constexpr std::size_t kAlignment = 256;  // what cuMemAlloc gives: enough for every dtype
-// A load's part: the tensors of one shard, cut where they pass this many bytes (as Python's
-// loader cuts them, python/ferry/checkpoint.py).
+// A load's part: the tensors of one shard, cut where they pass this many bytes.
 constexpr std::uint64_t kPartBytes = std::uint64_t{1} << 30;
 
 }  // namespace
@@ -277,10 +276,18 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   }
   using Clock = std::chrono::steady_clock;
   Clock::duration allocating{};
+  std::vector<void*> allocations;
   auto allocate = [&](std::uint64_t bytes) {
     const auto t0 = Clock::now();
-    void* data = result.memory.emplace_back(options.memory, bytes, options.device).data();
+    void* data = options.allocate
+                     ? options.allocate(bytes)
+                     : result.memory.emplace_back(options.memory, bytes, options.device).data();
     allocating += Clock::now() - t0;
+    if (data == nullptr && bytes > 0) {
+      throw Error(
+          fmt::format("checkpoint load {}: the allocator gave no memory for {} B", s.path, bytes));
+    }
+    allocations.push_back(data);
     return data;
   };
   if (options.one_allocation) allocate(packed);
@@ -342,9 +349,9 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     }
     void* data;
     if (options.one_allocation) {
-      data = static_cast<char*>(result.memory.front().data()) + offsets[k];
+      data = static_cast<char*>(allocations.front()) + offsets[k];
     } else {
-      data = allocate_first ? result.memory[k].data() : allocate(t.nbytes);
+      data = allocate_first ? allocations[k] : allocate(t.nbytes);
     }
     result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
     if (t.nbytes > 0) {

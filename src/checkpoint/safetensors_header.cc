@@ -47,12 +47,22 @@ constexpr std::array<DtypeName, 22> kDtypes = {{
     {Dtype::kF8E5M2FNUZ, "F8_E5M2FNUZ", 8},
 }};
 
-const DtypeName& entry(Dtype dtype) {
-  for (const auto& d : kDtypes) {
-    if (d.dtype == dtype) return d;
+// The table is in the enumeration's order, so a dtype is its own index.
+constexpr bool in_enum_order() {
+  for (std::size_t i = 0; i < kDtypes.size(); ++i) {
+    if (kDtypes[i].dtype != static_cast<Dtype>(i)) return false;
   }
-  return kDtypes[1];  // unreachable: every enumerator is in the table
+  return true;
 }
+static_assert(in_enum_order());
+
+constexpr std::array<Dtype, kDtypes.size()> kAllDtypes = [] {
+  std::array<Dtype, kDtypes.size()> out{};
+  for (std::size_t i = 0; i < kDtypes.size(); ++i) out[i] = kDtypes[i].dtype;
+  return out;
+}();
+
+const DtypeName& entry(Dtype dtype) { return kDtypes.at(static_cast<std::size_t>(dtype)); }
 
 std::string with_context(const std::string& file, const std::string& tensor,
                          const std::string& message) {
@@ -65,6 +75,7 @@ std::string with_context(const std::string& file, const std::string& tensor,
 
 std::string_view to_string(Dtype dtype) { return entry(dtype).name; }
 unsigned dtype_bits(Dtype dtype) { return entry(dtype).bits; }
+std::span<const Dtype> all_dtypes() { return kAllDtypes; }
 
 std::optional<Dtype> parse_dtype(std::string_view name) {
   for (const auto& d : kDtypes) {

@@ -71,7 +71,7 @@ StatsSnapshot sum(const Level3& l3) {
   out.gpus.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     const abi::PerGpuStats& g = l3.per_gpu_stats[i];
-    GpuCounts& e = out.gpus.emplace_back();
+    GpuPieceCounters& e = out.gpus.emplace_back();
     std::memcpy(e.uuid.data(), g.uuid, e.uuid.size());
     e.reads = {g.n_total_reads, g.n_nvfs_reads, g.n_posix_reads, g.n_p2p_reads};
     e.writes = {g.n_total_writes, g.n_nvfs_writes, g.n_posix_writes, g.n_p2p_writes};
@@ -126,7 +126,7 @@ std::optional<StatsSnapshot> read_stats(const Library& lib, StatsLayout layout, 
   return sum_per_gpu(buffer.data(), layout);
 }
 
-PathCounts minus(const PathCounts& a, const PathCounts& b) {
+PieceCounters minus(const PieceCounters& a, const PieceCounters& b) {
   auto d = [](std::uint64_t x, std::uint64_t y) { return x >= y ? x - y : 0; };
   return {d(a.total, b.total), d(a.nvfs, b.nvfs), d(a.posix, b.posix), d(a.p2p, b.p2p)};
 }
@@ -209,8 +209,8 @@ std::string stats_unavailable() {
   return s.why_not;
 }
 
-const GpuCounts* StatsSnapshot::find(const std::array<char, 16>& uuid) const {
-  for (const GpuCounts& g : gpus) {
+const GpuPieceCounters* StatsSnapshot::find(const std::array<char, 16>& uuid) const {
+  for (const GpuPieceCounters& g : gpus) {
     if (g.uuid == uuid) return &g;
   }
   return nullptr;
@@ -253,7 +253,7 @@ void leave(StatsState& s, Observation::Impl& m) {
   }
 }
 
-PathCounts of(const GpuCounts* g, Op op) {
+PieceCounters of(const GpuPieceCounters* g, Op op) {
   if (g == nullptr) return {};
   return op == Op::kRead ? g->reads : g->writes;
 }
@@ -317,7 +317,7 @@ void Observation::end(CufileCounts& out) {
     leave(s, m);
   }
   if (m.nvfs_loaded) {
-    platform::NvfsDelta d = platform::delta(platform::read_nvfs(m.root), m.nvfs_before);
+    NvfsCountersDelta d = platform::delta(platform::read_nvfs(m.root), m.nvfs_before);
     out.module_observable = d.known;
     out.module_why_not = d.reason;
     out.module_ops = m.op == Op::kRead ? d.reads.n : d.writes.n;
@@ -332,8 +332,8 @@ void Observation::end(CufileCounts& out) {
   }
   // The GPU's own entry where cuFile has one of its UUID (a GPU cuFile had not served before
   // the request may have had none then: it counted from zero).
-  const GpuCounts* entry = m.uuid ? after->find(*m.uuid) : nullptr;
-  PathCounts d;
+  const GpuPieceCounters* entry = m.uuid ? after->find(*m.uuid) : nullptr;
+  PieceCounters d;
   if (entry != nullptr) {
     d = minus(of(entry, m.op), of(m.before->find(*m.uuid), m.op));
     out.shared_window = m.shared_gpu;

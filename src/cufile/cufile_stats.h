@@ -24,24 +24,25 @@ enum class StatsLayout { kUnknown, kV1, kV2 };
 StatsLayout stats_layout(int version);
 std::string version_text(int version);  // 1150 -> "1.15"
 
-struct PathCounts {
+// cuFile's pieces (reads or writes) by the path that served them: running totals.
+struct PieceCounters {
   std::uint64_t total = 0;
   std::uint64_t nvfs = 0;
   std::uint64_t posix = 0;
   std::uint64_t p2p = 0;
 };
 // One entry of per_gpu_stats: the GPU's UUID (as cuDeviceGetUuid writes it) and its counts.
-struct GpuCounts {
+struct GpuPieceCounters {
   std::array<char, 16> uuid{};
-  PathCounts reads;
-  PathCounts writes;
+  PieceCounters reads;
+  PieceCounters writes;
 };
 struct StatsSnapshot {
-  PathCounts reads;  // summed over every GPU's entry
-  PathCounts writes;
-  std::vector<GpuCounts> gpus;  // per_gpu_stats[0, num_gpus), in cuFile's order
+  PieceCounters reads;  // summed over every GPU's entry
+  PieceCounters writes;
+  std::vector<GpuPieceCounters> gpus;  // per_gpu_stats[0, num_gpus), in cuFile's order
   // The entry whose UUID is `uuid`, or null.
-  const GpuCounts* find(const std::array<char, 16>& uuid) const;
+  const GpuPieceCounters* find(const std::array<char, 16>& uuid) const;
 };
 // Reads per_gpu_stats[0, num_gpus) of a level-3 struct of `layout` (not kUnknown).
 StatsSnapshot sum_per_gpu(const void* level3, StatsLayout layout);

@@ -57,7 +57,7 @@ std::optional<NvfsStatsLine> split_labelled(std::string_view line) {
 }
 
 void parse_gpu_line(const NvfsStatsLine& l, NvfsStats& s) {
-  NvfsGpuStats g;
+  NvfsGpuCounters g;
   auto words = split_whitespace(l.label);  // "GPU", "0000:3b:00.0", "uuid:..."
   if (words.size() >= 2) g.bus_id = std::string(words[1]);
   for (auto w : words)
@@ -175,8 +175,8 @@ NvfsSnapshot read_nvfs(const std::filesystem::path& root) {
   return s;
 }
 
-NvfsDelta delta(const NvfsSnapshot& after, const NvfsSnapshot& before) {
-  NvfsDelta d;
+NvfsCountersDelta delta(const NvfsSnapshot& after, const NvfsSnapshot& before) {
+  NvfsCountersDelta d;
   for (const auto* s : {&before, &after}) {
     if (!s->loaded) {
       d.reason = "nvidia-fs is not loaded: no counters";

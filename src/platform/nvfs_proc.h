@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/nvfs_stats.h"
+
 namespace ferry::platform {
 
 // One "Label : k=v k=v" line of the stats file.
@@ -19,23 +21,6 @@ struct NvfsStatsLine {
   std::string label;
   std::map<std::string, std::string> values;  // key=value tokens
   std::string plain;                          // the text after ':' when it has no '=' tokens
-};
-
-// n/ok/err/MiB of "Reads" or "Writes"; only printed when rw_stats_enabled=1.
-struct NvfsRwCounters {
-  std::uint64_t n = 0;
-  std::uint64_t ok = 0;
-  std::uint64_t err = 0;
-  std::uint64_t mib = 0;
-};
-
-struct NvfsGpuStats {
-  std::string bus_id;  // "0000:3b:00.0"
-  std::string uuid;
-  std::optional<std::uint64_t> registered_mib;
-  std::optional<std::uint64_t> cache_mib;
-  std::optional<std::uint64_t> max_pinned_mib;
-  std::optional<double> cross_root_port_pct;
 };
 
 struct NvfsStats {
@@ -48,7 +33,7 @@ struct NvfsStats {
   std::optional<NvfsRwCounters> writes;   // idem
   std::optional<std::uint64_t> read_err;  // printed either way
   std::optional<std::uint64_t> write_err;
-  std::vector<NvfsGpuStats> gpus;
+  std::vector<NvfsGpuCounters> gpus;
   std::vector<NvfsStatsLine> lines;  // every labelled line, in order (duplicates kept)
 };
 
@@ -74,12 +59,6 @@ NvfsSnapshot read_nvfs(const std::filesystem::path& root);
 
 // Reads and writes between two snapshots. Unknown (with a reason) when either side lacks the
 // counters (module absent, rw stats off) or a counter went backwards (stats reset).
-struct NvfsDelta {
-  bool known = false;
-  std::string reason;
-  NvfsRwCounters reads;
-  NvfsRwCounters writes;
-};
-NvfsDelta delta(const NvfsSnapshot& after, const NvfsSnapshot& before);
+NvfsCountersDelta delta(const NvfsSnapshot& after, const NvfsSnapshot& before);
 
 }  // namespace ferry::platform

@@ -96,6 +96,37 @@ TEST(Checkpoint, OneAllocationHoldsAlignedTensors) {
   expect_loaded(r, written);
 }
 
+TEST(Checkpoint, TheCallersAllocatorGivesTheMemoryInLoadOrder) {
+  // Python's loader is this one, with torch, NumPy or CuPy memory (issue 46).
+  TempDir dir;
+  auto written = mixed(3);
+  write_file(dir / "m.safetensors", safetensors_bytes(written));
+  Checkpoint ckpt(dir / "m.safetensors");
+  for (bool one : {false, true}) {
+    std::vector<std::vector<char>> given;
+    LoadOptions o = host({}, one);
+    o.allocate = [&](std::uint64_t bytes) { return given.emplace_back(bytes).data(); };
+    LoadResult r = ckpt.load(o);
+    EXPECT_TRUE(r.memory.empty());
+    ASSERT_EQ(given.size(), one ? 1u : written.size());
+    expect_loaded(r, written);
+    if (!one) {
+      EXPECT_EQ(r.tensors[0].data, given[0].data());
+    }
+  }
+  // One that gives nothing for a tensor with bytes is refused, naming the checkpoint.
+  LoadOptions o = host();
+  o.allocate = [](std::uint64_t) -> void* { return nullptr; };
+  try {
+    ckpt.load(o);
+    ADD_FAILURE() << "a null allocation was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.safetensors: the allocator gave no memory for 256 B"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Checkpoint, ASubsetLoadsOnlyTheNamedTensors) {
   TempDir dir;
   auto written = mixed(3);

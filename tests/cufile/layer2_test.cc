@@ -39,7 +39,7 @@ void check_sum(cufile::StatsLayout layout) {
     std::memcpy(u.data(), text, 16);
     return u;
   };
-  const cufile::GpuCounts* second = s.find(uuid("fedcba9876543210"));
+  const cufile::GpuPieceCounters* second = s.find(uuid("fedcba9876543210"));
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->reads.posix, 7u);
   EXPECT_EQ(second->reads.nvfs, 3u);

@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)parse_nvfs_version(text);
   for (const auto& [name, version] : parse_nvfs_modules(text)) FUZZ_CHECK(!name.empty());
   (void)parse_nvfs_bridges(text);
-  NvfsDelta d = delta(after, before);
+  ferry::NvfsCountersDelta d = delta(after, before);
   if (d.known) {
     FUZZ_CHECK(after.stats->reads && before.stats->reads);
     FUZZ_CHECK(d.reads.n == after.stats->reads->n - before.stats->reads->n);

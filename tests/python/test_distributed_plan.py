@@ -278,13 +278,26 @@ def test_split_range_for_several_gpus(parts):
             assert max(n for _, n in cut) - min(n for _, n in cut) <= 2 * ALIGN
 
 
-def test_one_dtype_table_for_loading_and_planning():
-    # Issue 32: the packed kinds were listed in checkpoint.py, in distributed/_plan.py and in
-    # C++; both Python modules now read the C++ table.
+def test_every_cpp_dtype_is_in_every_python_mapping():
+    # Issues 32 and 46: the dtypes were tabled in C++ and again in checkpoint.py (NumPy's and
+    # torch's names), _save.py (the way back), transformers.py and here (item sizes, 5 dtypes
+    # short). Every one now reads the C++ table, whose rows come with their framework names.
+    import numpy
     import ferry
-    from ferry import checkpoint
+    from ferry import _save, checkpoint
     from ferry.distributed import _plan
-    bits = ferry._ferry.safetensors_dtype_bits()
-    assert len(bits) == 22
-    assert (bits["BF16"], bits["F8_E4M3FNUZ"], bits["C64"], bits["F4"]) == (16, 8, 64, 4)
-    assert set(checkpoint._PACKED) == set(_plan.PACKED) == {"F4", "F6_E2M3", "F6_E3M2"}
+    table = ferry._ferry.safetensors_dtypes()
+    assert len(table) == 22  # every Dtype of include/ferry/checkpoint.h
+    assert (table["BF16"].bits, table["F8_E4M3FNUZ"].bits, table["C64"].bits) == (16, 8, 64)
+    for name, d in table.items():
+        assert d.name == name
+        assert _plan._itemsize(_plan.TensorSpec("t", name, (0,), 0)) == max(d.bits // 8, 1)
+        if d.bits >= 8:  # a load views every whole-byte kind as NumPy's dtype or its raw bits
+            assert numpy.dtype(d.numpy or f"uint{d.bits}").itemsize * 8 == d.bits
+            assert d.torch, name  # and torch (2.1 on) has a dtype for each
+        if d.torch:
+            assert _save._TORCH_FORMAT[d.torch] == name
+        if d.numpy:
+            assert _save._NUMPY_FORMAT[d.numpy] == name
+    assert table["F4"].torch == "float4_e2m1fn_x2" and table["BF16"].numpy == ""
+    assert checkpoint._PACKED == _plan.PACKED == ("F6_E2M3", "F6_E3M2", "F4")

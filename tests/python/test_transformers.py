@@ -394,8 +394,8 @@ def test_a_file_ferry_cannot_read_falls_back_to_stock_alone(fake_transformers, s
 
 def test_a_slice_hands_its_tensor_over_and_reads_it_again_if_asked_twice(fake_transformers, sharded):
     path = os.path.join(sharded, "model-00002-of-00002.safetensors")
-    plan = ft._Plan([path], "cpu", ft.TransformersLoadReport("m", "cpu"))
-    handle = plan.handle(path)
+    served = ft._ServedFiles([path], "cpu", ft.TransformersLoadReport("m", "cpu"))
+    handle = served.handle(path)
     s = handle.get_slice("proj.gamma")
     assert s.get_shape() == [8, 8] and s.get_dtype() == "BF16"
     first = s[...]
@@ -464,7 +464,7 @@ def test_a_shrinking_cast_reads_each_tensor_when_transformers_takes_it(fake_tran
 def test_packed_dtypes_stay_stock(fake_transformers, tmp_path, monkeypatch):
     path = tmp_path / "model.safetensors"
     write_safetensors(path, weights())
-    plan = ft._Plan([str(path)], "cpu", ft.TransformersLoadReport("m", "cpu"))
+    served = ft._ServedFiles([str(path)], "cpu", ft.TransformersLoadReport("m", "cpu"))
     real = ft.Checkpoint
 
     def packed(p, *a, **k):
@@ -473,9 +473,9 @@ def test_packed_dtypes_stay_stock(fake_transformers, tmp_path, monkeypatch):
         return c
 
     monkeypatch.setattr(ft, "Checkpoint", packed)
-    assert plan.handle(str(path)) is None
-    plan.finish()
-    (f,) = plan.report.files
+    assert served.handle(str(path)) is None
+    served.finish()
+    (f,) = served.report.files
     assert f.taken == "stock" and "'proj.bias' is F4" in f.reason
 
 

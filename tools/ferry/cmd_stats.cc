@@ -39,7 +39,7 @@ struct StatsArgs {
   int repeat = 1;
 };
 
-nlohmann::json rw_json(const std::optional<NvfsRwCounts>& c) {
+nlohmann::json rw_json(const std::optional<NvfsRwCounters>& c) {
   if (!c) return nullptr;
   return {{"n", c->n}, {"ok", c->ok}, {"err", c->err}, {"mib", c->mib}};
 }
@@ -66,7 +66,7 @@ nlohmann::json counters_json(const NvfsCounters& c) {
           {"lines", lines}};
 }
 
-std::string rw_text(const NvfsRwCounts& c) {
+std::string rw_text(const NvfsRwCounters& c) {
   return fmt::format("n={} ok={} err={} MiB={}", c.n, c.ok, c.err, c.mib);
 }
 

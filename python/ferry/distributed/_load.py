@@ -350,15 +350,15 @@ def _load(comm: Comm, fw: Any, path: Any, shard_plan: Optional[ShardPlan], dtype
         me.allocate_seconds = t_alloc - t2
         targets: List[Tuple[Any, ...]] = []
         for p in plan.pieces[rank]:
-            targets.append((entries[p.tensor].index, dest[p.tensor][p.begin:p.end], p.begin,
+            targets.append((specs[p.tensor].name, dest[p.tensor][p.begin:p.end], p.begin,
                             p.length))
         for p in plan.slice_reads[rank]:
-            targets.append((entries[p.tensor].index, dest[p.tensor], p.begin, p.length))
+            targets.append((specs[p.tensor].name, dest[p.tensor], p.begin, p.length))
         for i in plan.scatter_reads[rank]:
             if specs[i].nbytes:
-                targets.append((entries[i].index, scatter_src[i]))
+                targets.append((specs[i].name, scatter_src[i]))
         me.pieces_read = len(targets)
-        report = ckpt._c.read_into(targets)
+        report = ckpt.read_into(targets)
         me.read_seconds = time.perf_counter() - t_alloc
         me.bytes_read = int(report.bytes)
         me.routes = [dict(r.to_dict(), verdict=r.verdict) for r in report.routes]

@@ -27,8 +27,9 @@ from .. import _ferry
 ALIGN = 4096  # cuts inside a tensor fall on multiples of this (O_DIRECT-friendly, whole items)
 TOLERANCE = 1 / 64  # a cut moves to a tensor edge within this fraction of the per-rank share
 BUCKET_BYTES = 64 << 20  # small pieces are packed into exchange buckets of at most this
-# Sub-byte kinds, never sliced: from ferry's one dtype table (C++, safetensors_header.cc).
-PACKED = tuple(name for name, bits in _ferry.safetensors_dtype_bits().items() if bits < 8)
+# Bits per element of every safetensors dtype: ferry's one dtype table (C++).
+_BITS = {name: d.bits for name, d in _ferry.safetensors_dtypes().items()}
+PACKED = tuple(name for name, bits in _BITS.items() if bits < 8)  # sub-byte kinds, never sliced
 
 ShardPlan = Union[Mapping[str, Optional[int]], Callable[[str, Tuple[int, ...]], Optional[int]]]
 
@@ -155,9 +156,7 @@ def _outer(spec: TensorSpec, dim: int) -> int:
 def _itemsize(spec: TensorSpec) -> int:
     numel = spec.numel
     if numel == 0:
-        return {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-                "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4,
-                "U64": 8, "I64": 8, "F64": 8, "C64": 8}.get(spec.dtype, 1)
+        return max(_BITS.get(spec.dtype, 8) // 8, 1)
     return spec.nbytes // numel
 
 
