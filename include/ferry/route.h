@@ -26,7 +26,7 @@ enum class ReasonCode {
   kColdDirect,         // tasks whose pages were not cached were read with O_DIRECT.
   kNoCudaDriver,       // libcuda could not be loaded: only host memory is possible.
   kDirectIoRefused,    // the file system refused O_DIRECT: buffered I/O instead.
-  kEngine,             // how the POSIX path moved the bytes (pread, staging buffers, io_uring).
+  kEngine,             // how the POSIX path moved the bytes (pread/pwrite, staging buffers).
   kRemoteSource,       // the file is a remote object (http, https, s3): ranged GETs, no cuFile.
 };
 std::string to_string(ReasonCode code);
