@@ -15,7 +15,7 @@
 #include "core/backend.h"
 #include "core/job.h"
 #include "core/paths.h"
-#include "core/plan.h"
+#include "core/request_plan.h"
 #include "core/runtime_state.h"
 #include "core/thread_pool.h"
 #include "cuda/quick_memory.h"

@@ -1,6 +1,6 @@
 // Layer 1: ferry's own choice, per request, between cuFile and its POSIX path, with the reason
 // in words. A pure function of the settings, the buffer, the size and the facts asked, which
-// core/plan.h gathers at the depth its caller needs. Thread-safe.
+// core/request_plan.h gathers at the depth its caller needs. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace ferry::core {
 constexpr double kPageCacheFirst = 0.10;
 
 // The rules of layer 1, in the one order ferry has (docs/data-paths.md), each asking at most one
-// fact, cheapest first. core::plan_route (core/plan.h) walks them at every depth and puts the rule
+// fact, cheapest first. core::plan_route (core/request_plan.h) walks them at every depth and puts the rule
 // that decided in words; the small path stops where a rule needs more than the cheap facts.
 enum class Layer1Rule : std::uint8_t {
   kRemoteSource,       // a remote object: POSIX (ranged GETs; cuFile reads local files only)

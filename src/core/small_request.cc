@@ -7,7 +7,7 @@
 
 #include "core/job.h"
 #include "core/paths.h"
-#include "core/plan.h"
+#include "core/request_plan.h"
 #include "core/request.h"
 #include "core/runtime_state.h"
 #include "cuda/quick_memory.h"

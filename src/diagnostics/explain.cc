@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/open_file.h"
-#include "core/plan.h"
+#include "core/request_plan.h"
 #include "core/report_json.h"
 #include "core/runtime_state.h"
 #include "core/task_splitter.h"

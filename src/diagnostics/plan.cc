@@ -8,7 +8,7 @@
 #include <cctype>
 
 #include "core/paths.h"
-#include "core/plan.h"
+#include "core/request_plan.h"
 #include "core/task_splitter.h"
 #include "platform/text_file.h"
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "core/plan.h"
+#include "core/request_plan.h"
 
 namespace ferry::core::test {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/open_file.h"
-#include "core/plan.h"
+#include "core/request_plan.h"
 #include "core/runtime_state.h"
 #include "fake_cufile_env.h"
 #include "ferry/error.h"

@@ -1,4 +1,4 @@
-#include "core/plan.h"
+#include "core/request_plan.h"
 
 #include <fmt/format.h>
 

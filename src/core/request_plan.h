@@ -54,8 +54,8 @@ struct PlanSubject {
 RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
                        std::size_t size, const PlanSubject& subject);
 
-// The same over facts a caller scripts (tests; the small path's report): the walk, then beyond
-// cheap depth the reasons and the refusal.
+// The same over facts the caller supplies (the small path's report; the table tests): the walk,
+// then beyond cheap depth the reasons and the refusal.
 RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
                        std::size_t size, Layer1Asks& asks, const PageCacheResidency& residency);
 
