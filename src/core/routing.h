@@ -20,8 +20,9 @@ namespace ferry::core {
 constexpr double kPageCacheFirst = 0.10;
 
 // The rules of layer 1, in the one order ferry has (docs/data-paths.md), each asking at most one
-// fact, cheapest first. core::plan_route (core/request_plan.h) walks them at every depth and puts the rule
-// that decided in words; the small path stops where a rule needs more than the cheap facts.
+// fact, cheapest first. core::plan_route (core/request_plan.h) walks them at every depth and puts
+// the rule that decided in words; the small path stops where a rule needs more than the cheap
+// facts.
 enum class Layer1Rule : std::uint8_t {
   kRemoteSource,       // a remote object: POSIX (ranged GETs; cuFile reads local files only)
   kCompatModeOn,       // compat_mode=on: POSIX

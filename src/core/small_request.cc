@@ -7,8 +7,8 @@
 
 #include "core/job.h"
 #include "core/paths.h"
-#include "core/request_plan.h"
 #include "core/request.h"
+#include "core/request_plan.h"
 #include "core/runtime_state.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"

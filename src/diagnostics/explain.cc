@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/open_file.h"
-#include "core/request_plan.h"
 #include "core/report_json.h"
+#include "core/request_plan.h"
 #include "core/runtime_state.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
