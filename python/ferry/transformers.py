@@ -401,6 +401,9 @@ class _ServedFiles:
                                 f"transformers casts each to {self.dtype} (the cast shrinks them)")
                 self.handles[key] = _Handle(ckpt, {}, self.device, entry, on_demand=True)
             return
+        if self.started_at is not None and self.device.startswith("cuda"):
+            _warm_allocator(self.device, sum(e.nbytes for c in ckpts.values()
+                                             for e in c.entries.values()))
         with ThreadPoolExecutor(max_workers=max(1, min(_FILES_AT_ONCE, len(ckpts))),
                                 thread_name_prefix="ferry-hf") as pool:
             read = list(pool.map(self._read_one, ckpts.keys(), ckpts.values()))
@@ -419,6 +422,18 @@ class _ServedFiles:
             self.report.read_seconds = sum(f.seconds or 0.0 for f in self.files.values())
         self.report.files = list(self.files.values())
         self.handles = None
+
+
+def _warm_allocator(device: str, nbytes: int) -> None:
+    """What transformers' ``caching_allocator_warmup`` does, which the early reads skip (they
+    come first): one allocation of the whole model, freed into torch's cache, so that the tensors
+    are cut from one segment instead of each costing a cudaMalloc. Peak memory stays the model's.
+    Where it fails (no room for one piece), the reads allocate tensor by tensor, as without it."""
+    import torch
+    try:
+        torch.empty(nbytes, dtype=torch.uint8, device=device)
+    except Exception:  # noqa: BLE001 - out of memory, or a torch without CUDA: reads say why
+        pass
 
 
 def _size(path: str) -> int:
