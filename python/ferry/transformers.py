@@ -461,14 +461,6 @@ class _Patch:
         self.no_early = ""  # why this transformers gives no early start, or ""
         self.local = threading.local()
 
-    @property
-    def original_load(self) -> Any:
-        return self.originals.get("_load_pretrained_model")
-
-    @property
-    def original_safe_open(self) -> Any:
-        return self.originals.get("safe_open")
-
 
 class _Call:
     """One ``from_pretrained`` call while the patch is installed: its keyword arguments, its
@@ -610,7 +602,7 @@ def _ferry_safe_open(*args: Any, **kwargs: Any) -> Any:
         handle = served.handle(filename)
         if handle is not None:
             return handle
-    return _patch.original_safe_open(*args, **kwargs)
+    return _patch.originals["safe_open"](*args, **kwargs)
 
 
 def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: Any,
@@ -618,7 +610,7 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
     """``PreTrainedModel._load_pretrained_model`` while the patch is installed: decides whether
     ferry reads this load's files, then runs transformers' own."""
     module = _patch.module
-    original = _patch.original_load.__func__
+    original = _patch.originals["_load_pretrained_model"].__func__
     zero3 = getattr(module, "is_deepspeed_zero3_enabled", None)
     device, why = decide(state_dict, checkpoint_files, load_config,
                          deepspeed_zero3=bool(zero3 and zero3()),
