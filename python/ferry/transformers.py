@@ -11,10 +11,17 @@ checkpoint_files, load_config)``: it opens each shard with ``safe_open`` (the na
 (``slice[...]``, then ``.to(device, dtype)``) before renaming keys, converting weights, casting,
 tying and initialising what is missing. ferry changes only where those bytes come from: when a
 load is one it can serve (local safetensors files, one CPU or CUDA device, no quantizer, no tensor
-parallelism), the first ``safe_open`` of the load reads every shard through ferry straight into the
-target device, and each slice hands transformers that tensor; everything after the read is
-transformers' own code, so the model comes out as stock's. A load ferry cannot serve runs stock,
-and ``last_load_report()`` says why, file by file.
+parallelism), ferry reads every shard straight into the target device, and each slice hands
+transformers that tensor; everything after the read is transformers' own code, so the model comes
+out as stock's. A load ferry cannot serve runs stock, and ``last_load_report()`` says why, file by
+file.
+
+The reads start early: ``from_pretrained`` knows the files and the dtype (``_get_dtype``) before it
+builds the model, so there ferry starts reading in a thread, and the model's construction and
+transformers' lazy imports run under the reads. ``_load_pretrained_model`` then decides again from
+its full arguments; where that decision differs (the device, the files), the early reads are
+dropped, with the reason in the report. A ``from_pretrained`` that raises before it takes the
+tensors waits for the reads and frees them.
 
 The patch is process-wide while enabled; the choice of files is per load and per thread.
 """
@@ -26,6 +33,7 @@ import inspect
 import os
 import threading
 import time
+import types
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -69,6 +77,14 @@ class TransformersLoadReport:
     files: List[FileReport] = field(default_factory=list)
     read_seconds: float = 0.0
     load_seconds: float = 0.0
+    # How the reads started: before the model was built, or why not.
+    early: str = ""
+    # Seconds from the from_pretrained call to ferry's first read, and to transformers asking for
+    # the weights (the model built); None outside from_pretrained or without an early start.
+    read_started_s: Optional[float] = None
+    model_built_s: Optional[float] = None
+    # Seconds transformers waited at its first safe_open for reads still running.
+    waited_seconds: float = 0.0
 
     @property
     def taken(self) -> str:
@@ -82,12 +98,16 @@ class TransformersLoadReport:
     def to_dict(self) -> Dict[str, Any]:
         return {"model": self.model, "device": self.device, "taken": self.taken,
                 "bytes": self.bytes, "read_seconds": self.read_seconds,
-                "load_seconds": self.load_seconds,
+                "load_seconds": self.load_seconds, "early": self.early,
+                "read_started_s": self.read_started_s, "model_built_s": self.model_built_s,
+                "waited_seconds": self.waited_seconds,
                 "files": [dict(vars(f), gbps=f.gbps) for f in self.files]}
 
     def __str__(self) -> str:
         lines = [f"{self.model} -> {self.device}: {self.taken}, {self.bytes} bytes, reads "
                  f"{self.read_seconds:.3f} s, weight load {self.load_seconds:.3f} s"]
+        if self.early:
+            lines.append(f"  reads {self.early}")
         for f in self.files:
             speed = f" {f.seconds:.3f} s {f.gbps:.2f} GB/s" if f.seconds else ""
             lines.append(f"  {f.taken:5} {os.path.basename(f.path)} {f.bytes} B{speed}: {f.reason}")
@@ -147,7 +167,19 @@ def decide(state_dict: Any, checkpoint_files: Optional[Sequence[str]], load_conf
         return None, "disable_mmap=True: transformers reads whole files itself"
     if not hasattr(load_config, "device_map"):
         return None, f"transformers' {type(load_config).__name__} has no device_map"
-    device_map = load_config.device_map
+    device, why = _one_device(load_config.device_map)
+    if device is None:
+        return None, why
+    for f in checkpoint_files:
+        if not os.path.isfile(f):
+            return None, f"{f} is not a local file"
+        if on_hf_mount is not None and on_hf_mount(f):
+            return None, f"{f} is on an hf-mount file system: transformers reads it whole"
+    return device, ""
+
+
+def _one_device(device_map: Any) -> Tuple[Optional[str], str]:
+    """The one device a device_map (None, a device, or a dict of them) puts every weight on."""
     values = list(device_map.values()) if isinstance(device_map, dict) else [device_map]
     devices = set()
     for value in values:
@@ -157,11 +189,6 @@ def decide(state_dict: Any, checkpoint_files: Optional[Sequence[str]], load_conf
         devices.add(name)
     if len(devices) > 1:
         return None, f"device_map spans {', '.join(sorted(devices))}: accelerate dispatches it"
-    for f in checkpoint_files:
-        if not os.path.isfile(f):
-            return None, f"{f} is not a local file"
-        if on_hf_mount is not None and on_hf_mount(f):
-            return None, f"{f} is on an hf-mount file system: transformers reads it whole"
     return devices.pop(), ""
 
 
@@ -263,6 +290,58 @@ class _ServedFiles:
         self.files = {os.path.realpath(f): FileReport(os.fspath(f), "stock", "", _size(f))
                       for f in files}
         self.handles: Optional[Dict[str, Optional[_Handle]]] = None
+        self.thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+        # Set once the reads are planned: whether they read everything up front.
+        self.planned = threading.Event()
+        self.up_front = False
+        self.started_at: Optional[float] = None
+
+    def matches(self, files: Sequence[str], device: str, dtype: Any) -> str:
+        """"" where this load wants what these reads read, else what differs."""
+        wanted = {os.path.realpath(os.fspath(f)) for f in files}
+        if wanted != set(self.files):
+            return "transformers asked for other files"
+        if device != self.device:
+            return f"transformers placed the weights on {device}, not {self.device}"
+        if dtype != self.dtype:
+            return f"transformers settled on dtype {dtype}, not {self.dtype}"
+        return ""
+
+    def start(self) -> None:
+        """Reads every file now, in a thread (ferry's loads release the GIL), so that transformers
+        builds the model meanwhile; ``handle`` waits for it."""
+        self.started_at = time.perf_counter()
+        self.thread = threading.Thread(target=self._read_in_thread, name="ferry-hf-read",
+                                       daemon=True)
+        self.thread.start()
+
+    def _read_in_thread(self) -> None:
+        try:
+            self._read_all()
+        except BaseException as e:  # noqa: BLE001 - raised again in the thread that waits
+            self.error = e
+        finally:
+            self.planned.set()
+
+    def wait(self) -> None:
+        """Waits for the reads ``start`` began; an error of that thread is raised here."""
+        thread, self.thread = self.thread, None
+        if thread is None:
+            return
+        start = time.perf_counter()
+        thread.join()
+        self.report.waited_seconds += time.perf_counter() - start
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+    def cancel(self) -> None:
+        """Drops what was read (after the thread, which a read in C++ cannot leave midway)."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread, self.error = None, None
+        self.handles = None
 
     def serves(self, filename: Any) -> bool:
         try:
@@ -272,6 +351,7 @@ class _ServedFiles:
 
     def handle(self, filename: Any) -> Optional[_Handle]:
         """ferry's handle for `filename`, or None where ferry could not read it."""
+        self.wait()
         if self.handles is None:
             self._read_all()
         assert self.handles is not None
@@ -311,7 +391,9 @@ class _ServedFiles:
         keys = list(self.files)
         ckpts = {k: c for k, c in zip(keys, map(self._open, keys)) if c is not None}
         self.handles = dict.fromkeys(keys)
-        if _shrinking_cast(list(ckpts.values()), self.dtype):
+        self.up_front = not _shrinking_cast(list(ckpts.values()), self.dtype)
+        self.planned.set()
+        if not self.up_front:
             for key, ckpt in ckpts.items():
                 entry = self.files[key]
                 entry.taken, entry.bytes, entry.seconds, entry.route = "ferry", 0, 0.0, _ON_DEMAND
@@ -319,6 +401,9 @@ class _ServedFiles:
                                 f"transformers casts each to {self.dtype} (the cast shrinks them)")
                 self.handles[key] = _Handle(ckpt, {}, self.device, entry, on_demand=True)
             return
+        if self.started_at is not None and self.device.startswith("cuda"):
+            _warm_allocator(self.device, sum(e.nbytes for c in ckpts.values()
+                                             for e in c.entries.values()))
         with ThreadPoolExecutor(max_workers=max(1, min(_FILES_AT_ONCE, len(ckpts))),
                                 thread_name_prefix="ferry-hf") as pool:
             read = list(pool.map(self._read_one, ckpts.keys(), ckpts.values()))
@@ -339,6 +424,18 @@ class _ServedFiles:
         self.handles = None
 
 
+def _warm_allocator(device: str, nbytes: int) -> None:
+    """What transformers' ``caching_allocator_warmup`` does, which the early reads skip (they
+    come first): one allocation of the whole model, freed into torch's cache, so that the tensors
+    are cut from one segment instead of each costing a cudaMalloc. Peak memory stays the model's.
+    Where it fails (no room for one piece), the reads allocate tensor by tensor, as without it."""
+    import torch
+    try:
+        torch.empty(nbytes, dtype=torch.uint8, device=device)
+    except Exception:  # noqa: BLE001 - out of memory, or a torch without CUDA: reads say why
+        pass
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -350,17 +447,30 @@ def _size(path: str) -> int:
 
 
 class _Patch:
-    """The installed seam: the original ``_load_pretrained_model`` and ``safe_open``, and who
-    holds the patch (``enable()`` and each ``loading()`` block)."""
+    """The installed seam: the original ``_load_pretrained_model`` and ``safe_open``, where this
+    transformers has them the originals of the early start (``from_pretrained``, ``_get_dtype``,
+    ``caching_allocator_warmup``), and who holds the patch (``enable()`` and each ``loading()``
+    block)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.users = 0
         self.enabled = False
         self.module: Any = None
-        self.original_load: Any = None
-        self.original_safe_open: Any = None
+        self.originals: Dict[str, Any] = {}
+        self.no_early = ""  # why this transformers gives no early start, or ""
         self.local = threading.local()
+
+
+class _Call:
+    """One ``from_pretrained`` call while the patch is installed: its keyword arguments, its
+    report, and the reads started for it before the model was built."""
+
+    def __init__(self, model_class: Any, kwargs: Dict[str, Any]) -> None:
+        self.kwargs = kwargs
+        self.start = time.perf_counter()
+        self.report = TransformersLoadReport(getattr(model_class, "__name__", "?"), "-")
+        self.served: Optional[_ServedFiles] = None
 
 
 _patch = _Patch()
@@ -381,6 +491,107 @@ def _seam(module: Any) -> str:
     return ""
 
 
+# The leading parameters of _get_dtype, where from_pretrained knows the files and the dtype.
+_GET_DTYPE_PARAMS = ("dtype", "checkpoint_files", "config", "sharded_metadata", "state_dict",
+                     "weights_only", "hf_quantizer")
+
+
+def _early_seam(module: Any) -> str:
+    """Why `module` gives ferry no place to start reading before the model is built, or ""."""
+    load = inspect.getattr_static(module.PreTrainedModel, "from_pretrained", None)
+    if not isinstance(load, classmethod):
+        return "PreTrainedModel.from_pretrained is not a classmethod"
+    get_dtype = getattr(module, "_get_dtype", None)
+    if get_dtype is None:
+        return "transformers.modeling_utils has no _get_dtype"
+    names = tuple(inspect.signature(get_dtype).parameters)[:len(_GET_DTYPE_PARAMS)]
+    if names != _GET_DTYPE_PARAMS:
+        return f"_get_dtype takes ({', '.join(names)}), not ({', '.join(_GET_DTYPE_PARAMS)})"
+    return ""
+
+
+# from_pretrained's arguments that shard the weights as they are read.
+_PARALLEL_KWARGS = ("tp_plan", "tp_size", "device_mesh", "distributed_config")
+# device_map values that accelerate resolves only once the model is built.
+_PLANNED_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def _early_device(kwargs: Dict[str, Any], module: Any) -> Tuple[Optional[str], str]:
+    """The device from_pretrained's own arguments put every weight on, before the model exists,
+    or (None, why not)."""
+    for key in _PARALLEL_KWARGS:
+        if kwargs.get(key) is not None:
+            return None, f"{key}= asks for tensor parallelism, which shards tensors as it reads"
+    device_map = kwargs.get("device_map")
+    if device_map is None:
+        probe = getattr(module, "get_torch_context_manager_or_global_device", None)
+        device_map = probe() if probe is not None else None
+    if isinstance(device_map, str) and device_map in _PLANNED_MAPS:
+        return None, f"device_map={device_map!r} is planned only once the model is built"
+    return _one_device(device_map)
+
+
+def _start_early(call: _Call, args: Tuple[Any, ...], kwargs: Dict[str, Any], dtype: Any) -> None:
+    """At ``_get_dtype``: starts reading `call`'s files where from_pretrained's arguments already
+    settle that ferry serves them; else records why the reads wait for the seam."""
+    module = _patch.module
+    bound = inspect.signature(_patch.originals["_get_dtype"]).bind(*args, **kwargs).arguments
+    device, why = _early_device(call.kwargs, module)
+    if device is not None:
+        zero3 = getattr(module, "is_deepspeed_zero3_enabled", None)
+        config = types.SimpleNamespace(device_map={"": device}, device_mesh=None,
+                                       hf_quantizer=bound.get("hf_quantizer"))
+        device, why = decide(bound.get("state_dict"), bound.get("checkpoint_files"), config,
+                             deepspeed_zero3=bool(zero3 and zero3()),
+                             on_hf_mount=getattr(module, "_is_on_hf_mount", None))
+    if device is None:
+        call.report.early = f"started when transformers asked, not before: {why}"
+        return
+    call.served = _ServedFiles(bound["checkpoint_files"], device, call.report, dtype)
+    call.report.read_started_s = time.perf_counter() - call.start
+    call.report.early = "started before the model was built"
+    call.served.start()
+
+
+def _ferry_get_dtype(*args: Any, **kwargs: Any) -> Any:
+    """transformers' ``_get_dtype`` while the patch is installed: the same, and then ferry's reads
+    start (the files and the dtype are known; the model is not built yet)."""
+    result = _patch.originals["_get_dtype"](*args, **kwargs)
+    call: Optional[_Call] = getattr(_patch.local, "call", None)
+    if call is not None and call.served is None and not call.report.early:
+        _start_early(call, args, kwargs, result[1])
+    return result
+
+
+def _ferry_warmup(*args: Any, **kwargs: Any) -> Any:
+    """transformers' ``caching_allocator_warmup``, skipped where ferry's reads, started before it,
+    already hold the weights on the device (a warm-up then would reserve the model twice)."""
+    served: Optional[_ServedFiles] = getattr(_patch.local, "served", None)
+    if served is not None and served.thread is not None:
+        served.planned.wait()
+        if served.up_front:
+            return None
+    return _patch.originals["caching_allocator_warmup"](*args, **kwargs)
+
+
+def _ferry_from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """``PreTrainedModel.from_pretrained`` while the patch is installed: transformers' own, with
+    this call's arguments kept for the early start; reads it started and never handed over (the
+    call raised first) are waited for and freed before it returns."""
+    call = _Call(cls, kwargs)
+    outer = getattr(_patch.local, "call", None)
+    _patch.local.call = call
+    try:
+        return _patch.originals["from_pretrained"].__func__(cls, *args, **kwargs)
+    finally:
+        _patch.local.call = outer
+        if call.served is not None:
+            call.served.cancel()
+            call.served = None
+            call.report.early += "; dropped: from_pretrained ended before it took the tensors"
+            _last[0] = call.report
+
+
 def _ferry_safe_open(*args: Any, **kwargs: Any) -> Any:
     """transformers' ``safe_open`` while the patch is installed: ferry's handle for a file of the
     load this thread is running, if ferry serves it; safetensors' own otherwise."""
@@ -391,7 +602,7 @@ def _ferry_safe_open(*args: Any, **kwargs: Any) -> Any:
         handle = served.handle(filename)
         if handle is not None:
             return handle
-    return _patch.original_safe_open(*args, **kwargs)
+    return _patch.originals["safe_open"](*args, **kwargs)
 
 
 def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: Any,
@@ -399,14 +610,28 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
     """``PreTrainedModel._load_pretrained_model`` while the patch is installed: decides whether
     ferry reads this load's files, then runs transformers' own."""
     module = _patch.module
-    original = _patch.original_load.__func__
+    original = _patch.originals["_load_pretrained_model"].__func__
     zero3 = getattr(module, "is_deepspeed_zero3_enabled", None)
     device, why = decide(state_dict, checkpoint_files, load_config,
                          deepspeed_zero3=bool(zero3 and zero3()),
                          on_hf_mount=getattr(module, "_is_on_hf_mount", None))
-    name = type(model).__name__
-    report = TransformersLoadReport(name, device or "-")
-    start = time.perf_counter()
+    call: Optional[_Call] = getattr(_patch.local, "call", None)
+    early = call.served if call is not None else None
+    report = call.report if call is not None else TransformersLoadReport("", "-")
+    if call is None and _patch.no_early:
+        report.early = f"started when transformers asked, not before: {_patch.no_early}"
+    if call is not None:
+        _patch.local.call, call.served = None, None  # this load takes the call's reads
+        report.model_built_s = time.perf_counter() - call.start
+    report.model, report.device = type(model).__name__, device or "-"
+    dtype = getattr(load_config, "dtype", None)
+    start = early.started_at if early is not None and early.started_at else time.perf_counter()
+    if early is not None:
+        differs = why if device is None else early.matches(checkpoint_files, device, dtype)
+        if differs:
+            early.cancel()
+            report.early += f"; dropped unused: {differs}"
+            early = None
     if device is None:
         report.files = [FileReport(os.fspath(f), "stock", why, _size(f))
                         for f in (checkpoint_files or [])]
@@ -415,7 +640,7 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
         finally:
             report.load_seconds = time.perf_counter() - start
             _last[0] = report
-    served = _ServedFiles(checkpoint_files, device, report, getattr(load_config, "dtype", None))
+    served = early or _ServedFiles(checkpoint_files, device, report, dtype)
     outer = getattr(_patch.local, "served", None)
     _patch.local.served = served
     try:
@@ -439,20 +664,38 @@ def _install() -> None:
                       f"{why}", RuntimeWarning, stacklevel=4)
         return
     _patch.module = module
-    _patch.original_load = inspect.getattr_static(module.PreTrainedModel,
-                                                  "_load_pretrained_model")
-    _patch.original_safe_open = module.safe_open
-    module.PreTrainedModel._load_pretrained_model = staticmethod(_ferry_load_pretrained_model)
+    model_class = module.PreTrainedModel
+    originals = _patch.originals
+    originals["_load_pretrained_model"] = inspect.getattr_static(model_class,
+                                                                 "_load_pretrained_model")
+    originals["safe_open"] = module.safe_open
+    model_class._load_pretrained_model = staticmethod(_ferry_load_pretrained_model)
     module.safe_open = _ferry_safe_open
+    _patch.no_early = _early_seam(module)
+    if _patch.no_early:
+        return  # loads still go through ferry, read when transformers asks
+    originals["from_pretrained"] = inspect.getattr_static(model_class, "from_pretrained")
+    originals["_get_dtype"] = module._get_dtype
+    model_class.from_pretrained = classmethod(_ferry_from_pretrained)
+    module._get_dtype = _ferry_get_dtype
+    if hasattr(module, "caching_allocator_warmup"):
+        originals["caching_allocator_warmup"] = module.caching_allocator_warmup
+        module.caching_allocator_warmup = _ferry_warmup
 
 
 def _uninstall() -> None:
     module = _patch.module
     if module is None:
         return
-    module.PreTrainedModel._load_pretrained_model = _patch.original_load
-    module.safe_open = _patch.original_safe_open
-    _patch.module = _patch.original_load = _patch.original_safe_open = None
+    for name, original in _patch.originals.items():
+        owner = module.PreTrainedModel if name in _CLASS_ATTRS else module
+        setattr(owner, name, original)
+    _patch.originals = {}
+    _patch.module = None
+
+
+# The patched names that live on PreTrainedModel (the rest are modeling_utils' globals).
+_CLASS_ATTRS = ("_load_pretrained_model", "from_pretrained")
 
 
 def _transformers_version() -> str:

@@ -1,18 +1,20 @@
 """ferry.transformers without transformers: the fallback decisions, the reports, and the patch
 going in and coming out, against a small stand-in for transformers 5's loading seam
 (``modeling_utils.safe_open`` and ``PreTrainedModel._load_pretrained_model``) that loads as
-transformers does (lazy slices, then ``[...]`` and ``.to(device, dtype)``, then tying). Needs
-torch (CPU is enough). The same checks against the real transformers on a GPU are in
-test_transformers_gpu.py."""
+transformers does (the files and dtype first, ``_get_dtype``, then the model built, then lazy
+slices, ``[...]`` and ``.to(device, dtype)``, then tying). Needs torch (CPU is enough). The same
+checks against the real transformers on a GPU are in test_transformers_gpu.py."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import os
 import struct
 import sys
 import threading
+import time
 import types
 import weakref
 from dataclasses import dataclass
@@ -116,11 +118,23 @@ def make_modeling_utils(state):
     mu.safe_open = stock_safe_open
     mu.is_deepspeed_zero3_enabled = lambda: state["zero3"]
 
+    def _get_dtype(dtype, checkpoint_files, config, sharded_metadata, state_dict, weights_only,
+                   hf_quantizer):
+        return config, dtype
+
+    def caching_allocator_warmup(model, expanded_device_map, hf_quantizer):
+        state["warmups"].append(expanded_device_map)
+
+    mu._get_dtype = _get_dtype
+    mu.caching_allocator_warmup = caching_allocator_warmup
+
     class PreTrainedModel:
         @staticmethod
         def _load_pretrained_model(model, state_dict, checkpoint_files, load_config,
                                    expected_keys=None):
             merged, pointers = {}, []
+            if load_config.device_map is not None:
+                mu.caching_allocator_warmup(model, load_config.device_map, None)
             if state_dict is not None:
                 merged = state_dict
             else:
@@ -147,6 +161,8 @@ def make_modeling_utils(state):
         def from_pretrained(cls, path, device_map=None, dtype=torch.float32):
             files = sorted(os.path.join(path, f) for f in os.listdir(path)
                            if f.endswith((".safetensors", ".bin")))
+            _, dtype = mu._get_dtype(dtype, files, None, None, None, True, None)
+            state["build"]()  # transformers builds the model (and imports lazily) here
             model = TinyModel()
             if isinstance(device_map, str):
                 device_map = {"": device_map}
@@ -162,7 +178,7 @@ def make_modeling_utils(state):
 def fake_transformers(monkeypatch):
     """A stand-in transformers package in sys.modules; the test fails if ferry's patch is
     still installed when it ends."""
-    state = {"zero3": False}
+    state = {"zero3": False, "warmups": [], "build": lambda: None}
     package = types.ModuleType("transformers")
     package.__version__ = "5.0.stand-in"
     mu = make_modeling_utils(state)
@@ -488,3 +504,161 @@ def test_keyword_calls_of_the_seam_pass_through_as_peft_makes_them(fake_transfor
             load_config=LoadStateDictConfig(), expected_keys=["proj.weight"])
     assert info["loaded"] == ["embed.weight", "proj.bias", "proj.gamma"]
     assert ft.last_load_report().taken == "ferry" and stock_safe_open.opened == []
+
+
+# ------------------------------------------------------------------ the early start
+
+
+def read_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("ferry-hf-read")]
+
+
+def test_reads_start_before_the_model_is_built(fake_transformers, sharded, monkeypatch):
+    started = threading.Event()
+    real_load = ft.Checkpoint.load
+
+    def load(self, *a, **k):
+        started.set()
+        return real_load(self, *a, **k)
+
+    monkeypatch.setattr(ft.Checkpoint, "load", load)
+    seen = {}
+
+    def build():  # the model's construction waits until ferry's reads have begun
+        seen["read_began"] = started.wait(timeout=5)
+
+    fake_transformers.state["build"] = build
+    stock = fake_transformers.mu.PreTrainedModel.from_pretrained(sharded, dtype=torch.float32)
+    started.clear()
+    with ft.loading():
+        model = fake_transformers.mu.PreTrainedModel.from_pretrained(sharded, dtype=torch.float32)
+    assert seen["read_began"]
+    assert_same_model(model, stock)
+    report = ft.last_load_report()
+    assert report.taken == "ferry" and report.early == "started before the model was built"
+    assert 0 <= report.read_started_s < report.model_built_s
+    assert "started before the model was built" in str(report)
+    assert report.to_dict()["read_started_s"] == report.read_started_s
+    assert read_threads() == []
+
+
+def test_the_warmup_is_skipped_where_ferry_already_holds_the_weights(fake_transformers, sharded):
+    warmups = fake_transformers.state["warmups"]
+    fake_transformers.mu.PreTrainedModel.from_pretrained(sharded, device_map="cpu")
+    assert len(warmups) == 1  # stock warms the allocator up
+    with ft.loading():
+        fake_transformers.mu.PreTrainedModel.from_pretrained(sharded, device_map="cpu")
+    assert len(warmups) == 1 and ft.last_load_report().taken == "ferry"
+    tmp = os.path.join(sharded, "f32")
+    os.mkdir(tmp)
+    write_safetensors(os.path.join(tmp, "model.safetensors"), weights(3, torch.float32))
+    with ft.loading():  # a shrinking cast reads nothing up front: the warm-up stays
+        fake_transformers.mu.PreTrainedModel.from_pretrained(tmp, device_map="cpu",
+                                                             dtype=torch.bfloat16)
+    assert len(warmups) == 2 and ft.last_load_report().files[0].route.startswith("on demand")
+
+
+def test_a_failed_background_read_names_the_file_and_stock_reads_it(fake_transformers, sharded,
+                                                                    monkeypatch):
+    real_load = ft.Checkpoint.load
+
+    def load(self, *a, **k):
+        if self.shards[0].endswith("00002-of-00002.safetensors"):
+            raise OSError(f"pread {self.shards[0]} offset=0 len=144: Input/output error")
+        return real_load(self, *a, **k)
+
+    monkeypatch.setattr(ft.Checkpoint, "load", load)
+    stock = fake_transformers.mu.PreTrainedModel.from_pretrained(sharded)
+    stock_safe_open.opened = []
+    with ft.loading():
+        model = fake_transformers.mu.PreTrainedModel.from_pretrained(sharded)
+    assert_same_model(model, stock)
+    first, second = ft.last_load_report().files
+    assert first.taken == "ferry" and second.taken == "stock"
+    assert "could not read it" in second.reason
+    assert ft.last_load_report().early == "started before the model was built"
+    assert "00002-of-00002.safetensors offset=0 len=144: Input/output error" in second.reason
+
+
+def test_an_error_of_the_read_thread_reaches_the_caller(fake_transformers, sharded, monkeypatch):
+    def broken(ckpts, dtype):
+        raise RuntimeError(f"the plan of the reads failed in {threading.current_thread().name}")
+
+    monkeypatch.setattr(ft, "_shrinking_cast", broken)
+    with ft.loading():
+        with pytest.raises(RuntimeError, match="failed in ferry-hf-read"):
+            fake_transformers.mu.PreTrainedModel.from_pretrained(sharded)
+    assert read_threads() == []
+
+
+def test_from_pretrained_raising_before_it_takes_the_tensors_frees_the_reads(
+        fake_transformers, sharded, monkeypatch):
+    real_load = ft.Checkpoint.load
+    read = []
+
+    def slow_load(self, *a, **k):
+        time.sleep(0.2)  # still reading when the model's construction fails
+        tensors = real_load(self, *a, **k)
+        read.extend(weakref.ref(t) for t in tensors.values())
+        return tensors
+
+    def build():
+        raise ValueError("the model's __init__ failed")
+
+    monkeypatch.setattr(ft.Checkpoint, "load", slow_load)
+    fake_transformers.state["build"] = build
+    with ft.loading():
+        with pytest.raises(ValueError, match="__init__ failed"):
+            fake_transformers.mu.PreTrainedModel.from_pretrained(sharded)
+    assert read_threads() == []
+    gc.collect()
+    assert len(read) == 3 and all(r() is None for r in read)
+    assert "dropped: from_pretrained ended before it took the tensors" in \
+        ft.last_load_report().early
+
+
+def test_reads_the_seam_does_not_want_are_dropped_and_stock_loads(fake_transformers, sharded):
+    def build():  # DeepSpeed turns up after the files were known: the seam decides stock
+        fake_transformers.state["zero3"] = True
+
+    fake_transformers.state["build"] = build
+    with ft.loading():
+        fake_transformers.mu.PreTrainedModel.from_pretrained(sharded)
+    report = ft.last_load_report()
+    assert report.taken == "stock" and len(stock_safe_open.opened) == 2
+    assert report.early.startswith("started before the model was built; dropped unused: ")
+    assert "ZeRO-3" in report.early
+    assert read_threads() == []
+
+
+def test_arguments_settled_only_with_the_model_wait_for_the_seam(fake_transformers):
+    mu = fake_transformers.mu
+    for kwargs, why in [({"tp_plan": "auto"}, "tp_plan= asks for tensor parallelism"),
+                        ({"device_mesh": object()}, "device_mesh= asks"),
+                        ({"device_map": "auto"}, "device_map='auto' is planned only once"),
+                        ({"device_map": {"a": "cpu", "b": "cuda:1"}}, "spans cpu, cuda:1")]:
+        device, reason = ft._early_device(kwargs, mu)
+        assert device is None and why in reason, kwargs
+    assert ft._early_device({}, mu) == ("cpu", "")
+    assert ft._early_device({"device_map": 1}, mu) == ("cuda:1", "")
+    mu.get_torch_context_manager_or_global_device = lambda: torch.device("cuda", 2)
+    assert ft._early_device({}, mu) == ("cuda:2", "")
+
+
+def test_a_device_map_of_one_device_starts_early(fake_transformers, sharded):
+    with ft.loading():
+        fake_transformers.mu.PreTrainedModel.from_pretrained(sharded, device_map={"": "cpu"})
+    assert ft.last_load_report().early == "started before the model was built"
+
+
+def test_a_get_dtype_of_another_shape_reads_at_the_seam(fake_transformers, sharded):
+    def _get_dtype(dtype, files, config, metadata, state_dict, weights_only, quantizer):
+        return config, dtype
+
+    fake_transformers.mu._get_dtype = _get_dtype
+    with ft.loading():
+        fake_transformers.mu.PreTrainedModel.from_pretrained(sharded)
+    report = ft.last_load_report()
+    assert report.taken == "ferry" and report.read_started_s is None
+    assert report.early.startswith("started when transformers asked, not before: _get_dtype "
+                                   "takes (dtype, files, config")

@@ -3,8 +3,9 @@ models of four families (Qwen2 with tied embeddings and biases, Mixtral's mixtur
 whose experts transformers fuses as it loads, BERT with legacy LayerNorm.gamma/beta names and a
 missing pooler to initialise, GPT-2 with tied embeddings), built from configs and saved in
 several shards, then loaded by stock from_pretrained and through ferry: every tensor, buffer,
-tie, dtype, device and the logits must be the same. Skips, with the reason, without
-transformers or a CUDA GPU. Run on the GPU machine:
+tie, dtype, device and the logits must be the same; so must every model of the committed zoo
+(tests/data/zoo), and the reads must have started before the model was built. Skips, with the
+reason, without transformers or a CUDA GPU. Run on the GPU machine:
 
     PYTHONPATH=$PWD/python python3 -m pytest -q -rs tests/python/test_transformers_gpu.py
 """
@@ -12,6 +13,7 @@ transformers or a CUDA GPU. Run on the GPU machine:
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -129,8 +131,9 @@ def assert_identical(stock, mine, device, dtype):
     assert {str(p.device) for p in mine.parameters()} == {device}
     assert mine.training is stock.training is False
     ids = (torch.arange(24, device=device) * 7 % 500).reshape(2, 12)
+    extra = {"decoder_input_ids": ids} if stock.config.is_encoder_decoder else {}
     with torch.no_grad():
-        s_out, m_out = stock(input_ids=ids), mine(input_ids=ids)
+        s_out, m_out = stock(input_ids=ids, **extra), mine(input_ids=ids, **extra)
     key = "logits" if hasattr(s_out, "logits") else "last_hidden_state"
     assert torch.equal(getattr(m_out, key), getattr(s_out, key))
 
@@ -144,7 +147,65 @@ def test_from_pretrained_through_ferry_equals_stock(checkpoints, family, device_
     assert type(mine) is cls
     assert report.taken == "ferry" and report.device == device_map, str(report)
     assert len(report.files) >= 2 and all(f.route for f in report.files)
+    assert report.early == "started before the model was built", str(report)
+    assert report.read_started_s < report.model_built_s, str(report)
     assert_identical(stock, mine, device_map, torch.bfloat16)
+
+
+ZOO = os.path.join(os.path.dirname(__file__), "..", "data", "zoo")
+ZOO_FAMILIES = sorted(f for f in os.listdir(ZOO) if os.path.isfile(os.path.join(ZOO, f,
+                                                                                 "config.json")))
+
+
+@pytest.mark.parametrize("device_map", ["cuda:0", "cpu"])
+@pytest.mark.parametrize("family", ZOO_FAMILIES)
+def test_the_committed_zoo_loads_through_ferry_as_stock_loads_it(family, device_map):
+    """Every model of tests/data/zoo (bench/model_zoo.py: tied embeddings, biases, experts,
+    float16/float32/bfloat16), in the dtype its config names, read early."""
+    path = os.path.join(ZOO, family)
+    config = transformers.AutoConfig.from_pretrained(path)
+    cls = getattr(transformers, config.architectures[0])
+    stock, mine, report = load_both(cls, path, device_map=device_map, dtype="auto")
+    assert report.taken == "ferry" and report.device == device_map, str(report)
+    assert report.early == "started before the model was built", str(report)
+    assert_identical(stock, mine, device_map, stock.dtype)
+
+
+def test_from_pretrained_raising_after_the_reads_began_frees_the_gpu(checkpoints):
+    cls, _, _ = build("qwen2")
+
+    class Broken(cls):
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("the model's __init__ failed")
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with ft.loading():
+        with pytest.raises(RuntimeError, match="__init__ failed"):
+            Broken.from_pretrained(checkpoints["qwen2"], device_map="cuda:0")
+    assert torch.cuda.memory_allocated() == before
+    assert not [t for t in threading.enumerate() if t.name == "ferry-hf-read"]
+    assert "dropped: from_pretrained ended before it took the tensors" in \
+        ft.last_load_report().early
+
+
+def test_device_map_auto_reads_when_transformers_has_placed_the_model(checkpoints):
+    cls, _, _ = build("gpt2")
+    stock, mine, report = load_both(cls, checkpoints["gpt2"], device_map="auto")
+    assert report.taken == "ferry", str(report)
+    assert "device_map='auto' is planned only once the model is built" in report.early
+    assert_identical(stock, mine, str(next(stock.parameters()).device), stock.dtype)
+
+
+def test_a_quantized_load_stays_stock_and_says_so(checkpoints):
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed")
+    cls, _, _ = build("qwen2")
+    quantization = transformers.BitsAndBytesConfig(load_in_8bit=True)
+    with ft.loading():
+        cls.from_pretrained(checkpoints["qwen2"], device_map="cuda:0",
+                            quantization_config=quantization)
+    report = ft.last_load_report()
+    assert report.taken == "stock" and "quantized model" in report.early, str(report)
 
 
 @pytest.mark.parametrize("family", ["qwen2", "bert"])
@@ -172,6 +233,7 @@ def test_device_map_across_devices_loads_stock_with_the_reason(checkpoints):
     report = ft.last_load_report()
     assert report.taken == "stock"
     assert all("device_map spans cpu, cuda:0" in f.reason for f in report.files)
+    assert "not before: device_map spans cpu, cuda:0" in report.early, str(report)
 
 
 def test_function_form_reads_through_ferry(checkpoints):
