@@ -47,4 +47,7 @@ namespace ferry::cuda {
 // completes), and the pinned staging that stream-ordered GPU requests hold now, in bytes.
 std::size_t stream_gates_in_use();
 std::size_t staging_in_flight();
+// The bound on that staging (StagedCopies::kStagingInFlight until set), so that a test proves
+// the bound with a few MiB instead of 256.
+void set_staging_in_flight_bound(std::size_t bytes);
 }  // namespace ferry::cuda

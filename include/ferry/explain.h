@@ -87,6 +87,16 @@ struct Explanation {
   std::string to_json() const;
 };
 
+// What keeps cuFile off nvidia-fs, in words, judged once for explain and `ferry check`: the
+// machine's facts (cufile.json, nvidia-fs, the IOMMU) and, given a file's `storage`, its file
+// system and device; without one, whether nvidia-fs can serve local NVMe at all.
+struct Layer2Facts {
+  std::vector<std::string> blocking;  // facts that keep cuFile off nvidia-fs
+  std::vector<std::string> unknowns;  // facts that could not be read
+  std::string fs_support;             // what cuFile makes of the file system (storage only)
+};
+Layer2Facts layer2_facts(const PlatformReport& platform, const PlatformStorage* storage);
+
 // Throws IoError when `file` cannot be opened or stat()ed; every other fact is reported.
 Explanation explain(const std::filesystem::path& file, const ExplainRequest& request = {});
 

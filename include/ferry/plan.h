@@ -29,6 +29,22 @@ struct CufileScheduling {
 // environment.
 CufileScheduling read_cufile_scheduling(const std::filesystem::path& root = "/");
 
+// The memory a read with these choices uses, as `ferry read`, plan and explain choose it: the GPU
+// asked for, pinned or pageable host memory when asked for, else GPU 0 where the CUDA driver sees
+// one, else host memory.
+struct MemoryChoice {
+  std::optional<int> gpu;
+  bool host = false;
+  bool pinned = false;
+};
+struct ChosenMemory {
+  MemoryInfo memory;                   // as layer 1 classifies it (note: no CUDA driver)
+  std::string note;                    // why host memory when it was not asked for
+  std::optional<std::string> failure;  // the memory cannot be had
+};
+// Asks the CUDA driver.
+ChosenMemory choose_memory(const MemoryChoice& choice);
+
 struct PlanRequest {
   std::uint64_t offset = 0;
   std::uint64_t size = 0;

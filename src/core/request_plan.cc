@@ -108,7 +108,7 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
   // opens for it).
   p.path = p.walk.rule == Layer1Rule::kCufile || !p.walk.decided ? Path::kCufile : Path::kPosix;
   if (depth == PlanDepth::kCheap) return p;
-  p.cufile_required_by = cufile_required_by(settings);
+  p.cufile_required_by = core::cufile_required_by(settings);
   p.file_decides = !p.walk.decided;
   if (p.path == Path::kCufile) return p;
   p.reasons.push_back({p.code, words_of(p, settings, memory, size, residency)});
@@ -162,7 +162,9 @@ ChosenMemory choose_memory(const MemoryChoice& r, const CudaStatus& cuda) {
     m.kind = r.pinned ? MemoryKind::kHostPinned : MemoryKind::kHostPageable;
     m.device = r.pinned ? 0 : -1;
     if (!cuda.available) m.note = cuda.why_not;  // what classify_memory says without a driver
-    if (!r.host && !r.pinned) c.note = "no GPU, using host memory (" + cuda.why_not + ")";
+    // Without a driver the route's reason names it (no_cuda_driver): said once, there.
+    if (!r.host && !r.pinned)
+      c.note = "no GPU, using host memory" + (cuda.available ? " (" + cuda.why_not + ")" : "");
     if (r.pinned && !cuda.available) c.failure = cuda.why_not;
   } else {
     m.kind = MemoryKind::kDevice;

@@ -12,6 +12,7 @@
 #include "core/paths.h"
 #include "core/routing.h"
 #include "ferry/memory.h"
+#include "ferry/plan.h"
 #include "ferry/route.h"
 #include "ferry/settings.h"
 
@@ -63,18 +64,7 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
 // host memory because there is no CUDA driver).
 ReasonCode reason_code(Layer1Rule rule, bool no_driver);
 
-// The memory a read with these choices would use (as `ferry read` chooses it: GPU 0 where the
-// driver sees one, else host memory), and why not the one asked for.
-struct MemoryChoice {
-  std::optional<int> gpu;
-  bool host = false;
-  bool pinned = false;
-};
-struct ChosenMemory {
-  MemoryInfo memory;                   // as layer 1 classifies it (note: no CUDA driver)
-  std::string note;                    // why host memory when it was not asked for
-  std::optional<std::string> failure;  // the memory cannot be had
-};
+// ferry::choose_memory (ferry/plan.h) over the CUDA driver `cuda`.
 ChosenMemory choose_memory(const MemoryChoice& choice, const CudaStatus& cuda);
 
 }  // namespace ferry::core

@@ -81,9 +81,11 @@ class GateSlots {
   std::size_t in_use_ = 0;
 };
 
+// Process-wide: every stream of the process queues host functions, whichever runtime asked.
 std::atomic<std::uint64_t> host_queued{0};
 std::atomic<std::uint64_t> host_run{0};
 
+// Process-wide: a slot is polled by the GPU, whose streams any runtime's requests share.
 GateSlots& gates() {
   static auto* g = new GateSlots;  // leaked: streams may wait on its pages while the process exits
   return *g;
@@ -214,8 +216,7 @@ class PinnedCache {
     std::vector<std::pair<char*, std::size_t>> surplus;
     {
       std::unique_lock lock(mu_);
-      given_back_.wait(
-          lock, [&] { return in_use_ == 0 || in_use_ + bytes <= StagedCopies::kStagingInFlight; });
+      given_back_.wait(lock, [&] { return in_use_ == 0 || in_use_ + bytes <= bound_; });
       auto best = idle_.end();
       for (auto it = idle_.begin(); it != idle_.end(); ++it) {
         if (it->second >= bytes && it->second <= 2 * bytes + kGrain &&
@@ -270,6 +271,14 @@ class PinnedCache {
     return in_use_;
   }
 
+  void set_bound(std::size_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      bound_ = bytes;
+    }
+    given_back_.notify_all();
+  }
+
   std::size_t free_idle() {
     std::vector<std::pair<char*, std::size_t>> blocks;
     {
@@ -295,8 +304,10 @@ class PinnedCache {
   std::vector<std::pair<char*, std::size_t>> idle_;
   std::size_t idle_bytes_ = 0;
   std::size_t in_use_ = 0;  // given out, not yet back
+  std::size_t bound_ = StagedCopies::kStagingInFlight;
 };
 
+// Process-wide: stream-ordered requests of every runtime share one bound on pinned staging.
 PinnedCache& pinned_cache() {
   static auto* c = new PinnedCache;  // leaked: host functions may give blocks back at exit
   return *c;
@@ -457,6 +468,8 @@ std::size_t free_idle_staged_copies() { return pinned_cache().free_idle(); }
 std::size_t stream_gates_in_use() { return gates().in_use(); }
 
 std::size_t staging_in_flight() { return pinned_cache().in_use(); }
+
+void set_staging_in_flight_bound(std::size_t bytes) { pinned_cache().set_bound(bytes); }
 
 std::uint64_t host_functions_queued() { return host_queued.load(); }
 std::uint64_t host_functions_run() { return host_run.load(); }

@@ -62,17 +62,17 @@ class StreamOrder {
 // the H200, a stream held back by earlier work took 7 reads of 131 operations, one per task, and
 // blocked the 8th), so per-task operations made a few queued reads block their caller.
 //
-// Staging in flight is bounded (kStagingInFlight): a request that would take more waits in its
-// caller's thread until earlier stream-ordered requests complete (one alone always starts), as
-// CUDA's own queue makes a caller wait who runs far ahead of the GPU. Without a bound a caller
-// queueing N reads ahead pinned N requests' worth of host memory, all on the first run.
-// The only waits on the stream are for flags that the CPU sets once a piece has been read into
-// staging, which depends on no GPU work, so no wait ever depends on GPU work queued after it.
-// (Copies on streams of ferry's, which the stream's later work waited for through a flag,
-// deadlocked once a copy stream shared a hardware queue with the waiting stream: CUDA does not
-// see an order set by cuStreamWaitValue32. tests/fake_cuda models that.)
-// A read's workers start at the call, reading into the staging while the stream's earlier work
-// runs; a write's start from `done`, once the copies have run. Thread-safe.
+// Staging in flight is bounded (kStagingInFlight; tests set a smaller bound: test_hooks.h): a
+// request that would take more waits in its caller's thread until earlier stream-ordered requests
+// complete (one alone always starts), as CUDA's own queue makes a caller wait who runs far ahead of
+// the GPU. Without a bound a caller queueing N reads ahead pinned N requests' worth of host memory,
+// all on the first run. The only waits on the stream are for flags that the CPU sets once a piece
+// has been read into staging, which depends on no GPU work, so no wait ever depends on GPU work
+// queued after it. (Copies on streams of ferry's, which the stream's later work waited for through
+// a flag, deadlocked once a copy stream shared a hardware queue with the waiting stream: CUDA does
+// not see an order set by cuStreamWaitValue32. tests/fake_cuda models that.) A read's workers start
+// at the call, reading into the staging while the stream's earlier work runs; a write's start from
+// `done`, once the copies have run. Thread-safe.
 class StagedCopies {
  public:
   enum class Direction { kToDevice, kFromDevice };

@@ -33,80 +33,93 @@ bool contains(const std::optional<std::string>& s, std::string_view what) {
 
 // What cuFile makes of a file system: GDS documents nvidia-fs support for local ext4 (ordered
 // data mode) and xfs, and for distributed file systems only with their RDMA client setup.
-void judge_file_system(const PlatformStorage& s, Explanation& e) {
+void judge_file_system(const PlatformStorage& s, Layer2Facts& f) {
   if (!s.fs_type) {
-    e.fs_support = "unknown: " + s.mount_reason;
-    e.unknowns.push_back("the file system is unknown: " + s.mount_reason);
+    f.fs_support = "unknown: " + s.mount_reason;
+    f.unknowns.push_back("the file system is unknown: " + s.mount_reason);
     return;
   }
   const std::string& fs = *s.fs_type;
   if (fs == "ext4") {
     for (std::string_view mode : {"data=journal", "data=writeback"}) {
       if (contains(s.super_options, mode)) {
-        e.fs_support = fmt::format("ext4 with {}: nvidia-fs needs data=ordered", mode);
-        e.blocking.push_back(fmt::format("{} is mounted ext4 with {}; nvidia-fs needs data=ordered",
+        f.fs_support = fmt::format("ext4 with {}: nvidia-fs needs data=ordered", mode);
+        f.blocking.push_back(fmt::format("{} is mounted ext4 with {}; nvidia-fs needs data=ordered",
                                          s.mount_point.value_or("the mount"), mode));
         return;
       }
     }
-    e.fs_support = "ext4 in ordered data mode: supported by nvidia-fs";
+    f.fs_support = "ext4 in ordered data mode: supported by nvidia-fs";
   } else if (fs == "xfs") {
-    e.fs_support = "xfs: supported by nvidia-fs";
+    f.fs_support = "xfs: supported by nvidia-fs";
   } else if (fs == "nfs" || fs == "nfs4" || fs == "lustre" || fs == "wekafs" || fs == "gpfs" ||
              fs == "beegfs") {
-    e.fs_support = fs + ": accelerated only with its RDMA client set up for GDS";
-    e.unknowns.push_back(fmt::format(
+    f.fs_support = fs + ": accelerated only with its RDMA client set up for GDS";
+    f.unknowns.push_back(fmt::format(
         "{} takes the nvidia-fs path only with its GDS-enabled RDMA client, which ferry does "
         "not check",
         fs));
   } else {
-    e.fs_support = fs +
+    f.fs_support = fs +
                    ": no nvidia-fs support (GDS accelerates ext4, xfs and some distributed "
                    "file systems)";
-    e.blocking.push_back(fmt::format("{} is {}, which nvidia-fs does not accelerate",
+    f.blocking.push_back(fmt::format("{} is {}, which nvidia-fs does not accelerate",
                                      s.mount_point.value_or("the file's mount"), fs));
   }
 }
 
-void judge_device(const PlatformStorage& s, const PlatformNvfs& nvfs, Explanation& e) {
+std::string modules_text(const PlatformNvfs& nvfs) {
+  std::string modules;
+  for (const auto& m : nvfs.storage_modules) modules += (modules.empty() ? "" : ", ") + m;
+  return modules.empty() ? "none" : modules;
+}
+
+void judge_device(const PlatformStorage& s, const PlatformNvfs& nvfs, Layer2Facts& f) {
   if (!s.device || s.device->rfind("0:", 0) == 0) return;  // no block device: judged by fs
   const std::string source = s.source.value_or("");
-  std::string modules = nvfs.storage_modules.empty() ? std::string("none")
-                                                     : fmt::format("{}", nvfs.storage_modules[0]);
-  for (std::size_t i = 1; i < nvfs.storage_modules.size(); ++i)
-    modules += ", " + nvfs.storage_modules[i];
   if (source.rfind("/dev/nvme", 0) == 0) {
     if (nvfs.loaded && nvfs.nvme_registered == false)
-      e.blocking.push_back(fmt::format(
-          "{} is NVMe but nvidia-fs has no nvme driver registered (modules: {})", source, modules));
+      f.blocking.push_back(
+          fmt::format("{} is NVMe but nvidia-fs has no nvme driver registered "
+                      "(modules: {})",
+                      source, modules_text(nvfs)));
   } else if (source.rfind("/dev/vd", 0) == 0) {
-    e.blocking.push_back(
+    f.blocking.push_back(
         fmt::format("{} is a virtio disk, which nvidia-fs has no driver for", source));
   } else if (nvfs.loaded) {
-    e.unknowns.push_back(fmt::format(
+    f.unknowns.push_back(fmt::format(
         "{} is not NVMe; whether nvidia-fs serves it depends on its drivers (modules: {})",
-        source.empty() ? *s.device : source, modules));
+        source.empty() ? *s.device : source, modules_text(nvfs)));
   }
 }
 
-// The facts that keep cuFile off nvidia-fs, gathered whichever path layer 1 takes: a read that
-// does not reach cuFile today may reach it once the layer-1 blocker is gone.
-void judge_layer2_facts(Explanation& e) {
-  const PlatformReport& p = e.platform;
+}  // namespace
+
+Layer2Facts layer2_facts(const PlatformReport& p, const PlatformStorage* storage) {
+  Layer2Facts f;
   if (cufile_setting(p, "properties.force_compat_mode") == "true")
-    e.blocking.push_back(
+    f.blocking.push_back(
         "properties.force_compat_mode is true (cufile.json or CUFILE_FORCE_COMPAT_MODE): cuFile "
         "serves every request through its compatibility path");
-  if (!p.nvfs.loaded) e.blocking.push_back("nvidia-fs is not loaded: " + p.nvfs.reason);
-  judge_file_system(e.storage, e);
-  judge_device(e.storage, p.nvfs, e);
+  if (!p.nvfs.loaded) f.blocking.push_back("nvidia-fs is not loaded: " + p.nvfs.reason);
+  if (storage != nullptr) {
+    judge_file_system(*storage, f);
+    judge_device(*storage, p.nvfs, f);
+  } else if (p.nvfs.loaded && p.nvfs.nvme_registered == false) {
+    f.blocking.push_back(fmt::format(
+        "nvidia-fs has no nvme driver registered (modules: {}): it cannot serve local NVMe",
+        modules_text(p.nvfs)));
+  }
   if (p.iommu.on == true && p.iommu.how.find("passthrough") == std::string::npos) {
-    e.blocking.push_back("the IOMMU is on (" + p.iommu.how +
+    f.blocking.push_back("the IOMMU is on (" + p.iommu.how +
                          "); GDS documents that nvidia-fs needs it off or in passthrough mode");
   } else if (!p.iommu.on) {
-    e.unknowns.push_back("IOMMU state unknown: " + p.iommu.how);
+    f.unknowns.push_back("IOMMU state unknown: " + p.iommu.how);
   }
+  return f;
 }
+
+namespace {
 
 // Layer 2: what cuFile will do with the requests layer 1 sends it.
 void predict_layer2(const ExplainRequest& r, Explanation& e) {
@@ -188,7 +201,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
 
   // The memory `ferry read` would use.
   CudaStatus cuda = cuda_status();
-  core::ChosenMemory chosen = core::choose_memory({r.gpu, r.host, r.pinned}, cuda);
+  ChosenMemory chosen = core::choose_memory({r.gpu, r.host, r.pinned}, cuda);
   const MemoryInfo& memory = chosen.memory;
   e.memory = memory.kind;
   e.device = memory.device;
@@ -273,7 +286,14 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   // Host memory asked for never goes to cuFile: what blocks nvidia-fs cannot matter to this read.
   // Where host memory is only the fallback (no GPU here), the facts still describe the storage.
   const bool gpu_memory = !e.remote && (is_gpu(e.memory) || (!r.host && !r.pinned));
-  if (gpu_memory) judge_layer2_facts(e);
+  if (gpu_memory) {
+    // The facts that keep cuFile off nvidia-fs, gathered whichever path layer 1 takes: a read
+    // that does not reach cuFile today may reach it once the layer-1 blocker is gone.
+    Layer2Facts facts = layer2_facts(e.platform, &e.storage);
+    e.blocking = std::move(facts.blocking);
+    e.unknowns = std::move(facts.unknowns);
+    e.fs_support = std::move(facts.fs_support);
+  }
   if (e.path == Path::kCufile) predict_layer2(r, e);
   // Measured on the GPU machine (docs/platform.md): without it cuFileHandleRegister fails with
   // 5027, so layer 1 falls back; said even where an earlier blocker hides it.

@@ -26,6 +26,10 @@ std::string compat_words(CompatMode m) {
 
 }  // namespace
 
+ChosenMemory choose_memory(const MemoryChoice& choice) {
+  return core::choose_memory(choice, cuda_status());
+}
+
 std::string cufile_required_by(const Settings& settings) {
   return core::cufile_required_by(settings);
 }
@@ -34,7 +38,7 @@ Plan plan(const PlanRequest& r) {
   Plan p;
   p.request = r;
   p.settings = settings_with(r.settings);
-  core::ChosenMemory memory = core::choose_memory({r.gpu, r.host, r.pinned}, cuda_status());
+  ChosenMemory memory = choose_memory({r.gpu, r.host, r.pinned});
   p.memory = memory.memory.kind;
   p.device = memory.memory.device;
   p.memory_note = memory.note;

@@ -58,7 +58,8 @@ TEST(CliCheck, GpuMachineWithoutNvidiaFsGivesAVerdictPerGpu) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "580.159.04")) << r.out;
   EXPECT_TRUE(has(r.out, "verdict: GPU 0000:00:06.0")) << r.out;
-  EXPECT_TRUE(has(r.out, "GDS accelerated path: not available (nvidia-fs not loaded)")) << r.out;
+  EXPECT_TRUE(has(r.out, "GDS accelerated path: not available (nvidia-fs is not loaded: "))
+      << r.out;
   EXPECT_TRUE(has(r.out, "not " + t.root().string() + "'s")) << "says libcuda is the process's";
   if (!have_cuda()) {
     EXPECT_TRUE(has(r.out, "ferry cannot use GPU memory")) << r.out;

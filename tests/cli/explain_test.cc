@@ -165,5 +165,18 @@ TEST_F(CliExplainOnServer, WritebackExt4AndIommuOnBlockNvidiaFs) {
   EXPECT_TRUE(has(all, "IOMMU is on")) << all;
 }
 
+// The layer-2 blockers are judged once (ferry::layer2_facts): check's verdict names the machine's
+// first blocker in explain's own words.
+TEST_F(CliExplainOnServer, CheckNamesTheBlockerExplainFinds) {
+  t_.mkdir("sys/class/iommu/dmar0");
+  const nlohmann::json j = explain();
+  std::string iommu;
+  for (const auto& b : j["layer2"]["blocking"])
+    if (has(b.get<std::string>(), "IOMMU is on")) iommu = b.get<std::string>();
+  ASSERT_FALSE(iommu.empty());
+  CliRun r = run_cli("check --path " + dir_.path().string() + " --root " + t_.root().string());
+  EXPECT_TRUE(has(r.out, "GDS accelerated path: not available (" + iommu + ")")) << r.out;
+}
+
 }  // namespace
 }  // namespace ferry::test

@@ -411,10 +411,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(tmp_path, world, args, timeout=240):
-    """`world` processes of WORKER as torchrun would start them (env://, localhost only)."""
+def launch(tmp_path, world, args, timeout=240, worker=WORKER):
+    """`world` processes of `worker` as torchrun would start them (env://, localhost only), each
+    given tmp_path and `args`; returns what each rank pickled to tmp_path/rank{r}.pkl."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
                PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""),

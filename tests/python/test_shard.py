@@ -6,11 +6,6 @@ experts. The slices read by gloo ranks (2 and 4 processes) add up to the checkpo
 
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import sys
-
 import pytest
 
 import ferry
@@ -19,8 +14,6 @@ from remote_servers import nginx  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
 from test_iter_weights import write  # noqa: E402  (this folder is on pytest's path)
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def weights(seed=0):
@@ -205,28 +198,11 @@ def test_gloo_ranks_read_their_slices_and_the_checkpoint_once(tmp_path, world):
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip(f"torch {torch.__version__} has no gloo backend")
-    from test_distributed import free_port
+    from test_distributed import launch
     full = weights()
     del full["bias"]  # one dimension: every other tensor is cut along dimension 0 and then 1
     path = write(tmp_path / "model.safetensors", full)
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), path],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(world)]
-    try:
-        outputs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for r, (p, text) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{text[-4000:]}"
-    results = [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(world)]
+    results = launch(tmp_path, world, [path], worker=WORKER)
     whole = sum(t.numel() * t.element_size() for t in full.values())
     for dim in (0, 1):
         for r in range(world):

@@ -2,6 +2,7 @@
 // any I/O: GPUs, CUDA driver, libcufile, cufile.json, nvidia-fs, IOMMU, ACS, P2PDMA, ferry's
 // settings, and one verdict per GPU in words.
 #include <ferry/cufile.h>
+#include <ferry/explain.h>
 #include <ferry/plan.h>
 #include <ferry/platform.h>
 #include <ferry/remote.h>
@@ -48,26 +49,19 @@ void merge_gpus(PlatformReport& p, const CudaStatus& cuda) {
 // reads would fail under these settings.
 std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const CufileStatus& c,
                     const Settings& s, bool& fails) {
-  std::string gds;
-  if (!p.nvfs.loaded) {
-    gds = "not available (nvidia-fs not loaded)";
-  } else if (p.nvfs.nvme_registered == false) {
-    gds = "not available for local NVMe (nvidia-fs has no nvme driver registered)";
-  } else if (p.iommu.on == true && p.iommu.how.find("passthrough") == std::string::npos) {
-    gds = "blocked (the IOMMU is on)";
-  } else if (cufile_setting(p, "properties.force_compat_mode") == "true") {
-    gds = "not used (force_compat_mode is true)";
-  } else {
-    gds =
-        "available for files on ext4 (data=ordered) or xfs on NVMe; `ferry explain FILE` tells "
-        "per file";
-  }
+  // cuFile's own path, judged as explain judges it, over the machine's facts (no file named).
+  const Layer2Facts facts = layer2_facts(p, nullptr);
+  const std::string gds =
+      facts.blocking.empty()
+          ? "available for files on ext4 (data=ordered) or xfs on NVMe; `ferry explain FILE` "
+            "tells per file"
+          : "not available (" + facts.blocking.front() + ")";
   std::string cufile;
   if (!c.loaded) {
     cufile = "cuFile is not usable (" + c.load_error + ")";
   } else if (c.driver_open_attempted && !c.driver_open) {
     cufile = "cuFile's driver does not open (" + c.driver_error_text + ")";
-  } else if (!p.nvfs.loaded) {
+  } else if (!facts.blocking.empty()) {
     cufile = cufile_setting(p, "properties.allow_compat_mode") == "false"
                  ? "cuFile will refuse to run (allow_compat_mode is false)"
                  : "cuFile will run in compatibility mode";

@@ -119,21 +119,10 @@ std::vector<int> resolve_gpus(const GpuList& list) {
   return list.ordinals;
 }
 
-Target resolve_target(const MemoryChoice& choice) {
-  if (choice.host) return {MemoryKind::kHostPageable, -1, ""};
-  if (choice.pinned) return {MemoryKind::kHostPinned, 0, ""};
-  if (choice.gpu) {
-    CudaStatus cuda = cuda_status();
-    if (!cuda.available) throw CudaError(cuda.why_not, 0);
-    return {MemoryKind::kDevice, *choice.gpu, ""};
-  }
-  CudaStatus cuda = cuda_status();
-  // Without a driver the route report's reason names it (no_cuda_driver): said once, there.
-  if (!cuda.available) return {MemoryKind::kHostPageable, -1, "no GPU, using host memory"};
-  if (cuda.gpus.empty()) {
-    return {MemoryKind::kHostPageable, -1, "no GPU, using host memory (the CUDA driver sees none)"};
-  }
-  return {MemoryKind::kDevice, 0, ""};
+Target resolve_target(const ferry::MemoryChoice& choice) {
+  const ChosenMemory chosen = choose_memory(choice);
+  if (chosen.failure) throw CudaError(*chosen.failure, 0);
+  return {chosen.memory.kind, chosen.memory.device, chosen.note};
 }
 
 namespace {

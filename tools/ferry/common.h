@@ -16,10 +16,7 @@
 namespace ferry::cli {
 
 // --gpu N / --host and the settings flags common to read and write.
-struct MemoryChoice {
-  std::optional<int> gpu;
-  bool host = false;
-  bool pinned = false;
+struct MemoryChoice : ferry::MemoryChoice {
   std::string gpu_list;  // --gpu as given where several GPUs are accepted ("0,1", "all")
 };
 // `several_gpus`: --gpu also takes a list ("0,1") or "all", kept in `gpu_list` (checked at
@@ -48,14 +45,15 @@ struct SettingsFlags {
 void add_settings_options(CLI::App& cmd, SettingsFlags& flags);
 FileOptions file_options(const SettingsFlags& flags);
 
-// The memory a command will use: the GPU asked for, or GPU 0 when one exists and --host was not
-// given, else host memory. `note` says why host memory was chosen when it was not asked for.
+// The memory a command will use, as plan and explain predict it (ferry::choose_memory): the GPU
+// asked for, or GPU 0 when one exists and --host was not given, else host memory. `note` says
+// why host memory was chosen when it was not asked for. Throws CudaError where it cannot be had.
 struct Target {
   MemoryKind kind;
   int device;
   std::string note;
 };
-Target resolve_target(const MemoryChoice& choice);
+Target resolve_target(const ferry::MemoryChoice& choice);
 
 // SHA-256 (hex) of the first `size` bytes of `buffer`, copied back in chunks where needed.
 std::string sha256(const Buffer& buffer, std::size_t size);
