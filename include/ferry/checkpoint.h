@@ -108,6 +108,9 @@ struct LoadReport {
   // read_into, whose caller allocates); reads already submitted run meanwhile.
   double allocate_seconds = 0;
   std::vector<RouteReport> routes;
+  // A DCP folder's byte items (pickled non-tensor values such as a learning rate), which a load
+  // lists here rather than loads.
+  std::vector<std::string> skipped;
   // One line: tensors, bytes, seconds, GB/s and the shards' routes.
   std::string summary() const;
   std::string to_json() const;
@@ -160,8 +163,11 @@ struct LoadResult {
 
 class Checkpoint {
  public:
-  // `path`: a .safetensors file, a *.index.json (weight_map), or a directory holding an index
-  // or .safetensors files. Reads and validates every header; throws CheckpointError (or IoError).
+  // `path`: a .safetensors file, a *.index.json (weight_map), a directory holding an index
+  // or .safetensors files, or a torch.distributed.checkpoint (DCP) folder (one holding
+  // `.metadata`), whose tensors are named as `.metadata` flattens them and come back whole and
+  // contiguous, however they were sharded or strided. Reads and validates every header; throws
+  // CheckpointError (or IoError).
   explicit Checkpoint(const std::filesystem::path& path, FileOptions options = {});
   ~Checkpoint();
   Checkpoint(Checkpoint&&) noexcept;
@@ -187,6 +193,7 @@ class Checkpoint {
   LoadResult load(const LoadOptions& options = {}) const;
 
  private:
+  void open_dcp(const std::filesystem::path& path, const FileOptions& options);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -5,6 +5,7 @@
 #include "ferry/checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "checkpoint/dcp_folder.h"
 #include "checkpoint/progress_meter.h"
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/shard_index.h"
@@ -48,6 +50,16 @@ struct Checkpoint::State {
   std::unordered_map<std::string, std::size_t> by_name;
   std::string index_metadata = "{}";
   std::uint64_t total = 0;
+  // A DCP folder's tensors are pieces of their .distcp files (empty for safetensors), and its
+  // byte items, which are not tensors, are listed in every load's report.
+  std::vector<std::vector<checkpoint::TensorPiece>> pieces;
+  std::vector<std::string> skipped;
+
+  // Where tensor `i`'s bytes lie: its one range of its shard, or a DCP tensor's pieces.
+  std::vector<checkpoint::TensorPiece> pieces_of(std::size_t i) const {
+    if (!pieces.empty()) return pieces[i];
+    return {{tensors[i].shard, tensors[i].file_offset, tensors[i].nbytes, 0}};
+  }
 
   // The shard's File: the one kept open, or the shard opened again, refused if it changed size
   // since its header was read (its offsets would describe another file).
@@ -118,6 +130,10 @@ constexpr std::uint64_t kPartBytes = std::uint64_t{1} << 30;
 
 Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     : state_(std::make_unique<State>()) {
+  if (checkpoint::is_dcp_folder(path)) {
+    open_dcp(path, options);
+    return;
+  }
   const checkpoint::ShardIndex index = checkpoint::discover_shards(path);
   State& s = *state_;
   s.path = io::shown_url(path.string());  // for messages: a URL without its credentials
@@ -146,6 +162,27 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
     if (keep_open) s.files.push_back(std::move(file));
   }
   check_against_index(index, s.tensors, s.by_name, s.shard_names);
+}
+
+void Checkpoint::open_dcp(const fs::path& path, const FileOptions& options) {
+  checkpoint::DcpFolder dcp = checkpoint::open_dcp_folder(path, options);
+  State& s = *state_;
+  s.path = path.string();
+  s.options = options;
+  s.shard_names = std::move(dcp.shard_names);
+  for (const auto& file : dcp.files) {
+    s.shard_paths.push_back(file->path());
+    s.shard_sizes.push_back(file->size());
+  }
+  if (dcp.files.size() <= kShardsKeptOpen) s.files = std::move(dcp.files);
+  s.metadata.resize(s.shard_names.size());
+  s.tensors = std::move(dcp.tensors);
+  s.pieces = std::move(dcp.pieces);
+  s.skipped = std::move(dcp.byte_items);
+  for (std::size_t i = 0; i < s.tensors.size(); ++i) {
+    s.by_name.emplace(s.tensors[i].name, i);
+    s.total += s.tensors[i].nbytes;
+  }
 }
 
 Checkpoint::~Checkpoint() = default;
@@ -213,8 +250,13 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets,
     if (target.buffer == nullptr) {
       throw CheckpointError(s.shard_names[t.shard], t.name, "no buffer to read into");
     }
-    ranges[t.shard].push_back(
-        {t.file_offset + target.begin, static_cast<std::size_t>(length), target.buffer});
+    for (const checkpoint::TensorPiece& p : s.pieces_of(target.tensor)) {
+      const std::uint64_t lo = std::max(p.dest, target.begin);
+      const std::uint64_t hi = std::min(p.dest + p.length, target.begin + length);
+      if (lo >= hi) continue;
+      ranges[p.shard].push_back({p.file_offset + (lo - p.dest), static_cast<std::size_t>(hi - lo),
+                                 static_cast<char*>(target.buffer) + (lo - target.begin)});
+    }
     total += length;
   }
   // The shards' requests are submitted before any is waited for, so they run together; past
@@ -342,11 +384,6 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   };
   for (std::size_t k = 0; k < chosen.size(); ++k) {
     const TensorInfo& t = s.tensors[chosen[k]];
-    if (t.shard != shard || part_bytes >= kPartBytes) {
-      submit();
-      shard = t.shard;
-      part_bytes = 0;
-    }
     void* data;
     if (options.one_allocation) {
       data = static_cast<char*>(allocations.front()) + offsets[k];
@@ -354,9 +391,16 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
       data = allocate_first ? allocations[k] : allocate(t.nbytes);
     }
     result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
-    if (t.nbytes > 0) {
-      part.push_back({t.file_offset, static_cast<std::size_t>(t.nbytes), data});
-      part_bytes += t.nbytes;
+    for (const checkpoint::TensorPiece& p : s.pieces_of(chosen[k])) {
+      if (p.shard != shard || part_bytes >= kPartBytes) {
+        submit();
+        shard = p.shard;
+        part_bytes = 0;
+      }
+      if (p.length == 0) continue;
+      part.push_back(
+          {p.file_offset, static_cast<std::size_t>(p.length), static_cast<char*>(data) + p.dest});
+      part_bytes += p.length;
     }
   }
   submit();
@@ -365,13 +409,19 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   // The allocations are part of what a user waits for.
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   report.allocate_seconds = std::chrono::duration<double>(allocating).count();
+  report.skipped = s.skipped;
   return result;
 }
 
 std::string LoadReport::summary() const {
-  return fmt::format("{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s)\n{}", tensors, bytes,
-                     seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0, routes.size(),
-                     join_verdicts(routes));
+  std::string out = fmt::format("{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s)\n{}",
+                                tensors, bytes, seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+                                routes.size(), join_verdicts(routes));
+  if (!skipped.empty()) {
+    out += fmt::format("\n{} non-tensor item(s) skipped: {}", skipped.size(),
+                       fmt::join(skipped, ", "));
+  }
+  return out;
 }
 
 std::string LoadReport::to_json() const {
@@ -382,7 +432,8 @@ std::string LoadReport::to_json() const {
                         {"seconds", seconds},
                         {"allocate_seconds", allocate_seconds},
                         {"gbps", seconds > 0 ? bytes / seconds / 1e9 : 0.0},
-                        {"routes", routes_json}};
+                        {"routes", routes_json},
+                        {"skipped", skipped}};
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -67,8 +67,10 @@ const DtypeName& entry(Dtype dtype) { return kDtypes.at(static_cast<std::size_t>
 std::string with_context(const std::string& file, const std::string& tensor,
                          const std::string& message) {
   // Names and JSON text come from the file: escaped, so no terminal escape or stray byte prints.
-  if (tensor.empty()) return printable(fmt::format("safetensors {}: {}", file, message));
-  return printable(fmt::format("safetensors {}: tensor '{}': {}", file, tensor, message));
+  const std::string_view format =
+      file.ends_with(".metadata") || file.ends_with(".distcp") ? "dcp" : "safetensors";
+  if (tensor.empty()) return printable(fmt::format("{} {}: {}", format, file, message));
+  return printable(fmt::format("{} {}: tensor '{}': {}", format, file, tensor, message));
 }
 
 }  // namespace

@@ -1,0 +1,210 @@
+// The DCP reader (issue 51 item 2): the restricted unpickler, the torch.save blob reader and the
+// loader's DCP branch, over the golden folders stock torch 2.11 wrote (tests/data/dcp).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "checkpoint/dcp_folder.h"
+#include "checkpoint/pickle_reader.h"
+#include "checkpoint/torch_save_blob.h"
+#include "ferry/checkpoint.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path golden(const char* name) {
+  return fs::path(std::getenv("FERRY_TEST_DATA")) / "dcp" / name;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool nothing_allowed(std::string_view) { return false; }
+
+// A literal's bytes, NULs included.
+template <std::size_t N>
+std::string bytes_of(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
+TEST(PickleReader, GoldenMetadataParsesEveryTensorAndByteItem) {
+  const DcpMetadata md = parse_dcp_metadata(slurp(golden("single") / ".metadata"), ".metadata");
+  ASSERT_EQ(md.tensors.size(), 13u);
+  EXPECT_EQ(md.byte_items.size(), 6u);
+  const DcpTensorMeta& embed = md.tensors[0];
+  EXPECT_EQ(embed.name, "model.embed.weight");
+  EXPECT_EQ(embed.dtype, Dtype::kBF16);
+  EXPECT_EQ(embed.shape, (std::vector<std::uint64_t>{16, 4}));
+  ASSERT_EQ(embed.chunks.size(), 1u);
+  EXPECT_EQ(embed.chunks[0].relative_path, "__0_0.distcp");
+}
+
+TEST(PickleReader, RefusesOsSystemNamingTheClass) {
+  const std::string evil = bytes_of(
+      "\x80\x02"
+      "cos\nsystem\nX\x02\x00\x00\x00ls\x85R.");
+  const std::string why = error_of([&] { parse_dcp_metadata(evil, "/x/.metadata"); });
+  EXPECT_NE(why.find("/x/.metadata"), std::string::npos) << why;
+  EXPECT_NE(why.find("refuses class os.system"), std::string::npos) << why;
+}
+
+TEST(PickleReader, RefusesBuiltinsEvalThroughStackGlobal) {
+  const std::string evil = std::string(
+                               "\x80\x04\x8c\x08"
+                               "builtins\x8c\x04"
+                               "eval\x93",
+                               19) +
+                           "\x8c\x01x\x85R.";
+  const std::string why = error_of([&] { parse_dcp_metadata(evil, "/x/.metadata"); });
+  EXPECT_NE(why.find("refuses class builtins.eval"), std::string::npos) << why;
+}
+
+TEST(PickleReader, TruncatedMetadataNamesTheOffset) {
+  const std::string cut = slurp(golden("single") / ".metadata").substr(0, 100);
+  const std::string why = error_of([&] { parse_dcp_metadata(cut, "/x/.metadata"); });
+  EXPECT_NE(why.find("/x/.metadata: pickle offset"), std::string::npos) << why;
+  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+}
+
+TEST(PickleReader, UnknownOpcodeNamesItsOffset) {
+  const std::string why = error_of([] { read_pickle("\x80\x02N\xff.", nothing_allowed, "p", 10); });
+  EXPECT_NE(why.find("pickle offset 13: unknown or unsupported opcode 0xff"), std::string::npos)
+      << why;
+}
+
+TEST(PickleReader, ACycleIsRefused) {
+  // EMPTY_LIST MEMOIZE BINGET 0 APPEND STOP: a list inside itself.
+  const std::string why = error_of([] {
+    read_pickle(bytes_of("]\x94h\x00"
+                         "a."),
+                nothing_allowed, "p");
+  });
+  EXPECT_NE(why.find("cycle"), std::string::npos) << why;
+}
+
+TEST(PickleReader, HandBuiltDataPklNamesStorageOffsetSizeAndStride) {
+  // What torch.save writes for a (2, 3) float32 view starting at element 1 of storage '0'.
+  const std::string pkl = bytes_of(
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\nq\x00((X\x07\x00\x00\x00storageq\x01"
+      "ctorch\nFloatStorage\nq\x02X\x01\x00\x00\x00"
+      "0q\x03X\x03\x00\x00\x00"
+      "cpuq\x04K\x07tq\x05QK\x01K\x02K\x03\x86q\x06K\x03K\x01\x86q\x07\x89"
+      "ccollections\nOrderedDict\nq\x08)Rq\x09tq\x0aRq\x0b.");
+  const PickleRef v = read_pickle(pkl, torch_save_class_allowed, "data.pkl");
+  ASSERT_TRUE(v->is_class("torch._utils._rebuild_tensor_v2"));
+  const auto& args = v->args->items;
+  ASSERT_EQ(args.size(), 6u);
+  EXPECT_EQ(args[0]->items[0]->items[1]->text, "torch.FloatStorage");
+  EXPECT_EQ(args[1]->integer, 1);
+  EXPECT_EQ(args[2]->items[1]->integer, 3);
+  EXPECT_EQ(args[3]->items[0]->integer, 3);
+}
+
+TEST(DcpFolder, ADimOneChunkIsOnePiecePerRow) {
+  DcpTensorMeta t{"w", Dtype::kF16, {8, 6}, {}};
+  DcpChunk c{{0, 3}, {8, 3}, "__1_0.distcp", 0, 0};
+  TorchTensorRecord r{"torch.HalfStorage", 1000, 48, 0, {8, 3}, {3, 1}};
+  const std::vector<TensorPiece> p = place_chunk(t, c, r, 1, "f");
+  ASSERT_EQ(p.size(), 8u);
+  EXPECT_EQ(p[1].file_offset, 1000u + 6);
+  EXPECT_EQ(p[1].dest, (6u + 3) * 2);
+  EXPECT_EQ(p[1].length, 6u);
+}
+
+TEST(DcpFolder, ATransposedViewReadsElementByElement) {
+  DcpTensorMeta t{"w_t", Dtype::kF32, {6, 8}, {}};
+  DcpChunk c{{0, 0}, {6, 8}, "__0_0.distcp", 0, 0};
+  TorchTensorRecord r{"torch.FloatStorage", 0, 48 * 4, 0, {6, 8}, {1, 6}};
+  const std::vector<TensorPiece> p = place_chunk(t, c, r, 0, "f");
+  ASSERT_EQ(p.size(), 48u);
+  EXPECT_EQ(p[1].file_offset, 6u * 4);  // element [0, 1] is storage element 6
+  EXPECT_EQ(p[1].dest, 4u);
+}
+
+TEST(DcpFolder, AChunkReadingPastItsStorageIsRefused) {
+  DcpTensorMeta t{"w", Dtype::kF32, {4}, {}};
+  DcpChunk c{{0}, {4}, "__0_0.distcp", 0, 0};
+  TorchTensorRecord r{"torch.FloatStorage", 0, 12, 0, {4}, {1}};
+  EXPECT_NE(error_of([&] { place_chunk(t, c, r, 0, "f"); }).find("reads past its storage"),
+            std::string::npos);
+}
+
+TEST(DcpFolder, GoldenBlobLocatesTheStorageBytes) {
+  const std::string bytes = slurp(golden("single") / "__0_0.distcp");
+  // model.layers.0.count, arange(5) as int64: its blob is the first chunk whose storage holds 40 B.
+  const DcpMetadata md = parse_dcp_metadata(slurp(golden("single") / ".metadata"), ".metadata");
+  for (const DcpTensorMeta& t : md.tensors) {
+    if (t.name != "model.layers.0.count") continue;
+    const DcpChunk& c = t.chunks[0];
+    const TorchTensorRecord r = read_torch_save_tensor(
+        [&](std::uint64_t at, std::uint64_t n) { return bytes.substr(at, n); }, c.offset, c.length,
+        "f");
+    EXPECT_EQ(r.storage_class, "torch.LongStorage");
+    ASSERT_EQ(r.data_length, 40u);
+    std::int64_t v[5];
+    std::memcpy(v, bytes.data() + r.data_offset, 40);
+    EXPECT_EQ(v[4], 4);
+    return;
+  }
+  FAIL() << "no model.layers.0.count";
+}
+
+fs::path copy_of(const char* name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ferry_dcp_" + std::to_string(::getpid()) + name);
+  fs::remove_all(dir);
+  fs::copy(golden(name), dir);
+  return dir;
+}
+
+TEST(DcpFolder, AMissingRankFileIsNamed) {
+  const fs::path dir = copy_of("two_ranks");
+  fs::remove(dir / "__1_0.distcp");
+  const std::string why = error_of([&] { Checkpoint c(dir); });
+  fs::remove_all(dir);
+  EXPECT_NE(why.find("__1_0.distcp: tensor"), std::string::npos) << why;
+  EXPECT_NE(why.find("missing"), std::string::npos) << why;
+}
+
+TEST(DcpFolder, ATruncatedDistcpNamesTheFileAndOffset) {
+  const fs::path dir = copy_of("single");
+  fs::resize_file(dir / "__0_0.distcp", 9000);
+  const std::string why = error_of([&] { Checkpoint c(dir); });
+  fs::remove_all(dir);
+  EXPECT_NE(why.find("__0_0.distcp: tensor"), std::string::npos) << why;
+  EXPECT_NE(why.find("offset"), std::string::npos) << why;
+  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+}
+
+TEST(DcpFolder, TwoRanksLoadWholeTensorsIntoHostMemory) {
+  Checkpoint c(golden("two_ranks"));
+  LoadOptions o;
+  o.memory = MemoryKind::kHostPageable;
+  o.names = {"model.layers.0.count"};
+  LoadResult r = c.load(o);
+  ASSERT_EQ(r.tensors.size(), 1u);
+  const auto* v = static_cast<const std::int64_t*>(r.tensors[0].data);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(v[i], i);
+  EXPECT_NE(r.report.summary().find("non-tensor item(s) skipped: "), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint
