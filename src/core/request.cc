@@ -43,11 +43,12 @@ void RequestState::throw_orphaned() const {
 }
 
 void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteReport report) {
+  auto made = std::make_unique<const RouteReport>(std::move(report));
   {
     std::lock_guard lock(mu_);
     bytes_ = bytes;
     error_ = std::move(error);
-    report_ = std::move(report);
+    report_ = std::move(made);
     done_ = true;
     finished_.store(true, std::memory_order_release);
   }
@@ -103,7 +104,7 @@ RouteReport RequestState::route() const {
   wait();
   if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
   if (small_) return small_report(small_path_, *small_);
-  return report_;
+  return *report_;
 }
 
 namespace {

@@ -155,6 +155,13 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
   return p;
 }
 
+Layer1Walk cheap_walk(const Settings& settings, bool gpu_memory, std::size_t size, OpenFile& file) {
+  const PageCacheResidency unknown;
+  AcceleratedProbe none;
+  FileFacts asks(PlanDepth::kCheap, file, settings, unknown, none);
+  return walk_layer1(settings, gpu_memory, size, asks);
+}
+
 ChosenMemory choose_memory(const MemoryChoice& r, const CudaStatus& cuda) {
   ChosenMemory c;
   MemoryInfo& m = c.memory;

@@ -54,6 +54,10 @@ struct PlanSubject {
 RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
                        std::size_t size, const PlanSubject& subject);
 
+// The walk of cheap depth alone, without the plan around it: what the small path asks before
+// each request (bench/NOTES.md §30: building and dropping a RequestPlan cost more than the walk).
+Layer1Walk cheap_walk(const Settings& settings, bool gpu_memory, std::size_t size, OpenFile& file);
+
 // The same over facts the caller supplies (the small path's report; the table tests): the walk,
 // then beyond cheap depth the reasons and the refusal.
 RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,

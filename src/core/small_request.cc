@@ -128,16 +128,14 @@ OpenFile::Lane* start_small(OpenFile& file, Op op, void* buffer, std::size_t siz
   std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
   if (!s) return nullptr;
   *memory = cuda::classify_quick(buffer);
-  // The plan at cheap depth: a remote object, or a rule that needs the residency or cuFile's
-  // driver, goes to submit().
-  RequestPlan plan = plan_route(PlanDepth::kCheap, *s, {memory->kind, memory->device, {}}, size,
-                                PlanSubject{&file, op, offset, size, {}});
-  if (!plan.walk.decided || plan.path != Path::kPosix ||
-      plan.walk.rule == Layer1Rule::kRemoteSource) {
+  // The plan's walk at cheap depth: a remote object, cuFile, or a rule that needs the residency
+  // or cuFile's driver, goes to submit().
+  Layer1Walk walk = cheap_walk(*s, is_gpu(memory->kind), size, file);
+  if (!walk.decided || walk.rule == Layer1Rule::kCufile || walk.rule == Layer1Rule::kRemoteSource) {
     return nullptr;
   }
-  route->layer1 = reason_code(plan.walk.rule, memory->noted());
-  route->compat_why = std::move(plan.walk.why);
+  route->layer1 = reason_code(walk.rule, memory->noted());
+  route->compat_why = std::move(walk.why);
   OpenFile::Lane* lane = file.begin_small();
   if (lane == nullptr) return nullptr;
   *settings = *s;
