@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, Union
 from . import _ferry
 
 _FINISHED = concurrent.futures._base.FINISHED
-_SETTLED = threading.Lock()  # the `_once` of Futures born finished: they never settle again
 
 if TYPE_CHECKING:
     import asyncio
@@ -34,20 +33,22 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
     ``add_done_callback`` work, and it can be awaited in asyncio without blocking the loop.
     Waiting in ``result()`` or ``exception()`` is interruptible: Ctrl-C cancels the request."""
 
-    def __init__(self, request: Union[_ferry.Request, tuple[int, int, Any]]) -> None:
+    # A Future born finished reads these class defaults; __init__ below sets its own otherwise.
+    _request: Optional[_ferry.Request] = None
+    _exception: Optional[BaseException] = None
+    _done_callbacks: Any = ()  # a finished Future runs a callback at once and keeps none
+    _once = threading.Lock()  # shared by Futures born finished, which never settle again
+    _settled = True
+
+    def __init__(self, request: Union[_ferry.Request, tuple[int, Any]]) -> None:
         if request.__class__ is tuple:
-            # Ended well in the submitting thread (a small local request): (bytes moved, bytes
-            # asked, the handle its Request is made from if asked for). Finished as
-            # set_result() leaves a Future, without its Condition (made when someone asks for
-            # it), a Request or the watcher: bench/NOTES.md §30.
-            self._result, self._nbytes, self._ended = request
-            self._request = None
+            # Ended well in the submitting thread (a small local request): (bytes moved, the
+            # handle its Request is made from if asked for). Finished as set_result() leaves a
+            # Future, without a Request, the watcher or the Condition (made if someone waits or
+            # adds a callback): bench/NOTES.md §30.
+            self._result, self._ended = request
             self._state = _FINISHED
-            self._exception = None
-            self._waiters: list[Any] = []
-            self._done_callbacks: list[Any] = []
-            self._once = _SETTLED
-            self._settled = True
+            self._waiters: list[Any] = []  # concurrent.futures.wait() adds and removes its own
             return
         super().__init__()
         self._request = request

@@ -195,7 +195,7 @@ class PyRequest {
 };
 
 // What File.pread/pwrite return: the request, or for one that ended well in this thread (a
-// small local one) (bytes moved, bytes asked, a handle that request_of() makes the request from):
+// small local one) (bytes moved, a handle that request_of() makes the request from):
 // ferry.Future is then born finished, without a Request, a Condition or the watcher (4 KiB
 // pread().result() cost 2.5x File.read's instructions that way, 7x before; bench/NOTES.md §30).
 constexpr const char* kEnded = "ferry.ended_request";
@@ -207,11 +207,10 @@ py::object request_or_ended(std::shared_ptr<Pending> p, bool remote) {
     } catch (const std::exception&) {  // the Request holds the error, for the Future to raise
       return py::cast(PyRequest(std::move(p)));
     }
-    const std::size_t asked = p->nbytes;
     py::capsule handle(new std::shared_ptr<Pending>(std::move(p)), kEnded, [](PyObject* h) {
       delete static_cast<std::shared_ptr<Pending>*>(PyCapsule_GetPointer(h, kEnded));
     });
-    return py::make_tuple(n, asked, std::move(handle));
+    return py::make_tuple(n, std::move(handle));
   }
   return py::cast(PyRequest(std::move(p)));
 }
@@ -716,7 +715,7 @@ void bind_file(py::module_& m) {
         if (p == nullptr) throw py::error_already_set();
         return PyRequest(*static_cast<std::shared_ptr<Pending>*>(p));
       },
-      arg("handle"), "The Request of an ended File.pread/pwrite's (bytes, nbytes, handle).");
+      arg("handle"), "The Request of an ended File.pread/pwrite's (bytes, handle).");
   m.def(
       "buffer_info",
       [](const py::object& obj, bool writable) {
