@@ -2,6 +2,7 @@
 // wrap them). I/O runs with the GIL released. Every request is a Pending entry that owns the
 // Python buffer until the request is over, and lets go of it as soon as someone sees it over;
 // the File keeps its pending requests so that close() (and garbage collection) waits for them.
+// One that ended in the submitting thread (a small one) lets go of it at once and is not kept.
 // Waits run in short slices and check for signals between them, so Ctrl-C cancels a request.
 #include <pybind11/stl.h>
 
