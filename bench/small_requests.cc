@@ -10,6 +10,9 @@
 // Prints one JSON object per case (stdout) and a table of ratios with the targets
 // (stderr). Each case runs for a fixed time after a short warm-up; the first request of the
 // process is reported apart.
+// `--per-request N`: instead, N 4 KiB reads through each API on one thread, printing the heap
+// allocations each request makes (a counting operator new); run it under
+// `valgrind --tool=callgrind` for the instructions per request (bench/NOTES.md §30).
 #include <fcntl.h>
 #include <ferry/ferry.h>
 #include <fmt/format.h>
@@ -18,8 +21,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -28,6 +33,21 @@
 
 #include "bench_util.h"
 #include "cuda/cuda_driver.h"
+
+// Heap allocations by this thread, counted by the operator new below.
+thread_local std::size_t allocations = 0;
+
+void* operator new(std::size_t size) {
+  ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+// GCC pairs the replaced operator new with free() once delete is inlined, and warns.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 
@@ -98,6 +118,34 @@ struct Row {
   bool lower_is_better;
 };
 
+// `n` requests through each API on one thread: the allocations each makes.
+void per_request(const std::string& path, std::size_t file_size, std::size_t n) {
+  ferry::File file(path, "r");
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  std::vector<char> buf(4096);
+  auto offs = offsets(n, file_size, buf.size(), 400);
+  struct Api {
+    const char* name;
+    std::function<void(std::uint64_t)> read;
+  };
+  const Api apis[] = {
+      {"pread(2)", [&](std::uint64_t o) { (void)::pread(fd, buf.data(), buf.size(), o); }},
+      {"File::read", [&](std::uint64_t o) { file.read(buf.data(), buf.size(), o); }},
+      {"File::pread().get()",
+       [&](std::uint64_t o) { file.pread(buf.data(), buf.size(), o).get(); }},
+  };
+  for (const Api& api : apis) {
+    for (std::size_t i = 0; i < 100; ++i) api.read(offs[i % n]);  // warm-up
+    const std::size_t before = allocations;
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < n; ++i) api.read(offs[i]);
+    const double us = since(t0) * 1e6 / static_cast<double>(n);
+    fmt::print("{:<22} {:>8.3f} us {:>6.2f} allocations per request\n", api.name, us,
+               static_cast<double>(allocations - before) / static_cast<double>(n));
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,6 +157,10 @@ int main(int argc, char** argv) {
                          std::to_string(std::thread::hardware_concurrency()).c_str())));
   const std::string gpu_arg = arg(argc, argv, "--gpu", "auto");
   ferry::bench::make_cached_file(path, file_size, 7);
+  if (const std::size_t n = std::stoull(arg(argc, argv, "--per-request", "0")); n > 0) {
+    per_request(path, file_size, n);
+    return 0;
+  }
 
   std::vector<Row> rows;
   auto emit = [](const std::string& name, nlohmann::json j) {

@@ -17,9 +17,11 @@ import concurrent.futures
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Generator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, Union
 
 from . import _ferry
+
+_FINISHED = concurrent.futures._base.FINISHED
 
 if TYPE_CHECKING:
     import asyncio
@@ -31,7 +33,23 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
     ``add_done_callback`` work, and it can be awaited in asyncio without blocking the loop.
     Waiting in ``result()`` or ``exception()`` is interruptible: Ctrl-C cancels the request."""
 
-    def __init__(self, request: _ferry.Request) -> None:
+    # A Future born finished reads these class defaults; __init__ below sets its own otherwise.
+    _request: Optional[_ferry.Request] = None
+    _exception: Optional[BaseException] = None
+    _done_callbacks: Any = ()  # a finished Future runs a callback at once and keeps none
+    _once = threading.Lock()  # shared by Futures born finished, which never settle again
+    _settled = True
+
+    def __init__(self, request: Union[_ferry.Request, tuple[int, Any]]) -> None:
+        if request.__class__ is tuple:
+            # Ended well in the submitting thread (a small local request): (bytes moved, the
+            # handle its Request is made from if asked for). Finished as set_result() leaves a
+            # Future, without a Request, the watcher or the Condition (made if someone waits or
+            # adds a callback): bench/NOTES.md §30.
+            self._result, self._ended = request
+            self._state = _FINISHED
+            self._waiters: list[Any] = []  # concurrent.futures.wait() adds and removes its own
+            return
         super().__init__()
         self._request = request
         self._once = threading.Lock()
@@ -40,6 +58,25 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
             self._settle()
         else:
             _watcher.watch(self)
+
+    def _req(self) -> _ferry.Request:
+        """The C++ request; made on first use for a Future born finished."""
+        if self._request is None:
+            self._request = _ferry.request_of(self._ended)
+        return self._request
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        """concurrent.futures.Future's lock, made on first use: a Future finished at birth
+        needs it only if someone waits on it or adds a callback."""
+        cv = self.__dict__.get("_cv")
+        if cv is None:
+            cv = self.__dict__.setdefault("_cv", threading.Condition())
+        return cv
+
+    @_condition.setter
+    def _condition(self, cv: threading.Condition) -> None:
+        self.__dict__["_cv"] = cv
 
     def _settle(self) -> None:
         """Moves the ended request's outcome into the Future (once)."""
@@ -70,12 +107,17 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         """Waits (``TimeoutError`` after `timeout` s) and returns the bytes moved, or raises the
         request's error. Ctrl-C cancels the request and raises KeyboardInterrupt with
         ``bytes_done`` (bytes in place)."""
-        if not super().done():
+        if self._state == _FINISHED:  # final: read without the lock
+            if self._exception is None:
+                return int(self._result)
+        elif not super().done():
             self._wait(timeout)
         return int(super().result())
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """Waits like ``result()``; the request's error, or None."""
+        if self._state == _FINISHED:
+            return self._exception
         if not super().done():
             self._wait(timeout)
         return super().exception()
@@ -94,6 +136,8 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def done(self) -> bool:
         """True once the request has ended (or was cancelled); never waits."""
+        if self._state == _FINISHED:
+            return True
         if not super().done() and self._request.done():
             self._settle()
         return super().done()
@@ -103,17 +147,17 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def progress(self) -> int:
         """Bytes moved so far by finished tasks."""
-        return int(self._request.progress())
+        return int(self._req().progress())
 
     @property
     def nbytes(self) -> int:
         """Bytes asked for."""
-        return int(self._request.nbytes)
+        return int(self._req().nbytes)
 
     @property
     def last_route(self) -> _ferry.RouteReport:
         """The route report of this request (waits for it to end)."""
-        return self._request.last_route
+        return self._req().last_route
 
     def __await__(self) -> Generator[Any, None, int]:
         import asyncio  # here, not at the top: it costs 10 ms of every `import ferry`
@@ -129,7 +173,7 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
             state = f"failed: {super().exception()}"
         else:
             state = f"finished, {super().result()} bytes"
-        return f"<ferry.Future {self._request.op} of {self.nbytes} bytes: {state}>"
+        return f"<ferry.Future {self._req().op} of {self.nbytes} bytes: {state}>"
 
 
 class _Watcher:

@@ -2,6 +2,7 @@
 // wrap them). I/O runs with the GIL released. Every request is a Pending entry that owns the
 // Python buffer until the request is over, and lets go of it as soon as someone sees it over;
 // the File keeps its pending requests so that close() (and garbage collection) waits for them.
+// One that ended in the submitting thread (a small one) lets go of it at once and is not kept.
 // Waits run in short slices and check for signals between them, so Ctrl-C cancels a request.
 #include <pybind11/stl.h>
 
@@ -29,6 +30,13 @@ namespace ferry::python {
 // "ferry: file_offset must be an int, not float" rather than pybind11's overload listing.
 std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name, bool none_ok) {
   if (value.is_none() && none_ok) return std::nullopt;
+  if (PyLong_CheckExact(value.ptr())) {
+    // The common case in one call (py::int_ comparisons cost 0.3 us of a 4 KiB read); a
+    // negative or too large int goes on below, for its message.
+    const unsigned long long n = PyLong_AsUnsignedLongLong(value.ptr());
+    if (n != static_cast<unsigned long long>(-1) || PyErr_Occurred() == nullptr) return n;
+    PyErr_Clear();
+  }
   PyObject* index = PyNumber_Index(value.ptr());
   if (index == nullptr) {
     PyErr_Clear();
@@ -78,7 +86,7 @@ constexpr double kSignalSlice = 0.05;
 // worker and back cost about 20 us here, 0.73x os.preadv at 1 MiB), a larger one on the workers.
 // Larger requests wait in slices, so that Ctrl-C interrupts them; these take milliseconds.
 constexpr std::size_t kSmallSync = std::size_t{4} << 20;
-// Up to this size File::pread runs a request in the caller's thread itself (core::kSmallAsync).
+// Up to this size File::pwrite runs a request in the caller's thread itself (core::kSmallAsync).
 constexpr std::size_t kSmallAsync = std::size_t{64} << 10;
 
 struct Pending {
@@ -186,6 +194,27 @@ class PyRequest {
  private:
   std::shared_ptr<Pending> p_;
 };
+
+// What File.pread/pwrite return: the request, or for one that ended well in this thread (a
+// small local one) (bytes moved, a handle that request_of() makes the request from):
+// ferry.Future is then born finished, without a Request, a Condition or the watcher (4 KiB
+// pread().result() cost 2.5x File.read's instructions that way, 7x before; bench/NOTES.md §30).
+constexpr const char* kEnded = "ferry.ended_request";
+py::object request_or_ended(std::shared_ptr<Pending> p, bool remote) {
+  if (!remote && p->future.ready()) {
+    std::size_t n;
+    try {
+      n = p->future.get();
+    } catch (const std::exception&) {  // the Request holds the error, for the Future to raise
+      return py::cast(PyRequest(std::move(p)));
+    }
+    py::capsule handle(new std::shared_ptr<Pending>(std::move(p)), kEnded, [](PyObject* h) {
+      delete static_cast<std::shared_ptr<Pending>*>(PyCapsule_GetPointer(h, kEnded));
+    });
+    return py::make_tuple(n, std::move(handle));
+  }
+  return py::cast(PyRequest(std::move(p)));
+}
 
 std::size_t checked_size(const BufferView& view, const py::handle& size_arg) {
   std::size_t n = index_arg(size_arg, "size", true).value_or(view.nbytes());
@@ -338,6 +367,13 @@ class PyFile {
       pending->future = op == Op::kRead ? file_.pread(data, pending->nbytes, offset)
                                         : file_.pwrite(data, pending->nbytes, offset);
     }
+    if (pending->future.ready()) {
+      // Ended in this thread (a small request): nothing for close() to wait for, no buffer to
+      // keep.
+      pending->buffer.reset();
+      any_done_ = true;
+      return pending;
+    }
     forget_finished();
     pending_.push_back(pending);
     return pending;
@@ -407,21 +443,33 @@ class PyFile {
       any_done_ = true;
       return done;
     }
+    // A request that the settings refuse keeps its future, whose report the RouteError carries.
+    auto through_future = [&] {
+      IoFuture future =
+          op == Op::kRead ? file_.pread(view->data(), n, at) : file_.pwrite(view->data(), n, at);
+      try {
+        return future.get();
+      } catch (const RouteError& e) {
+        throw RouteErrorWithReport(e, future.route());
+      }
+    };
     std::size_t done;
     {
       py::gil_scoped_release release;  // reacquired before `view` lets go of the buffer
-      if (n > kSmallAsync && !may_refuse()) {
-        done = op == Op::kRead ? file_.read(view->data(), n, at) : file_.write(view->data(), n, at);
-      } else {
-        // Up to 64 KiB this runs in this thread too (File::pread's small path); a request that
-        // strict settings may refuse keeps its future, whose report the RouteError carries.
-        IoFuture future =
-            op == Op::kRead ? file_.pread(view->data(), n, at) : file_.pwrite(view->data(), n, at);
+      if (op == Op::kRead) {
+        // File::read makes no future (600 instructions of a 4 KiB read, bench/NOTES.md §30). A
+        // refusal comes before any I/O, so the read is asked again for its report.
         try {
-          done = future.get();
-        } catch (const RouteError& e) {
-          throw RouteErrorWithReport(e, future.route());
+          done = file_.read(view->data(), n, at);
+        } catch (const RouteError&) {
+          done = through_future();
         }
+      } else if (n > kSmallAsync && !may_refuse()) {
+        done = file_.write(view->data(), n, at);
+      } else {
+        // A write is not asked twice: in append mode each asking reserves a range. Up to
+        // 64 KiB it runs in this thread too (File::pwrite's small path).
+        done = through_future();
       }
     }
     any_done_ = true;
@@ -466,6 +514,7 @@ class PyFile {
     return file_.last_route();
   }
   File& file() { return file_; }
+  bool remote() const { return remote_; }
   const std::string& mode() const { return mode_; }
   std::size_t in_flight() const {
     return std::count_if(pending_.begin(), pending_.end(),
@@ -547,7 +596,7 @@ void bind_file(py::module_& m) {
       .def(
           "pread",
           [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
-            return PyRequest(f.submit(Op::kRead, buf, size, off));
+            return request_or_ended(f.submit(Op::kRead, buf, size, off), f.remote());
           },
           arg("buf"), arg("size") = none, arg("file_offset") = 0)
       .def(
@@ -614,7 +663,7 @@ void bind_file(py::module_& m) {
       .def(
           "pwrite",
           [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
-            return PyRequest(f.submit(Op::kWrite, buf, size, off));
+            return request_or_ended(f.submit(Op::kWrite, buf, size, off), f.remote());
           },
           arg("buf"), arg("size") = none, arg("file_offset") = 0)
       .def(
@@ -660,6 +709,14 @@ void bind_file(py::module_& m) {
           },
           "The file's effective settings.");
 
+  m.def(
+      "request_of",
+      [](const py::handle& handle) {
+        void* p = PyCapsule_GetPointer(handle.ptr(), kEnded);
+        if (p == nullptr) throw py::error_already_set();
+        return PyRequest(*static_cast<std::shared_ptr<Pending>*>(p));
+      },
+      arg("handle"), "The Request of an ended File.pread/pwrite's (bytes, handle).");
   m.def(
       "buffer_info",
       [](const py::object& obj, bool writable) {

@@ -43,11 +43,12 @@ void RequestState::throw_orphaned() const {
 }
 
 void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteReport report) {
+  auto made = std::make_unique<const RouteReport>(std::move(report));
   {
     std::lock_guard lock(mu_);
     bytes_ = bytes;
     error_ = std::move(error);
-    report_ = std::move(report);
+    report_ = std::move(made);
     done_ = true;
     finished_.store(true, std::memory_order_release);
   }
@@ -103,7 +104,7 @@ RouteReport RequestState::route() const {
   wait();
   if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
   if (small_) return small_report(small_path_, *small_);
-  return report_;
+  return *report_;
 }
 
 namespace {
@@ -233,7 +234,7 @@ MemoryInfo classify_gathered(const OpenFile& file, const RequestSpec& spec) {
 }
 
 // A request with everything decided about it before any I/O: its checks passed, its settings,
-// its memory, its tasks, its route (the one plan, at full depth) and the report's skeleton.
+// its memory, its tasks, its route (the one plan) and the report's skeleton.
 struct PlannedRequest {
   RouteReport report;  // filled as the plan is made: a request that fails early reports this
   Settings settings;
@@ -307,7 +308,7 @@ void plan_request(OpenFile& file, RequestSpec& spec, PlannedRequest& plan) {
         spec.offset >= file_size ? 0 : std::min<std::uint64_t>(spec.size, file_size - spec.offset);
   }
   if (!plan.tasks) plan.tasks.emplace(spec.offset, plan.effective, plan.settings.task_size);
-  plan.route = plan_route(PlanDepth::kFull, plan.settings, plan.route_memory, plan.effective,
+  plan.route = plan_route(plan.settings, plan.route_memory, plan.effective,
                           {&file, spec.op, spec.offset, request_span(spec, plan.effective), {}});
   report.page_cache = plan.route.residency;
   report.reasons = plan.route.reasons;

@@ -23,8 +23,8 @@ inline std::atomic<std::uint32_t> fork_generation{0};
 
 class RequestState {
  public:
-  // User-provided, so that make_shared does not zero the whole object (about 1 KiB) before
-  // constructing it: every member that is read before complete() has an initializer.
+  // User-provided, so that make_shared does not zero the whole object before constructing it:
+  // every member that is read before complete() has an initializer.
   RequestState() {}
   void complete(std::size_t bytes, std::exception_ptr error, RouteReport report);
   // Completes a small request that ran in its caller's thread, before the state is shared (no
@@ -77,8 +77,11 @@ class RequestState {
   std::atomic<bool> finished_{false};
   std::size_t bytes_ = 0;
   std::exception_ptr error_;
-  RouteReport report_;
-  std::string small_path_;  // set with small_ by the second complete()
+  // Apart, so that the state of a small request (which never has one) stays small enough for
+  // malloc's per-thread cache (glibc's tcache: up to 1032 B; with the report inline the state
+  // was larger and every future paid malloc's slow path, bench/NOTES.md §30).
+  std::unique_ptr<const RouteReport> report_;
+  std::string small_path_;  // set with small_ by complete_unshared()
   std::optional<SmallRoute> small_;
 };
 

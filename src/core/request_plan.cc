@@ -7,26 +7,26 @@
 namespace ferry::core {
 namespace {
 
-// The facts of a File, asked at most once each; at cheap depth never the residency or the probe.
+// The facts of a File, asked at most once each; `cheap`: never the residency or the probe.
 struct FileFacts final : Layer1Asks {
-  FileFacts(PlanDepth d, OpenFile& f, const Settings& s, const PageCacheResidency& r,
+  FileFacts(bool c, OpenFile& f, const Settings& s, const PageCacheResidency& r,
             AcceleratedProbe& p)
-      : depth(d), file(f), settings(s), residency(r), probed(p) {}
+      : cheap(c), file(f), settings(s), residency(r), probed(p) {}
   bool remote() override { return file.remote(); }
   std::optional<std::optional<std::string>> compat_only() override {
     return file.runtime().env().accelerated->compat_only(file.fd());
   }
   std::optional<bool> resident() override {
-    if (depth == PlanDepth::kCheap) return std::nullopt;
+    if (cheap) return std::nullopt;
     return residency.known && residency.fraction() >= kPageCacheFirst;
   }
   std::optional<std::optional<std::string>> probe() override {
-    if (depth == PlanDepth::kCheap) return std::nullopt;
+    if (cheap) return std::nullopt;
     probed = file.runtime().env().accelerated->probe(file, settings);
     if (probed.backend) return std::optional<std::string>();
     return probed.why_not;
   }
-  PlanDepth depth;
+  bool cheap;
   OpenFile& file;
   const Settings& settings;
   const PageCacheResidency& residency;
@@ -60,7 +60,7 @@ ReasonCode reason_code(Layer1Rule rule, bool no_driver) {
 
 namespace {
 
-// The rule in words, once for every depth but cheap: the reason, and the refusal where the
+// The rule in words: the reason, and the refusal where the
 // settings forbid ferry's POSIX path.
 std::string words_of(const RequestPlan& p, const Settings& settings, const MemoryInfo& memory,
                      std::size_t size, const PageCacheResidency& residency) {
@@ -99,15 +99,13 @@ std::string words_of(const RequestPlan& p, const Settings& settings, const Memor
 
 }  // namespace
 
-RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
-                       std::size_t size, Layer1Asks& asks, const PageCacheResidency& residency) {
+RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
+                       Layer1Asks& asks, const PageCacheResidency& residency) {
   RequestPlan p;
   p.walk = walk_layer1(settings, is_gpu(memory.kind), size, asks);
   p.code = reason_code(p.walk.rule, !memory.note.empty());
-  // Undecided beyond cheap depth: a hypothetical file left the probe to the file (cuFile, if it
-  // opens for it).
+  // Undecided: a hypothetical file left the probe to the file (cuFile, if it opens for it).
   p.path = p.walk.rule == Layer1Rule::kCufile || !p.walk.decided ? Path::kCufile : Path::kPosix;
-  if (depth == PlanDepth::kCheap) return p;
   p.cufile_required_by = core::cufile_required_by(settings);
   p.file_decides = !p.walk.decided;
   if (p.path == Path::kCufile) return p;
@@ -126,21 +124,19 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
   return p;
 }
 
-RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryInfo& memory,
-                       std::size_t size, const PlanSubject& subject) {
+RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
+                       const PlanSubject& subject) {
   if (subject.file == nullptr) {
     HypotheticalFacts asks(subject.env ? *subject.env : default_environment(), subject.probe);
     PageCacheResidency cold;
     cold.why_not = "no file named: its page cache is not known (taken as cold)";
-    RequestPlan p = plan_route(depth, settings, memory, size, asks, cold);
+    RequestPlan p = plan_route(settings, memory, size, asks, cold);
     p.residency = std::move(cold);
     return p;
   }
   OpenFile& file = *subject.file;
   PageCacheResidency residency;
-  if (depth == PlanDepth::kCheap) {
-    // The small path measures what it needs itself.
-  } else if (file.remote()) {
+  if (file.remote()) {
     residency.why_not = "a remote object: its bytes are not in this machine's page cache";
   } else if (subject.op == Op::kRead) {
     residency = file.runtime().env().host->residency(file.fd(), subject.offset, subject.span);
@@ -148,11 +144,18 @@ RequestPlan plan_route(PlanDepth depth, const Settings& settings, const MemoryIn
     residency.why_not = "not measured for writes";
   }
   AcceleratedProbe probe;
-  FileFacts asks(depth, file, settings, residency, probe);
-  RequestPlan p = plan_route(depth, settings, memory, size, asks, residency);
+  FileFacts asks(false, file, settings, residency, probe);
+  RequestPlan p = plan_route(settings, memory, size, asks, residency);
   p.residency = std::move(residency);
   p.probe = std::move(probe);
   return p;
+}
+
+Layer1Walk cheap_walk(const Settings& settings, bool gpu_memory, std::size_t size, OpenFile& file) {
+  const PageCacheResidency unknown;
+  AcceleratedProbe none;
+  FileFacts asks(true, file, settings, unknown, none);
+  return walk_layer1(settings, gpu_memory, size, asks);
 }
 
 ChosenMemory choose_memory(const MemoryChoice& r, const CudaStatus& cuda) {

@@ -309,6 +309,11 @@ Settings settings() {
 }
 
 Settings settings_with(const SettingsOverride& changes) {
+  // Most Files override nothing: settings() is already checked (every small request asks,
+  // bench/NOTES.md §30).
+  bool overrides = false;
+  for (const Descriptor& d : kTable) overrides = overrides || d.is_set(changes);
+  if (!overrides) return settings();
   try {
     return changes.apply_to(settings());
   } catch (const SettingError&) {

@@ -128,16 +128,14 @@ OpenFile::Lane* start_small(OpenFile& file, Op op, void* buffer, std::size_t siz
   std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
   if (!s) return nullptr;
   *memory = cuda::classify_quick(buffer);
-  // The plan at cheap depth: a remote object, or a rule that needs the residency or cuFile's
-  // driver, goes to submit().
-  RequestPlan plan = plan_route(PlanDepth::kCheap, *s, {memory->kind, memory->device, {}}, size,
-                                PlanSubject{&file, op, offset, size, {}});
-  if (!plan.walk.decided || plan.path != Path::kPosix ||
-      plan.walk.rule == Layer1Rule::kRemoteSource) {
+  // The plan's walk over the cheap facts: a remote object, cuFile, or a rule that needs the
+  // residency or cuFile's driver, goes to submit().
+  Layer1Walk walk = cheap_walk(*s, is_gpu(memory->kind), size, file);
+  if (!walk.decided || walk.rule == Layer1Rule::kCufile || walk.rule == Layer1Rule::kRemoteSource) {
     return nullptr;
   }
-  route->layer1 = reason_code(plan.walk.rule, memory->noted());
-  route->compat_why = std::move(plan.walk.why);
+  route->layer1 = reason_code(walk.rule, memory->noted());
+  route->compat_why = std::move(walk.why);
   OpenFile::Lane* lane = file.begin_small();
   if (lane == nullptr) return nullptr;
   *settings = *s;
@@ -209,7 +207,7 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   report.direct_tasks = r.cold_direct ? 1 : 0;
   const Settings& settings = r.settings;
   const MemoryInfo memory = cuda::with_note(r.memory);
-  // The same plan, given the one fact the cheap depth used (it never needs the others).
+  // The same plan, given the one fact the cheap walk used (it never needs the others).
   struct Replay final : Layer1Asks {
     explicit Replay(const SmallRoute& route) : r(route) {}
     std::optional<std::optional<std::string>> compat_only() override {
@@ -222,9 +220,7 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
     }
     const SmallRoute& r;
   } replay(r);
-  report.reasons =
-      plan_route(PlanDepth::kPredict, settings, memory, r.requested, replay, report.page_cache)
-          .reasons;
+  report.reasons = plan_route(settings, memory, r.requested, replay, report.page_cache).reasons;
   // Small requests never run on a File's O_DIRECT descriptor (small_settings()).
   report.reasons.push_back({ReasonCode::kEngine, r.host->describe_inline(r.op, memory, settings)});
   if (r.cold_direct) report.reasons.push_back(cold_direct_reason(report));

@@ -259,9 +259,8 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   }
 
   // Layer 1: the plan core::submit makes for this read, from the same facts.
-  core::RequestPlan route = core::plan_route(core::PlanDepth::kPredict, e.settings,
-                                             file->runtime().env().layer1_view(memory), e.size,
-                                             {file.get(), Op::kRead, e.offset, e.size, {}});
+  core::RequestPlan route = core::plan_route(e.settings, file->runtime().env().layer1_view(memory),
+                                             e.size, {file.get(), Op::kRead, e.offset, e.size, {}});
   e.page_cache = route.residency;
   e.cufile = cufile_status(false);
   e.path = route.path;

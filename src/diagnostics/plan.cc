@@ -1,4 +1,4 @@
-// ferry::plan: a view of the engine's own plan (core::plan_route at predict depth, over a file not
+// ferry::plan: a view of the engine's own plan (core::plan_route, over a file not
 // yet named): its route, its tasks cut from the start offset in task_size, the last one shorter;
 // and per task that goes to cuFile, predict_cufile_pieces.
 #include "ferry/plan.h"
@@ -42,9 +42,9 @@ Plan plan(const PlanRequest& r) {
   p.memory = memory.memory.kind;
   p.device = memory.memory.device;
   p.memory_note = memory.note;
-  core::RequestPlan route = core::plan_route(
-      core::PlanDepth::kPredict, p.settings, core::default_environment().layer1_view(memory.memory),
-      r.size, core::PlanSubject{nullptr, Op::kRead, r.offset, r.size, r.cufile_probe});
+  core::RequestPlan route =
+      core::plan_route(p.settings, core::default_environment().layer1_view(memory.memory), r.size,
+                       core::PlanSubject{nullptr, Op::kRead, r.offset, r.size, r.cufile_probe});
   p.path = route.path;
   p.reasons = std::move(route.reasons);
   p.failure = memory.failure ? memory.failure : route.refusal;

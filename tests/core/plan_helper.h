@@ -23,7 +23,7 @@ inline RequestPlan plan_with_probe(const Settings& settings, const MemoryInfo& m
     std::optional<std::optional<std::string>> probe() override { return probed; }
     const std::optional<std::string>& probed;
   } asks(cufile_unavailable);
-  return plan_route(PlanDepth::kFull, settings, memory, size, asks, PageCacheResidency{});
+  return plan_route(settings, memory, size, asks, PageCacheResidency{});
 }
 
 }  // namespace ferry::core::test

@@ -1,5 +1,5 @@
 // Issue 46: one plan. Over compat x require x memory x size-vs-threshold x compat-only x resident
-// x probe, the plan explain makes (core::plan_route at predict depth over the File, as
+// x probe, the plan explain makes (core::plan_route over the File, as
 // ferry::explain calls it) and a real request on the libcufile double agree on the path, the
 // rule (the first reason's code) and the refusal. A row that disagrees is named in full.
 #include <fmt/format.h>
@@ -81,8 +81,8 @@ Outcome predict(const DataFile& f, const Case& c) {
   // explain --host chooses it.
   const MemoryInfo memory = file.runtime().env().layer1_view(
       core::choose_memory({std::nullopt, true, false}, cuda_status()).memory);
-  core::RequestPlan plan = core::plan_route(core::PlanDepth::kPredict, file.settings(), memory,
-                                            c.size, {&file, Op::kRead, 0, c.size, {}});
+  core::RequestPlan plan =
+      core::plan_route(file.settings(), memory, c.size, {&file, Op::kRead, 0, c.size, {}});
   Outcome o;
   o.path = plan.path;
   if (!plan.reasons.empty()) o.rule = to_string(plan.reasons[0].code);
@@ -101,7 +101,7 @@ Outcome predict_unnamed(const Case& c) {
   core::PlanSubject unnamed;
   unnamed.probe = c.probe_fails ? std::optional<std::string>("5027") : std::nullopt;
   unnamed.env = &env;
-  core::RequestPlan plan = core::plan_route(core::PlanDepth::kPredict, s, memory, c.size, unnamed);
+  core::RequestPlan plan = core::plan_route(s, memory, c.size, unnamed);
   Outcome o;
   o.path = plan.path;
   if (!plan.reasons.empty()) o.rule = to_string(plan.reasons[0].code);

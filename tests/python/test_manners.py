@@ -67,6 +67,58 @@ def test_futures_compose_with_concurrent_futures_and_asyncio(data_file):
         assert futs[0].cancel() is False  # already ended
 
 
+def test_a_future_born_finished_behaves_as_one_finished_on_the_workers(data_file):
+    """Issue 48: a small read ends in the submitting thread, and its Future is born finished
+    without a Request, a Condition or the watcher; it must answer as a 4 MiB read's does."""
+    path, data = data_file
+    with ferry.open(path) as f:
+        small_buf, big_buf = bytearray(4096), np.empty(4 << 20, np.uint8)
+        small, big = f.pread(small_buf, file_offset=8192), f.pread(big_buf, file_offset=1 << 20)
+        assert small._request is None  # the fast path was taken (it was a Request before)
+        assert big.result(timeout=30) == 4 << 20
+        for fut, n, at in ((small, 4096, 8192), (big, 4 << 20, 1 << 20)):
+            assert isinstance(fut, concurrent.futures.Future)
+            assert fut.done() and not fut.running() and not fut.cancelled()
+            assert fut.result() == fut.result(timeout=0) == n and fut.exception() is None
+            called = []
+            fut.add_done_callback(lambda x: called.append(x.result()))
+            assert called == [n]  # at once, in this thread
+            assert fut.cancel() is False and fut.result() == n
+            assert fut.nbytes == n
+            assert fut.last_route.bytes == n and fut.last_route.offset == at
+            assert f"finished, {n} bytes" in repr(fut) and "read of" in repr(fut)
+        assert bytes(small_buf) == data[8192:8192 + 4096]
+        done, not_done = concurrent.futures.wait([small, big], timeout=30)
+        assert done == {small, big} and not not_done
+        assert sorted(x.result() for x in concurrent.futures.as_completed([small, big])) == [
+            4096, 4 << 20]
+
+        async def main():
+            return await f.pread(bytearray(1000), file_offset=10)
+
+        assert asyncio.run(main()) == 1000
+        # The buffer is let go when the request ends: a bytearray can be resized again.
+        small_buf.extend(b"x")
+
+
+def test_a_small_failed_read_raises_as_a_large_one_does(data_file, tmp_path):
+    """The fast path is for requests that ended well: a failed small read's Future holds the
+    error as any Future does, with the same type and message as File.read raises."""
+    path = tmp_path / "write-only.bin"
+    path.write_bytes(b"x" * 8192)
+    with ferry.open(path, "w") as f:
+        with pytest.raises(ferry.IoError) as raised:
+            f.read(bytearray(4096), file_offset=4096)
+        fut = f.pread(bytearray(4096), file_offset=4096)
+        assert fut.done()
+        e = fut.exception()
+        assert type(e) is type(raised.value) and str(e) == str(raised.value)
+        assert "write-only.bin" in str(e) and "offset=4096" in str(e)
+        with pytest.raises(ferry.IoError, match="offset=4096"):
+            fut.result()
+        assert fut.cancel() is False
+
+
 def test_cancel_stops_a_long_request_and_the_error_is_a_future_error(tmp_path):
     path = tmp_path / "sparse.bin"
     with open(path, "wb") as fh:
