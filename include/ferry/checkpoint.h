@@ -108,7 +108,14 @@ struct LoadReport {
   // read_into, whose caller allocates); reads already submitted run meanwhile.
   double allocate_seconds = 0;
   std::vector<RouteReport> routes;
-  // One line: tensors, bytes, seconds, GB/s and the shards' routes.
+  // Of a remote checkpoint, the GETs its tensors took (neighbouring tensors share one), the
+  // attempts retried and the connections opened; the sums of the routes' source layers (0 for
+  // local files).
+  std::uint64_t gets = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t connections = 0;
+  // One line: tensors, bytes, seconds, GB/s, the requests (and a remote checkpoint's GETs) and
+  // the shards' routes.
   std::string summary() const;
   std::string to_json() const;
 };
