@@ -133,6 +133,7 @@ TEST_F(RemoteCheckpoint, ManySmallTensorsTakeAboutOneGetPerTaskSize) {
   Checkpoint ckpt(server_->url("m/model.safetensors"));
   const std::size_t opening = server_->request_lines().size();
   EXPECT_EQ(opening, 2u);  // the HEAD, and one GET for the length field and the header
+  EXPECT_EQ(server_->connections(), 1u);  // the GET took the HEAD's connection
   const LoadResult got = ckpt.load(host());
   expect_same(got);
   const std::size_t all = server_->request_lines().size();
