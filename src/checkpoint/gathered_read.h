@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <span>
@@ -63,7 +64,10 @@ class GatheredRead {
   std::vector<RouteReport> routes() const;
 
  private:
-  std::unique_ptr<char[]> staging_;  // destroyed after the futures below, which wait
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char[], Free> staging_;  // destroyed after the futures below, which wait
   SpanPlan plan_;
   std::uint64_t wanted_ = 0;
   std::vector<IoFuture> futures_;
