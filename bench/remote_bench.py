@@ -17,12 +17,23 @@ is installed (the CPU machine), else ferry-http-serve (tests/remote, sendfile; t
 or --server. Its ceiling is measured, not assumed.
 
     /usr/bin/python3 bench/remote_bench.py --size 1GiB --out remote.jsonl
+
+--checkpoint "3000x16KiB,300x4MiB" (issue 48) measures checkpoints instead: for each shape, one
+model.safetensors of N tensors of SIZE served by nginx (its access log counting the requests)
+and by s3rver (scripts/install-s3rver, read through s3:// and SigV4), both started here on
+127.0.0.1. Per server, interleaved over --rounds rounds: ferry.load_checkpoint into host memory
+(a fresh process: --repeat loads, the first and the warm median), and parallel curl reading the
+same file whole in task_size ranges at ferry's worker count, the bytes thrown away (the
+ceiling) and landed in memory. Reported: GETs per load (the load report's, and nginx's count)
+against ceil(bytes / task_size) + 3, and ferry / parallel curl.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -77,6 +88,152 @@ def server(kind: str, root: Path, build: Path):
             yield "ferry-http-serve (tests/remote, sendfile)", url
 
 
+_LOAD = r"""
+import json, sys, time
+import ferry
+url, repeat = sys.argv[1], int(sys.argv[2])
+times, reports = [], []
+for _ in range(repeat):
+    t0 = time.perf_counter()
+    ferry.load_checkpoint(url, framework="numpy")
+    times.append(time.perf_counter() - t0)
+    r = ferry.last_load_report()
+    reports.append({"gets": r.gets, "retries": r.retries, "connections": r.connections,
+                    "bytes": r.bytes, "workers": max(x.workers for x in r.routes)})
+print(json.dumps({"times": times, "reports": reports}))
+"""
+
+
+def write_checkpoint(path: Path, count: int, size: int) -> int:
+    """A model.safetensors of `count` U8 tensors of `size` bytes; returns the file's size."""
+    header, at = {}, 0
+    for i in range(count):
+        header[f"layers.{i:05d}.weight"] = {"dtype": "U8", "shape": [size],
+                                            "data_offsets": [at, at + size]}
+        at += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    chunk = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for done in range(0, at, len(chunk)):
+            f.write(chunk[: min(len(chunk), at - done)])
+    return 8 + len(text) + at
+
+
+@contextmanager
+def checkpoint_servers(root: Path, name: str):
+    """Yields [(server, url for ferry, plain http URL for curl, env, access log or None)]."""
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import remote_servers as rs
+    with contextlib.ExitStack() as stack:
+        out = []
+        log = root.parent / f"{root.name}-access.log"
+        base = stack.enter_context(rs.nginx_server(root, access_log=log))
+        out.append(("nginx", f"{base}/{name}", f"{base}/{name}", {}, log))
+        try:
+            s3dir = Path(tempfile.mkdtemp(prefix="ferry-bench-s3-", dir=root.parent))
+            endpoint, key, secret = stack.enter_context(rs.s3rver_server(s3dir))
+            s3 = rs.S3Server(endpoint, key, secret, s3dir)
+            s3.create_bucket("bench")
+            rs.s3_put(endpoint, "bench", name, (root / name).read_bytes(), key, secret)
+            out.append(("s3rver", f"s3://bench/{name}", s3.url("bench", name), s3.env(), None))
+        except rs.ServerUnavailable as e:
+            print(f"remote_bench: s3rver skipped: {e}", flush=True)
+        yield out
+
+
+def checkpoint_main(a: argparse.Namespace) -> int:
+    bench = Path(a.build) / "bench" / "ferry_remote_bench"
+    task = 4 << 20  # the default task_size
+    summary: list[dict] = []
+    out = open(a.out, "w") if a.out else None
+    for shape in a.checkpoint.split(","):
+        count, size = shape.lower().split("x")
+        count, size = int(count), parse_size(size)
+        with tempfile.TemporaryDirectory(dir=a.dir, prefix="ferry-ckpt-bench-") as tmp:
+            root = Path(tmp) / "root"
+            root.mkdir()
+            name = "model.safetensors"
+            total = write_checkpoint(root / name, count, size)
+            bound = math.ceil(count * size / task) + 3
+            with checkpoint_servers(root, name) as servers:
+                for server_name, url, plain, env, log in servers:
+                    rows: dict[str, list] = {"ferry": [], "curl": [], "curl_memory": [],
+                                             "local": []}
+                    gets, seen = [], []
+                    workers = 0
+                    for rnd in range(a.rounds + 1):  # round 0 warms the server up
+                        before = len(_requests(log))
+                        r = subprocess.run(
+                            [sys.executable, "-c", _LOAD, url, str(a.repeat)], text=True,
+                            capture_output=True, timeout=600,
+                            env={**os.environ, **env, "PYTHONPATH": str(REPO / "python")})
+                        if r.returncode != 0:
+                            raise RuntimeError(f"ferry load of {url}: {r.stderr.strip()}")
+                        got = json.loads(r.stdout)
+                        workers = got["reports"][-1]["workers"]
+                        if rnd == 0:
+                            continue
+                        # Requests per load from the server's side: the open's HEAD and header
+                        # GET come once per process, in the first load.
+                        seen.append((len(_requests(log)) - before) if log else None)
+                        gets.append(got["reports"][-1]["gets"])
+                        rows["ferry"].append(
+                            (total / got["times"][0] / 1e9,
+                             total / statistics.median(got["times"][1:] or got["times"]) / 1e9))
+                        # The same loader on the same file from local tmpfs: what the loader's
+                        # own per-tensor work (allocations, page faults) allows.
+                        r = subprocess.run([sys.executable, "-c", _LOAD, str(root / name),
+                                            str(a.repeat)], text=True, capture_output=True,
+                                           timeout=600,
+                                           env={**os.environ, "PYTHONPATH": str(REPO / "python")})
+                        t = json.loads(r.stdout)["times"]
+                        rows["local"].append((total / t[0] / 1e9,
+                                              total / statistics.median(t[1:] or t) / 1e9))
+                        for case, label in (("curl_parallel", "curl"),
+                                            ("curl_memory", "curl_memory")):
+                            c = subprocess.run(
+                                [str(bench), "--url", plain, "--case", case, "--repeat",
+                                 str(a.repeat), "--size", str(total), "--threads", str(workers),
+                                 "--task-size", str(task)],
+                                capture_output=True, text=True, timeout=600)
+                            if c.returncode != 0:
+                                raise RuntimeError(f"{case} {plain}: {c.stderr.strip()}")
+                            row = json.loads(c.stdout)
+                            rows[label].append((row["first_gbps"], row["warm_median_gbps"]))
+                    med = {k: (statistics.median(v[0] for v in rows[k]),
+                               statistics.median(v[1] for v in rows[k])) for k in rows}
+                    line = {"shape": shape, "server": server_name, "bytes": total,
+                            "workers": workers, "gets_per_load": statistics.median(gets),
+                            "server_requests_per_process": seen[0] if log else None,
+                            "bound": bound,
+                            "ferry_gbps": med["ferry"], "curl_gbps": med["curl"],
+                            "curl_memory_gbps": med["curl_memory"],
+                            "local_load_gbps": med["local"],
+                            "ratio_to_curl": med["ferry"][1] / med["curl"][1],
+                            "ratio_to_curl_memory": med["ferry"][1] / med["curl_memory"][1]}
+                    summary.append(line)
+                    if out:
+                        out.write(json.dumps(line) + "\n")
+                    print(f"{shape:>12} {server_name:7s} {statistics.median(gets):6.0f} GETs/load "
+                          f"(bound {bound}; server saw {seen[0] if log else '-'} requests in the "
+                          f"first process's {a.repeat} loads)  ferry warm {med['ferry'][1]:.2f} "
+                          f"GB/s (first {med['ferry'][0]:.2f}), curl {med['curl'][1]:.2f}, curl "
+                          f"into memory {med['curl_memory'][1]:.2f}: {line['ratio_to_curl']:.2f}x "
+                          f"curl, {line['ratio_to_curl_memory']:.2f}x curl into memory "
+                          f"({'meets' if line['ratio_to_curl'] >= 0.9 else 'MISSES'} 0.9x); the same load "
+                          f"from local tmpfs {med['local'][1]:.2f} GB/s",
+                          flush=True)
+    return 0
+
+
+def _requests(log: Path | None) -> list[str]:
+    if log is None or not log.exists():
+        return []
+    return [x for x in log.read_text().splitlines() if ".ferry-nginx-ready" not in x]
+
+
 def has_gpu() -> bool:
     try:
         return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
@@ -96,7 +253,11 @@ def main() -> int:
     p.add_argument("--build", default=str(REPO / "build"))
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
     p.add_argument("--out", help="also write every run as a JSON line here")
+    p.add_argument("--checkpoint", help='checkpoint shapes, e.g. "3000x16KiB,300x4MiB" '
+                                        "(issue 48: GETs per load and ferry / parallel curl)")
     a = p.parse_args()
+    if a.checkpoint:
+        return checkpoint_main(a)
     size = parse_size(a.size)
     build = Path(a.build)
     bench = build / "bench" / "ferry_remote_bench"

@@ -111,7 +111,14 @@ struct LoadReport {
   // A DCP folder's byte items (pickled non-tensor values such as a learning rate), which a load
   // lists here rather than loads.
   std::vector<std::string> skipped;
-  // One line: tensors, bytes, seconds, GB/s and the shards' routes.
+  // Of a remote checkpoint, the GETs its tensors took (neighbouring tensors share one), the
+  // attempts retried and the connections opened; the sums of the routes' source layers (0 for
+  // local files).
+  std::uint64_t gets = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t connections = 0;
+  // One line: tensors, bytes, seconds, GB/s, the requests (and a remote checkpoint's GETs) and
+  // the shards' routes.
   std::string summary() const;
   std::string to_json() const;
 };

@@ -223,6 +223,10 @@ void bind_checkpoint(py::module_& m) {
       .def_readonly("seconds", &LoadReport::seconds)
       .def_readonly("allocate_seconds", &LoadReport::allocate_seconds)
       .def_readonly("routes", &LoadReport::routes)
+      .def_readonly("gets", &LoadReport::gets, "A remote checkpoint's GETs (0 for local files).")
+      .def_readonly("retries", &LoadReport::retries, "A remote checkpoint's retried attempts.")
+      .def_readonly("connections", &LoadReport::connections,
+                    "The connections a remote checkpoint's load opened.")
       .def("summary", &LoadReport::summary)
       .def("to_json", &LoadReport::to_json)
       .def("__repr__", &LoadReport::summary);

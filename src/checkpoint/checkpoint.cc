@@ -1,5 +1,6 @@
 // The loader: opens every shard, validates its header, and reads tensors with gathered requests
-// (File::pread_gather): read_into one per shard, the shards' requests in flight together (at
+// (checkpoint::GatheredRead: File::pread_gather, a remote shard's small tensors coalesced into
+// spans of about task_size): read_into one per shard, the shards' requests in flight together (at
 // most kShardsReadAtOnce of them, so that descriptors stay bounded); load() one per part (a
 // shard's tensors cut at kPartBytes), at most kPartsAtOnce in flight.
 #include "ferry/checkpoint.h"
@@ -14,6 +15,7 @@
 #include <unordered_map>
 
 #include "checkpoint/dcp_folder.h"
+#include "checkpoint/gathered_read.h"
 #include "checkpoint/progress_meter.h"
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/shard_index.h"
@@ -77,13 +79,26 @@ struct Checkpoint::State {
 
 namespace {
 
+// A remote shard's first read takes this much: the length field and, most often, the whole
+// header with it, in one GET instead of two (a 3000-tensor header is about 250 KiB).
+constexpr std::uint64_t kRemoteFirstRead = 1 << 20;
+
 checkpoint::SafetensorsHeader read_header(File& file) {
   const std::uint64_t size = file.size();
-  std::string first8(checkpoint::kLengthFieldSize, '\0');
-  std::size_t got = size >= first8.size() ? file.read(first8.data(), first8.size(), 0) : 0;
-  const std::uint64_t n = checkpoint::header_length(first8.substr(0, got), size, file.path());
-  std::string json(n, '\0');
-  if (n > 0 && file.read(json.data(), n, checkpoint::kLengthFieldSize) != n) {
+  const std::uint64_t want = io::is_remote_url(file.path())
+                                 ? std::min(size, kRemoteFirstRead)
+                                 : (size >= checkpoint::kLengthFieldSize ? std::uint64_t{8} : 0);
+  std::string first(static_cast<std::size_t>(want), '\0');
+  std::size_t got = want > 0 ? file.read(first.data(), first.size(), 0) : 0;
+  first.resize(got);
+  const std::uint64_t n =
+      checkpoint::header_length(first.substr(0, checkpoint::kLengthFieldSize), size, file.path());
+  std::string json = first.substr(std::min<std::size_t>(got, checkpoint::kLengthFieldSize));
+  if (json.size() > n) json.resize(static_cast<std::size_t>(n));
+  const std::size_t have = json.size();
+  json.resize(static_cast<std::size_t>(n));
+  if (have < n &&
+      file.read(json.data() + have, n - have, checkpoint::kLengthFieldSize + have) != n - have) {
     throw CheckpointError(file.path(), "", "the file ended inside its header");
   }
   return checkpoint::parse_header(json, size, file.path());
@@ -120,6 +135,17 @@ std::string join_verdicts(const std::vector<RouteReport>& routes) {
                        r.verdict());
   }
   return out;
+}
+
+// The routes of a shard's (or a part's) read, and the GETs, retries and connections of their
+// source layers, which the load report counts.
+void add_routes(LoadReport& report, const checkpoint::GatheredRead& read) {
+  for (RouteReport& r : read.routes()) {
+    report.gets += r.source.gets;
+    report.retries += r.source.retries;
+    report.connections += r.source.connections;
+    report.routes.push_back(std::move(r));
+  }
 }
 
 constexpr std::size_t kAlignment = 256;  // what cuMemAlloc gives: enough for every dtype
@@ -263,35 +289,35 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets,
   // kShardsReadAtOnce, the oldest is waited for before the next shard is opened.
   struct InFlight {
     std::shared_ptr<File> file;
-    IoFuture future;
+    checkpoint::GatheredRead read;
   };
   std::deque<InFlight> in_flight;
   checkpoint::ProgressMeter meter(progress, total);
   auto landed = [&] {
     std::uint64_t bytes = report.bytes;
-    for (const InFlight& f : in_flight) bytes += f.future.progress();
+    for (const InFlight& f : in_flight) bytes += f.read.progress();
     return bytes;
   };
   auto finish_oldest = [&] {
-    meter.wait(in_flight.front().future, landed);
+    in_flight.front().read.wait(meter, landed);
     InFlight done = std::move(in_flight.front());
     in_flight.pop_front();
-    report.bytes += done.future.get();
-    report.routes.push_back(done.future.route());
+    report.bytes += done.read.get();
+    add_routes(report, done.read);
   };
   try {
     for (std::size_t shard = 0; shard < ranges.size(); ++shard) {
       if (ranges[shard].empty()) continue;
       if (in_flight.size() == kShardsReadAtOnce) finish_oldest();
       std::shared_ptr<File> file = s.open_shard(shard);
-      IoFuture future = file->pread_gather(ranges[shard]);
-      in_flight.push_back({std::move(file), std::move(future)});
+      checkpoint::GatheredRead read(*file, ranges[shard]);
+      in_flight.push_back({std::move(file), std::move(read)});
     }
     while (!in_flight.empty()) finish_oldest();
     meter.finish();
   } catch (...) {
     // Nothing may still write into the caller's buffers once this throws.
-    for (InFlight& f : in_flight) f.future.wait();
+    for (InFlight& f : in_flight) f.read.wait();
     throw;
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -350,7 +376,8 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   struct InFlight {
     std::vector<ReadRange> ranges;  // kept until the part's read is done
     std::shared_ptr<File> file;
-    IoFuture future;
+    std::size_t shard;
+    checkpoint::GatheredRead read;
   };
   std::deque<InFlight> in_flight;
   LoadReport& report = result.report;
@@ -360,13 +387,13 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   checkpoint::ProgressMeter meter(options.progress, total);
   auto landed = [&] {
     std::uint64_t bytes = report.bytes;
-    for (const InFlight& f : in_flight) bytes += f.future.progress();
+    for (const InFlight& f : in_flight) bytes += f.read.progress();
     return bytes;
   };
   auto finish_oldest = [&] {
-    meter.wait(in_flight.front().future, landed);
-    report.bytes += in_flight.front().future.get();
-    report.routes.push_back(in_flight.front().future.route());
+    in_flight.front().read.wait(meter, landed);
+    report.bytes += in_flight.front().read.get();
+    add_routes(report, in_flight.front().read);
     in_flight.pop_front();
   };
   std::vector<ReadRange> part;
@@ -375,11 +402,17 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   auto submit = [&] {
     if (part.empty()) return;
     if (in_flight.size() == kPartsAtOnce) finish_oldest();
-    InFlight& f = in_flight.emplace_back();
-    f.ranges = std::move(part);
+    std::shared_ptr<File> file = s.open_shard(shard);
+    // A remote shard's parts run one after another (each keeps every worker busy with its GETs),
+    // so that each part's route counts its own GETs: a window on the object shared with another
+    // part would count both, and the load report sums the routes.
+    if (io::is_remote_url(file->path())) {
+      while (!in_flight.empty() && in_flight.back().shard == shard) finish_oldest();
+    }
+    std::vector<ReadRange> ranges = std::move(part);
     part.clear();
-    f.file = s.open_shard(shard);
-    f.future = f.file->pread_gather(f.ranges);
+    checkpoint::GatheredRead read(*file, ranges);  // the moved vector keeps its elements' place
+    in_flight.push_back({std::move(ranges), std::move(file), shard, std::move(read)});
     meter.report(landed());  // between allocations too, not only while waiting
   };
   for (std::size_t k = 0; k < chosen.size(); ++k) {
@@ -414,9 +447,15 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
 }
 
 std::string LoadReport::summary() const {
-  std::string out = fmt::format("{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s)\n{}",
-                                tensors, bytes, seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
-                                routes.size(), join_verdicts(routes));
+  const bool remote = std::any_of(routes.begin(), routes.end(),
+                                  [](const RouteReport& r) { return r.source.remote; });
+  std::string out = fmt::format(
+      "{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s){}\n{}", tensors, bytes, seconds,
+      seconds > 0 ? bytes / seconds / 1e9 : 0.0, routes.size(),
+      remote
+          ? fmt::format(", {} GET(s), {} retries, {} new connection(s)", gets, retries, connections)
+          : "",
+      join_verdicts(routes));
   if (!skipped.empty()) {
     out += fmt::format("\n{} non-tensor item(s) skipped: {}", skipped.size(),
                        fmt::join(skipped, ", "));
@@ -432,6 +471,9 @@ std::string LoadReport::to_json() const {
                         {"seconds", seconds},
                         {"allocate_seconds", allocate_seconds},
                         {"gbps", seconds > 0 ? bytes / seconds / 1e9 : 0.0},
+                        {"gets", gets},
+                        {"retries", retries},
+                        {"connections", connections},
                         {"routes", routes_json},
                         {"skipped", skipped}};
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -10,8 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "remote/transfer_watch.h"
@@ -568,6 +570,62 @@ struct DirectConnection {
   }
 };
 
+// Moves `from`'s connection into `to` (whose own, if any, is closed).
+void hand_over(DirectConnection& from, DirectConnection& to) {
+  to.drop();
+  to.api = from.api;
+  to.pid = from.pid;
+  to.handle = std::exchange(from.handle, nullptr);
+  to.origin = std::exchange(from.origin, {});
+  to.socket = std::exchange(from.socket, CURL_SOCKET_BAD);
+  std::swap(to.sockets, from.sockets);  // the set the handle reports its sockets to goes with it
+  to.api->easy_setopt(to.handle, CURLOPT_ERRORBUFFER, to.error);
+}
+
+// Connections that a HEAD leaves for the next GET of its origin, on whichever thread makes it
+// (direct_head parks, send_and_read_head takes before it connects anew): an open and the reads
+// after it share one connection, as a single-threaded client's would. A few at most.
+class ParkedConnections {
+ public:
+  void park(DirectConnection& c) {
+    auto idle = std::make_unique<DirectConnection>();
+    hand_over(c, *idle);
+    std::lock_guard lock(mu_);
+    if (idle_.size() == kMax) idle_.erase(idle_.begin());  // closed by its destructor
+    idle_.push_back(std::move(idle));
+  }
+  bool take(const std::string& origin, DirectConnection& into) {
+    std::unique_ptr<DirectConnection> found;
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if ((*it)->origin == origin) {
+          found = std::move(*it);
+          idle_.erase(it);
+          break;
+        }
+      }
+    }
+    if (!found) return false;
+    if (found->pid != ::getpid()) {  // a parent's, inherited by fork(): never closed here
+      found->handle = nullptr;
+      return false;
+    }
+    hand_over(*found, into);
+    return true;
+  }
+
+ private:
+  static constexpr std::size_t kMax = 8;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<DirectConnection>> idle_;
+};
+
+ParkedConnections& parked_connections() {
+  static auto* parked = new ParkedConnections;  // never destroyed: threads may outlive statics
+  return *parked;
+}
+
 struct Head {
   long status = 0;
   std::optional<std::uint64_t> content_length;
@@ -643,7 +701,8 @@ HeadRead send_and_read_head(DirectConnection& c, const CurlApi& api, const Remot
   // A kept-alive connection the server has closed meanwhile fails before any byte of an
   // answer: then once more on a new one, as libcurl's own transfer does.
   for (int attempt = 0;; ++attempt) {
-    const bool reused = c.handle != nullptr && c.origin == origin;
+    const bool reused = (c.handle != nullptr && c.origin == origin) ||
+                        (attempt == 0 && parked_connections().take(origin, c));
     if (!reused) {
       const CURLcode rc = c.connect(api, origin, timeouts, ca_bundle(target));
       if (rc != CURLE_OK) {
@@ -772,17 +831,68 @@ void read_error_body(BodyReader& body, const Head& h, Budget& budget, HttpAnswer
 }
 
 // The GET through this path, or nothing where libcurl's own transfer must take it.
+// The calling thread's direct connection: its GETs' and its HEADs'.
+DirectConnection& thread_connection() {
+  thread_local DirectConnection c;
+  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
+    c.handle = nullptr;
+    c.sockets = SocketSet::after_fork(std::move(c.sockets));
+  }
+  return c;
+}
+
+// A HEAD on the calling thread's direct connection, which its GETs take after it: an open and
+// the reads that follow it on the same thread (a checkpoint's header) share one connection
+// instead of opening a second. Nothing where libcurl's transfer must take it (a redirect, a head
+// too long to read here).
+std::optional<HttpAnswer> direct_head(const CurlApi& api, const RemoteTarget& target,
+                                      const Timeouts& timeouts) {
+  std::string origin, authority, path;
+  if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
+  DirectConnection& c = thread_connection();
+  const std::string request = fmt::format(
+      "HEAD {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\n\r\n", path, authority);
+  Budget budget(timeouts);
+  HttpAnswer a;
+  Exchange x;
+  x.api = &api;
+  x.answer = &a;
+  Head h;
+  std::string early;
+  switch (send_and_read_head(c, api, target, timeouts, origin, request, budget, x, a, &h, &early)) {
+    case HeadRead::kFailed:
+      return a;
+    case HeadRead::kLibcurl:
+      // A redirect is libcurl's to follow; an answer without Content-Length (or chunked) is
+      // the answer: the caller learns the size another way, not from a second HEAD.
+      if (h.status == 0 || (h.status >= 300 && h.status <= 399)) return std::nullopt;
+      a.transport_ok = true;
+      a.status = h.status;
+      return a;
+    case HeadRead::kOk:
+      break;
+  }
+  // An answer to HEAD has no body: bytes after its head mean the connection cannot be trusted
+  // with another request.
+  if (h.close || !early.empty()) {
+    c.drop();
+  } else {
+    parked_connections().park(c);
+  }
+  a.transport_ok = true;
+  a.status = h.status;
+  a.length = *h.content_length;
+  a.length_known = true;
+  return a;
+}
+
 std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarget& target,
                                            const Timeouts& timeouts, std::uint64_t object_size,
                                            const std::string& etag, char* buffer,
                                            std::uint64_t offset, std::size_t size) {
   std::string origin, authority, path;
   if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
-  thread_local DirectConnection c;
-  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
-    c.handle = nullptr;
-    c.sockets = SocketSet::after_fork(std::move(c.sockets));
-  }
+  DirectConnection& c = thread_connection();
   const std::string request =
       request_text(path, authority, fmt::format("{}-{}", offset, offset + size - 1), etag);
   Budget budget(timeouts);
@@ -973,6 +1083,9 @@ namespace {
 
 HttpAnswer head_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
                      bool probe_range) {
+  if (!probe_range && !target.credentials && !proxy_in_environment()) {
+    if (std::optional<HttpAnswer> direct = direct_head(api, target, timeouts)) return *direct;
+  }
   HttpAnswer a;
   Request r(api, target, timeouts);
   Exchange x;

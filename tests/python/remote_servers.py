@@ -216,6 +216,7 @@ error_log {tmp}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
     access_log off;
+    log_format ferry_requests '"$request" $status $http_range';
     client_body_temp_path {tmp}/client_body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
@@ -274,13 +275,16 @@ def nginx_tls_server(root: str | os.PathLike) -> Iterator[tuple[str, Path]]:
 
 @contextlib.contextmanager
 def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
-                 tls: tuple[Path, Path] | None = None, limit_rate: str = "") -> Iterator[Any]:
+                 tls: tuple[Path, Path] | None = None, limit_rate: str = "",
+                 access_log: str | os.PathLike | None = None) -> Iterator[Any]:
     """Serves the files under root at the yielded base URL 'http://127.0.0.1:PORT' (a file
     root/a/b.bin at base_url + '/a/b.bin'). ranges=False: nginx ignores Range headers and
     answers 200 with the whole file (max_ranges 0), as some servers do. tls=(cert, key): also
     over HTTPS on a second port, and yields (http_url, https_url) (nginx_tls_server).
     limit_rate="2m": each response is sent at that many bytes a second at most (nginx's
-    limit_rate, per connection), a slow server for progress tests."""
+    limit_rate, per connection), a slow server for progress tests. access_log=PATH: a line per
+    request there ('"GET /m.safetensors HTTP/1.1" 206 bytes=0-99'), for tests that count them
+    (access_log_requests)."""
     nginx = find_nginx()
     root = Path(root).resolve()
     if not root.is_dir():
@@ -297,7 +301,9 @@ def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
             conf.write_text(_NGINX_CONF.format(tmp=tmp, port=port, root=root, token=token,
                                                max_ranges=("" if ranges else "max_ranges 0;")
                                                + (f" limit_rate {limit_rate};"
-                                                  if limit_rate else ""),
+                                                  if limit_rate else "")
+                                               + (f" access_log {Path(access_log).resolve()} "
+                                                  "ferry_requests;" if access_log else ""),
                                                tls_server=tls_server))
             log = tmp / "error.log"
             log.write_bytes(b"")
@@ -323,6 +329,14 @@ def nginx_server(root: str | os.PathLike, *, ranges: bool = True,
             _stop(proc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def access_log_requests(path: str | os.PathLike) -> list[str]:
+    """The requests an nginx_server(access_log=path) has answered: '"GET /x HTTP/1.1" 206
+    bytes=0-7' (the readiness probe's left out)."""
+    p = Path(path)
+    lines = p.read_text().splitlines() if p.exists() else []
+    return [line for line in lines if ".ferry-nginx-ready" not in line]
 
 
 # --- python3 -m http.server ----------------------------------------------------------------

@@ -203,6 +203,43 @@ TEST_F(GpuRemote, CheckpointLoadsIntoTheGpuEqualToTheHostLoad) {
   }
 }
 
+TEST_F(GpuRemote, SmallTensorsSharingGetsLandInTheirPlacesOnTheGpu) {
+  // Issue 48: 200 tensors of 4 KiB and one of 4 MiB; the small ones come in one GET into host
+  // memory and are copied to their places on the GPU, the big one is read in place.
+  std::vector<std::vector<std::uint8_t>> data;
+  std::vector<TensorSource> tensors;
+  for (std::size_t i = 0; i <= 200; ++i) {
+    data.emplace_back(i < 200 ? 4096 : 4 << 20);
+    for (std::size_t k = 0; k < data.back().size(); ++k) data.back()[k] = (i * 31 + k * 7) & 0xff;
+  }
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    tensors.push_back({"t" + std::to_string(1000 + i),
+                       Dtype::kU8,
+                       {data[i].size()},
+                       data[i].data(),
+                       data[i].size()});
+  }
+  save_checkpoint(tensors, root_ / "small");
+  Checkpoint remote(server_->url("small/"));
+  for (MemoryKind kind : {MemoryKind::kDevice, MemoryKind::kHostPinned}) {
+    LoadOptions options;
+    options.memory = kind;
+    const LoadResult got = remote.load(options);
+    ASSERT_EQ(got.tensors.size(), data.size());
+    for (const LoadedTensor& t : got.tensors) {
+      const std::size_t i = std::stoul(t.name.substr(1)) - 1000;
+      const std::vector<char> bytes =
+          kind == MemoryKind::kDevice ? device_bytes(t.data, t.nbytes)
+                                      : std::vector<char>(static_cast<char*>(t.data),
+                                                          static_cast<char*>(t.data) + t.nbytes);
+      ASSERT_EQ(bytes.size(), data[i].size()) << t.name;
+      EXPECT_EQ(std::memcmp(bytes.data(), data[i].data(), bytes.size()), 0) << t.name;
+    }
+    EXPECT_EQ(got.report.gets, 2u) << got.report.summary();  // one span, the big one in place
+    EXPECT_EQ(got.report.routes.size(), 2u);
+  }
+}
+
 TEST_F(GpuRemote, CompatOffIsRefusedWithTheReason) {
   put("x.bin", 1 << 20, 4);
   FileOptions options;

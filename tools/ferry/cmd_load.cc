@@ -103,6 +103,9 @@ int run(const LoadArgs& a) {
                           {"memory_kind", to_string(target.kind)},
                           {"device", target.device},
                           {"one_allocation", a.one_allocation},
+                          {"gets", report.gets},
+                          {"retries", report.retries},
+                          {"connections", report.connections},
                           {"routes", routes}};
     if (!target.note.empty()) out["note"] = target.note;
     if (a.list || a.checksum) {
@@ -133,6 +136,12 @@ int run(const LoadArgs& a) {
       open_seconds,
       is_gpu(target.kind) ? fmt::format(", CUDA started in {:.4f} s before", cuda_start_seconds)
                           : "");
+  if (report.gets > 0) {
+    fmt::print(
+        "remote: {} GET(s) for {} tensor(s) in {} request(s), {} retries, {} new "
+        "connection(s)\n",
+        report.gets, report.tensors, report.routes.size(), report.retries, report.connections);
+  }
   // One route block per request (a part of a shard); with several, each under its shard's name.
   const std::vector<std::string>& shards = ckpt.shards();
   for (const RouteReport& r : report.routes) {
