@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "io/io_seam.h"
 #include "io/page_cache.h"
@@ -86,10 +87,18 @@ MappedShard route_shard(HostLoad mode, bool direct, const std::string& name,
       decide_host_route(mode, false, direct, io::measure_residency(fd, begin, end - begin)),
       nullptr};
   out.route.file = name;
-  if (out.route.path == "mapped") {
-    const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-    const std::uint64_t first = begin / page * page;
+  if (out.route.path != "mapped") return out;
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t first = begin / page * page;
+  try {
     out.mapping = std::make_shared<const FileMapping>(fd, first, end - first, name);
+  } catch (const IoError& e) {
+    // A file system without mmap, or an address space too small (RLIMIT_AS): the read needs
+    // neither.
+    out.route.path = "read";
+    out.route.reason = fmt::format("{}, but the mapping failed ({}): read instead",
+                                   out.route.reason.substr(0, out.route.reason.find(':')),
+                                   std::strerror(e.error_code()));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -181,6 +182,45 @@ TEST(HostRoute, AutoMapsAResidentFileAndReadsOneDroppedFromThePageCache) {
   for (std::size_t k = 0; k < written.size(); ++k) {
     EXPECT_EQ(bytes_of(cold.tensors[k]), written[k].bytes) << written[k].name;
   }
+}
+
+// The address space capped (RLIMIT_AS) below the file's size: mmap fails with ENOMEM, and the
+// load reads into memory allocated before the cap, saying why.
+TEST(HostRoute, AMappingThatFailsFallsBackToTheReadSayingWhy) {
+  TempDir dir;
+  constexpr std::size_t kBytes = std::size_t{48} << 20;
+  const std::vector<WrittenTensor> written = {{"big", "U8", {kBytes}, std::string(kBytes, 'z')}};
+  test::write_file(dir / "m.safetensors", test::safetensors_bytes(written));
+  Checkpoint ckpt(dir / "m.safetensors");
+  std::vector<char> memory(kBytes);
+  LoadOptions o = host(HostLoad::kMap);
+  o.allocate = [&](std::uint64_t) { return memory.data(); };
+  LoadOptions warm = o;  // the workers exist before the cap (their stacks are mappings too)
+  warm.host_load = HostLoad::kRead;
+  ckpt.load(warm);
+  std::memset(memory.data(), 0, kBytes);
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0;
+  ASSERT_TRUE(statm >> pages);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit capped = old;
+  capped.rlim_cur = pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) + (16 << 20);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+  LoadResult r;
+  try {
+    r = ckpt.load(o);
+  } catch (...) {
+    setrlimit(RLIMIT_AS, &old);
+    throw;
+  }
+  setrlimit(RLIMIT_AS, &old);
+  ASSERT_EQ(r.report.host_routes.size(), 1u);
+  EXPECT_EQ(r.report.host_routes[0].path, "read");
+  EXPECT_EQ(r.report.host_routes[0].reason,
+            "host_load=map, but the mapping failed (Cannot allocate memory): read instead");
+  EXPECT_TRUE(r.mappings.empty());
+  EXPECT_EQ(std::string(memory.data(), kBytes), written[0].bytes);
 }
 
 TEST(HostRoute, EachRefusalToMapSaysWhy) {
