@@ -158,3 +158,19 @@ def test_torch_tensors_are_views_of_the_mapping_and_match_the_read_route(tmp_pat
     for name, dtype, shape, data in tensors:  # still there once the file is gone
         if name != biggest and dtype not in PACKED:
             assert mapped[name].reshape(-1).view(torch.uint8).numpy().tobytes() == data, name
+
+
+@pytest.mark.gpu
+def test_a_gpu_load_of_a_resident_file_is_read_as_before(torch, tmp_path):
+    # The host route is for pageable host memory only: a GPU load has none, and reads.
+    tensors = unaligned()[:4]  # random bits: NaNs among them, so bytes are compared
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(encode(tensors))
+    on_gpu = ferry.load_checkpoint(path, device="cuda:0", framework="pt")
+    report = ferry.last_load_report()
+    assert report.host_routes == [] and len(report.routes) == 1
+    on_host = ferry.load_checkpoint(path, framework="pt")
+    assert ferry.last_load_report().host_routes[0].path == "mapped"
+    for name, t in on_gpu.items():
+        assert t.is_cuda and torch.equal(t.cpu().reshape(-1).view(torch.uint8),
+                                         on_host[name].reshape(-1).view(torch.uint8)), name
