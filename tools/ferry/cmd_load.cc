@@ -93,8 +93,7 @@ int run(const LoadArgs& a) {
   const std::string where =
       is_gpu(target.kind) ? fmt::format("GPU {}", target.device) : to_string(target.kind);
   if (a.json) {
-    nlohmann::json routes = nlohmann::json::array();
-    for (const RouteReport& r : report.routes) routes.push_back(nlohmann::json::parse(r.to_json()));
+    const nlohmann::json routes = nlohmann::json::parse(report.to_json());  // both kinds
     nlohmann::json out = {{"checkpoint", shown_path(a.path)},
                           {"shards", ckpt.shards()},
                           {"tensors", report.tensors},
@@ -109,8 +108,8 @@ int run(const LoadArgs& a) {
                           {"memory_kind", to_string(target.kind)},
                           {"device", target.device},
                           {"one_allocation", a.one_allocation},
-                          {"routes", routes},
-                          {"host_routes", nlohmann::json::parse(report.to_json())["host_routes"]}};
+                          {"routes", routes["routes"]},
+                          {"host_routes", routes["host_routes"]}};
     if (!target.note.empty()) out["note"] = target.note;
     if (a.list || a.checksum) {
       nlohmann::json list = nlohmann::json::array();
