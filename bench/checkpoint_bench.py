@@ -412,6 +412,7 @@ def run_case(case: str, ckpt: str, device: str, tiny: bool, cold: bool) -> Dict[
         report = ferry.last_load_report()
         result["ferry_seconds"] = report.seconds
         result["routes"] = [r.verdict for r in report.routes]
+        result["host_routes"] = [f"{r.path}: {r.reason}" for r in report.host_routes]
     if model is not None and tensors is not None:
         t0 = time.perf_counter()
         model.load_state_dict(tensors, strict=True)

@@ -21,6 +21,7 @@
 #include "ferry/file.h"
 #include "ferry/memory.h"
 #include "ferry/route.h"
+#include "ferry/settings.h"
 
 namespace ferry {
 
@@ -99,6 +100,23 @@ struct TensorTarget {
   std::uint64_t length = kToTheEnd;
 };
 
+// How a load into pageable host memory served one shard (settings' host_load): "mapped", its
+// tensors views of a private mapping of the file (LoadResult::mappings), or "read" by ferry's
+// parallel read (the shard's requests in LoadReport::routes); `reason` says why in words.
+struct HostRoute {
+  std::string file;
+  std::string path;  // "mapped" or "read"
+  std::string reason;
+  PageCacheResidency page_cache;  // of the shard's chosen bytes, where measured
+  std::size_t tensors = 0;        // mapped: the tensors that are views of the mapping
+  std::uint64_t bytes = 0;        // mapped: their bytes
+  // Mapped: tensors whose offset in the file is not a multiple of their dtype's size, which no
+  // framework can view in place: read into memory of their own instead (in `routes`).
+  std::size_t copied = 0;
+  // "model.safetensors: mapped: resident in the page cache (...) (3 tensors, 4096 B in place)".
+  std::string describe() const;
+};
+
 // How a load went: the whole of it, and one route report per shard request.
 struct LoadReport {
   std::uint64_t bytes = 0;
@@ -108,6 +126,7 @@ struct LoadReport {
   // read_into, whose caller allocates); reads already submitted run meanwhile.
   double allocate_seconds = 0;
   std::vector<RouteReport> routes;
+  std::vector<HostRoute> host_routes;  // a load into pageable host memory: one per shard
   // A DCP folder's byte items (pickled non-tensor values such as a learning rate), which a load
   // lists here rather than loads.
   std::vector<std::string> skipped;
@@ -129,6 +148,35 @@ struct LoadedTensor {
   std::vector<std::uint64_t> shape;
   void* data = nullptr;  // host or device pointer, owned by the LoadResult
   std::uint64_t nbytes = 0;
+  // Where `data` lies: in LoadResult::mappings[memory] when `mapped`, else in allocation `memory`
+  // (LoadResult::memory, or the `memory`th call of LoadOptions::allocate).
+  bool mapped = false;
+  std::size_t memory = 0;
+};
+
+// A private, copy-on-write mapping of bytes [offset, offset + size) of a shard (`offset` a
+// multiple of the page size): the memory of a mapped host load's tensors. Writes to it never
+// reach the file, and it stays valid once the file is closed or deleted (not if the file is
+// truncated under it: its pages past the new end then fault with SIGBUS, as any mapping's do).
+// Unmapped when destroyed. Its bytes are plain memory: thread-safe as such.
+class FileMapping {
+ public:
+  // Maps [offset, offset + size) of the open descriptor `fd` of `file` (named in errors); throws
+  // IoError. The descriptor may be closed once this returns.
+  FileMapping(int fd, std::uint64_t offset, std::uint64_t size, std::string file);
+  ~FileMapping();
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+  void* data() const { return data_; }
+  std::uint64_t offset() const { return offset_; }
+  std::uint64_t size() const { return size_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  void* data_ = nullptr;
+  std::uint64_t offset_ = 0;
+  std::uint64_t size_ = 0;
+  std::string file_;
 };
 
 // How a load or a save tells its caller how far it has got (LoadOptions::progress,
@@ -160,11 +208,16 @@ struct LoadOptions {
   // per tensor in file order. An exception it throws ends the load, as a progress callback's
   // does. None: ferry's own Buffers.
   std::function<void*(std::uint64_t bytes)> allocate;
+  // Into pageable host memory: how each shard's bytes come (settings' host_load, which this
+  // replaces when set). Mapped tensors take neither `allocate` nor one_allocation: they are views
+  // of LoadResult::mappings.
+  std::optional<HostLoad> host_load;
 };
 
 struct LoadResult {
   std::vector<LoadedTensor> tensors;
   std::vector<Buffer> memory;  // empty when LoadOptions::allocate gave the memory
+  std::vector<std::shared_ptr<const FileMapping>> mappings;  // the mapped shards' bytes
   LoadReport report;
 };
 
@@ -197,6 +250,7 @@ class Checkpoint {
   // Allocates and reads: the tensors named in `options` (all when none), in file order, a part
   // (a shard's tensors, cut at 1 GiB) at a time: each part's read starts once its memory exists.
   // Pageable host memory is allocated before the first read; at most 4 parts are in flight.
+  // Into pageable host memory, a shard resident in the page cache is mapped instead (host_load).
   LoadResult load(const LoadOptions& options = {}) const;
 
  private:

@@ -23,6 +23,11 @@ enum class CompatMode { kAuto, kOn, kOff };
 // fallback to POSIX; gds also refuses cuFile's compatibility path.
 enum class Require { kAny, kCufile, kGds };
 
+// How a checkpoint load into pageable host memory gets a shard's bytes: auto maps a shard whose
+// bytes are resident in the page cache (its tensors are views of a private mapping) and reads the
+// rest; map always maps a local file; read always reads (docs/checkpoints.md, "Host loads").
+enum class HostLoad { kAuto, kMap, kRead };
+
 enum class SettingSource { kDefault, kEnvironment, kCode };
 
 struct Settings {
@@ -33,6 +38,7 @@ struct Settings {
   std::size_t nthreads = 8;        // workers for GPU memory; measured: bench/NOTES.md §2
   std::size_t host_nthreads = 16;  // workers for host memory; measured: bench/NOTES.md §11
   std::size_t bounce_buffer_size = std::size_t{4} << 20;  // measured: bench/NOTES.md
+  HostLoad host_load = HostLoad::kAuto;                   // measured: bench/NOTES.md §31
 };
 
 // Limits of the settings; a value outside them is a SettingError naming the setting.
@@ -59,10 +65,11 @@ struct SettingsOverride {
   std::optional<std::size_t> nthreads;
   std::optional<std::size_t> host_nthreads;
   std::optional<std::size_t> bounce_buffer_size;
+  std::optional<HostLoad> host_load;
 
   Settings apply_to(Settings base) const;
   // Parses `value` for the setting called `name` (compat_mode, require, task_size,
-  // gds_threshold, nthreads, host_nthreads, bounce_buffer_size); throws SettingError.
+  // gds_threshold, nthreads, host_nthreads, bounce_buffer_size, host_load); throws SettingError.
   void set(std::string_view name, std::string_view value);
 };
 
@@ -138,9 +145,11 @@ std::uint64_t parse_offset(std::string_view text, std::string_view setting);
 std::size_t parse_count(std::string_view text, std::string_view setting);
 CompatMode parse_compat_mode(std::string_view text, std::string_view setting);
 Require parse_require(std::string_view text, std::string_view setting);
+HostLoad parse_host_load(std::string_view text, std::string_view setting);
 
 std::string to_string(CompatMode mode);
 std::string to_string(Require require);
+std::string to_string(HostLoad mode);
 std::string to_string(SettingSource source);
 // 4194304 -> "4 MiB", 5000 -> "5000 B".
 std::string format_size(std::uint64_t bytes);

@@ -10,6 +10,8 @@ before the first read. By default
 each tensor has its own allocation, so a user can free or replace any of them (and
 ``load_state_dict`` copies anyway); ``one_allocation=True`` puts every tensor in one backing
 allocation instead, which saves allocator calls but frees nothing until every tensor is gone.
+Into host memory, a shard resident in the page cache is mapped instead of read (the setting
+``host_load``): its tensors are views of a private copy-on-write mapping, as safetensors' are.
 
 Dtypes without a counterpart in the framework come back as raw bits of the same width, as
 documented in docs/checkpoints.md: in NumPy (and CuPy) BF16 is uint16 and the F8 kinds uint8; in
@@ -77,6 +79,11 @@ class _Framework:
     def view(self, raw: Any, entry: _Entry) -> Any:
         raise NotImplementedError
 
+    def wrap(self, mapping: Any) -> Any:
+        """The bytes of a mapped shard (_ferry.FileMapping) as what raw() gives, without a copy;
+        it keeps the mapping alive."""
+        raise NotImplementedError
+
 
 class _Numpy(_Framework):
     name = "numpy"
@@ -87,6 +94,9 @@ class _Numpy(_Framework):
 
     def raw(self, nbytes: int) -> Any:
         return self.np.empty(nbytes, dtype=self.np.uint8)
+
+    def wrap(self, mapping: Any) -> Any:
+        return self.np.frombuffer(mapping, dtype=self.np.uint8)
 
     def view(self, raw: Any, entry: _Entry) -> Any:
         if entry.dtype in _PACKED:
@@ -131,6 +141,9 @@ class _Torch(_Framework):
             # read that follows writes every byte, and takes a third less time in faults.
             _ferry.advise_huge_pages(t.data_ptr(), nbytes)
         return t
+
+    def wrap(self, mapping: Any) -> Any:
+        return self.torch.frombuffer(mapping, dtype=self.torch.uint8)
 
     def dtype(self, entry: _Entry) -> Any:
         dtype = getattr(self.torch, _DTYPES[entry.dtype].torch, None)
@@ -381,13 +394,15 @@ class Checkpoint:
         """The `chosen` tensors' bytes, one framework array each (views of one with
         one_allocation), read by the C++ loader that ``ferry load`` runs (Checkpoint::load): it
         calls fw.raw from this thread as it needs memory, the GIL released in between, and every
-        read it started has finished when it returns or raises."""
+        read it started has finished when it returns or raises. Into host memory, a shard
+        resident in the page cache (host_load) comes back as views of a private mapping of it,
+        which fw.wrap makes an array of: writes to them never reach the file."""
         names = [] if len(chosen) == len(self.entries) else [e.name for e in chosen]
         report, allocations, places = self._c.load(fw.raw, names, fw.host, one_allocation,
-                                                    progress)
+                                                    progress, fw.wrap if fw.host else None)
         self.last_report = _last[0] = report
-        return [allocations[a][o:o + e.nbytes] if one_allocation else allocations[a]
-                for e, (a, o) in zip(chosen, places)]
+        return [allocations[a] if o == 0 and len(allocations[a]) == e.nbytes
+                else allocations[a][o:o + e.nbytes] for e, (a, o) in zip(chosen, places)]
 
     def read_rows(self, fw: _Framework, entry: _Entry, first: int, stop: int) -> Any:
         """Rows [first, stop) of dimension 0 of `entry`, as an array of shape (stop-first, ...)."""

@@ -112,15 +112,19 @@ ProgressOptions python_progress(const py::object& callback) {
 // Checkpoint::load into Python's memory: `allocate(nbytes)` returns an object exporting that many
 // writable bytes (a torch tensor, a NumPy or CuPy array), called from this thread with the GIL
 // taken as load() needs memory (`host`: pageable host memory, all before the first read; else a
-// part at a time, overlapping the reads); the GIL is released otherwise. `names`: the tensors
-// (empty: all). Returns (report, the allocations, (allocation, byte offset) of each tensor).
+// part at a time, overlapping the reads); the GIL is released otherwise. Into host memory, a
+// mapped shard's FileMapping is handed to `wrap`, which returns the framework's byte array over
+// it (keeping it alive); no `wrap`: every shard is read. `names`: the tensors (empty: all).
+// Returns (report, the allocations then the wrapped mappings, (index, byte offset) of each tensor
+// in them).
 py::tuple load(const Checkpoint& ckpt, const py::function& allocate, std::vector<std::string> names,
-               bool host, bool one_allocation, const py::object& progress) {
+               bool host, bool one_allocation, const py::object& progress, const py::object& wrap) {
   LoadOptions o;
   o.memory = host ? MemoryKind::kHostPageable : MemoryKind::kDevice;
   o.names = std::move(names);
   o.one_allocation = one_allocation;
   o.progress = python_progress(progress);
+  if (wrap.is_none()) o.host_load = HostLoad::kRead;
   py::list allocations;
   std::vector<std::shared_ptr<BufferView>> views;  // destroyed with the GIL taken
   std::vector<const char*> starts;
@@ -144,14 +148,16 @@ py::tuple load(const Checkpoint& ckpt, const py::function& allocate, std::vector
     py::gil_scoped_release release;
     result = ckpt.load(o);
   }
+  const std::size_t first_mapping = allocations.size();
+  for (const std::shared_ptr<const FileMapping>& m : result.mappings) {
+    allocations.append(wrap(std::const_pointer_cast<FileMapping>(m)));
+  }
   py::list places;
-  for (std::size_t k = 0; k < result.tensors.size(); ++k) {
-    if (!one_allocation) {
-      places.append(py::make_tuple(k, 0));
-      continue;
-    }
-    places.append(
-        py::make_tuple(0, static_cast<const char*>(result.tensors[k].data) - starts.front()));
+  for (const LoadedTensor& t : result.tensors) {
+    const char* start =
+        t.mapped ? static_cast<const char*>(result.mappings[t.memory]->data()) : starts[t.memory];
+    const auto at = t.data == nullptr ? 0 : static_cast<const char*>(t.data) - start;
+    places.append(py::make_tuple(t.mapped ? first_mapping + t.memory : t.memory, at));
   }
   return py::make_tuple(std::move(result.report), allocations, places);
 }
@@ -215,6 +221,30 @@ void bind_checkpoint(py::module_& m) {
   // Registered after bind_errors, so tried first; everything else falls through to it.
   py::register_exception_translator(translate_checkpoint_errors);
 
+  py::class_<HostRoute>(m, "HostRoute",
+                        "How a host load served one shard: path 'mapped' (views of a private "
+                        "mapping of the file) or 'read', and why.")
+      .def_readonly("file", &HostRoute::file)
+      .def_readonly("path", &HostRoute::path)
+      .def_readonly("reason", &HostRoute::reason)
+      .def_readonly("page_cache", &HostRoute::page_cache)
+      .def_readonly("tensors", &HostRoute::tensors)
+      .def_readonly("bytes", &HostRoute::bytes)
+      .def_readonly("copied", &HostRoute::copied)
+      .def("__repr__", &HostRoute::describe);
+
+  py::class_<FileMapping, std::shared_ptr<FileMapping>>(
+      m, "FileMapping", py::buffer_protocol(),
+      "A private, copy-on-write mapping of a checkpoint shard: the memory of a mapped host "
+      "load's tensors, unmapped when the last of them is gone.")
+      .def_property_readonly("file", [](const FileMapping& f) { return path_str(f.file()); })
+      .def_property_readonly("offset", &FileMapping::offset)
+      .def_property_readonly("size", &FileMapping::size)
+      .def_buffer([](FileMapping& f) {
+        return py::buffer_info(f.data(), 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(f.size())}, {1}, false);
+      });
+
   py::class_<LoadReport>(m, "LoadReport",
                          "How a checkpoint load went: totals and per-shard routes.")
       .def(py::init<>())
@@ -227,6 +257,7 @@ void bind_checkpoint(py::module_& m) {
       .def_readonly("retries", &LoadReport::retries, "A remote checkpoint's retried attempts.")
       .def_readonly("connections", &LoadReport::connections,
                     "The connections a remote checkpoint's load opened.")
+      .def_readonly("host_routes", &LoadReport::host_routes)
       .def("summary", &LoadReport::summary)
       .def("to_json", &LoadReport::to_json)
       .def("__repr__", &LoadReport::summary);
@@ -374,9 +405,10 @@ void bind_checkpoint(py::module_& m) {
            "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
            "released, into byte `at` of each destination.")
       .def("load", &load, arg("allocate"), arg("names"), arg("host"), arg("one_allocation"),
-           arg("progress") = py::none(),
-           "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives: "
-           "(report, allocations, [(allocation, offset) of each tensor, in file order]).");
+           arg("progress") = py::none(), arg("wrap") = py::none(),
+           "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives, "
+           "or into views of mappings `wrap(FileMapping)` makes arrays of: (report, allocations "
+           "then wrapped mappings, [(index, offset) of each tensor in them, in file order]).");
 }
 
 }  // namespace ferry::python

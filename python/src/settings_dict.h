@@ -17,6 +17,7 @@ inline pybind11::dict settings_dict(const Settings& s) {
   d["nthreads"] = s.nthreads;
   d["host_nthreads"] = s.host_nthreads;
   d["bounce_buffer_size"] = s.bounce_buffer_size;
+  d["host_load"] = to_string(s.host_load);
   return d;
 }
 

@@ -107,6 +107,27 @@ Require parse_require(std::string_view text, std::string_view setting) {
       "cuFile's compatibility path)");
 }
 
+HostLoad parse_host_load(std::string_view text, std::string_view setting) {
+  std::string s = lower(trim(text));
+  if (s == "auto") return HostLoad::kAuto;
+  if (s == "map") return HostLoad::kMap;
+  if (s == "read") return HostLoad::kRead;
+  bad(setting, text, "unknown host load route",
+      "auto (map files resident in the page cache, read the rest), map or read");
+}
+
+std::string to_string(HostLoad mode) {
+  switch (mode) {
+    case HostLoad::kAuto:
+      return "auto";
+    case HostLoad::kMap:
+      return "map";
+    case HostLoad::kRead:
+      return "read";
+  }
+  return "?";
+}
+
 std::string to_string(CompatMode mode) {
   switch (mode) {
     case CompatMode::kAuto:

@@ -27,6 +27,7 @@ inline constexpr Variable kHostNthreads{"FERRY_HOST_NTHREADS",
                                         {"KVIKIO_NTHREADS", "KVIKIO_NUM_THREADS"}};
 inline constexpr Variable kBounceBufferSize{"FERRY_BOUNCE_BUFFER_SIZE",
                                             {"KVIKIO_BOUNCE_BUFFER_SIZE", nullptr}};
+inline constexpr Variable kHostLoad{"FERRY_HOST_LOAD"};
 // The remote policy (src/remote/remote_seam.cc, docs/remote.md). KvikIO counts attempts, not
 // retries, and times the whole GET: the reader converts.
 inline constexpr Variable kRemoteRetries{"FERRY_REMOTE_RETRIES",
@@ -43,10 +44,11 @@ inline constexpr Variable kCudaLibrary{"FERRY_CUDA_LIBRARY"};
 inline constexpr Variable kCufileLibrary{"FERRY_CUFILE_LIBRARY"};
 inline constexpr Variable kCurlLibrary{"FERRY_CURL_LIBRARY"};
 
-inline constexpr std::array<const Variable*, 16> kVariables{
-    &kCompatMode,          &kRequire,          &kTaskSize,      &kGdsThreshold,  &kNthreads,
-    &kHostNthreads,        &kBounceBufferSize, &kRemoteRetries, &kRemoteTimeout, &kRemoteDeadline,
-    &kRemoteRetryStatuses, &kStatsPublish,     &kStatsDir,      &kCudaLibrary,   &kCufileLibrary,
+inline constexpr std::array<const Variable*, 17> kVariables{
+    &kCompatMode,    &kRequire,       &kTaskSize,         &kGdsThreshold,
+    &kNthreads,      &kHostNthreads,  &kBounceBufferSize, &kHostLoad,
+    &kRemoteRetries, &kRemoteTimeout, &kRemoteDeadline,   &kRemoteRetryStatuses,
+    &kStatsPublish,  &kStatsDir,      &kCudaLibrary,      &kCufileLibrary,
     &kCurlLibrary};
 
 // The value of `name`, or nullptr when it is unset or empty (an empty variable means unset).

@@ -16,9 +16,11 @@
 
 #include "checkpoint/dcp_folder.h"
 #include "checkpoint/gathered_read.h"
+#include "checkpoint/host_route.h"
 #include "checkpoint/progress_meter.h"
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/shard_index.h"
+#include "core/report_json.h"
 #include "io/io_seam.h"
 
 namespace ferry {
@@ -146,6 +148,48 @@ void add_routes(LoadReport& report, const checkpoint::GatheredRead& read) {
     report.connections += r.source.connections;
     report.routes.push_back(std::move(r));
   }
+}
+
+// The host route of each shard of `chosen` (indices into `tensors`, so shard by shard in file
+// order), recorded in result's report, and its mapping in result.mappings when mapped. Returns,
+// for each chosen tensor, the index of the mapping it is a view of, or -1 when it is to be read:
+// an empty tensor, or one no framework could view in place (host_route.h).
+std::vector<int> route_host_shards(HostLoad mode, bool direct,
+                                   const std::vector<TensorInfo>& tensors,
+                                   const std::vector<std::size_t>& chosen,
+                                   const std::vector<std::string>& names,
+                                   const std::vector<fs::path>& paths,
+                                   const std::vector<std::uint64_t>& sizes, LoadResult& result) {
+  std::vector<int> in_mapping(chosen.size(), -1);
+  for (std::size_t first = 0, last = 0; first < chosen.size(); first = last) {
+    const std::size_t shard = tensors[chosen[first]].shard;
+    std::uint64_t begin = UINT64_MAX, end = 0;
+    for (last = first; last < chosen.size() && tensors[chosen[last]].shard == shard; ++last) {
+      const TensorInfo& t = tensors[chosen[last]];
+      if (t.nbytes == 0) continue;
+      begin = std::min(begin, t.file_offset);
+      end = std::max(end, t.file_offset + t.nbytes);
+    }
+    if (end <= begin) continue;  // nothing to read or map
+    checkpoint::MappedShard m =
+        checkpoint::route_shard(mode, direct, names[shard], paths[shard], sizes[shard], begin, end);
+    if (m.mapping) {
+      for (std::size_t k = first; k < last; ++k) {
+        const TensorInfo& t = tensors[chosen[k]];
+        if (t.nbytes == 0) continue;
+        if (!checkpoint::viewable_in_place(t)) {
+          ++m.route.copied;
+          continue;
+        }
+        in_mapping[k] = static_cast<int>(result.mappings.size());
+        ++m.route.tensors;
+        m.route.bytes += t.nbytes;
+      }
+      result.mappings.push_back(std::move(m.mapping));
+    }
+    result.report.host_routes.push_back(std::move(m.route));
+  }
+  return in_mapping;
 }
 
 constexpr std::size_t kAlignment = 256;  // what cuMemAlloc gives: enough for every dtype
@@ -336,11 +380,23 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
   }
   LoadResult result;
+  LoadReport& report = result.report;
+  // Into pageable host memory, a mapped shard's tensors are views of its mapping: neither
+  // allocated nor read (host_route.h).
+  std::vector<int> in_mapping(chosen.size(), -1);
+  // A DCP folder's tensors are pieces of torch.save blobs, read into place (not mapped).
+  if (options.memory == MemoryKind::kHostPageable && s.pieces.empty()) {
+    const HostLoad mode = options.host_load.value_or(settings_with(s.options.settings).host_load);
+    in_mapping = route_host_shards(mode, s.options.direct, s.tensors, chosen, s.shard_names,
+                                   s.shard_paths, s.shard_sizes, result);
+    for (const HostRoute& r : report.host_routes) report.bytes += r.bytes;
+  }
   std::vector<std::uint64_t> offsets;  // in the one allocation
   std::uint64_t packed = 0;
-  for (std::size_t i : chosen) {
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
     offsets.push_back(packed);
-    packed += (s.tensors[i].nbytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (in_mapping[k] >= 0) continue;
+    packed += (s.tensors[chosen[k]].nbytes + kAlignment - 1) / kAlignment * kAlignment;
   }
   using Clock = std::chrono::steady_clock;
   Clock::duration allocating{};
@@ -358,15 +414,18 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     allocations.push_back(data);
     return data;
   };
-  if (options.one_allocation) allocate(packed);
+  // Not for views alone: they need no memory (an empty load still makes its one allocation).
+  const bool one_allocation = options.one_allocation && (packed > 0 || result.mappings.empty());
+  if (one_allocation) allocate(packed);
   // Pageable host memory is allocated before any read: an allocation is an mmap, microseconds
   // alone, but it takes the process's mmap lock, which the workers' faults into fresh pages
   // contend for; interleaved with the reads, a 4 GiB load's 290 allocations took 45 ms instead
   // of 1, and the load ran 4% slower (bench/NOTES.md §27).
-  const bool allocate_first =
-      !options.one_allocation && options.memory == MemoryKind::kHostPageable;
+  const bool allocate_first = !one_allocation && options.memory == MemoryKind::kHostPageable;
   if (allocate_first) {
-    for (std::size_t i : chosen) allocate(s.tensors[i].nbytes);
+    for (std::size_t k = 0; k < chosen.size(); ++k) {
+      if (in_mapping[k] < 0) allocate(s.tensors[chosen[k]].nbytes);
+    }
   }
   // Otherwise each part's read is submitted as soon as its tensors' memory exists, so that
   // allocating the next part (cuMemAlloc: about 40 us a tensor) overlaps the reads in flight;
@@ -380,7 +439,6 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     checkpoint::GatheredRead read;
   };
   std::deque<InFlight> in_flight;
-  LoadReport& report = result.report;
   report.tensors = chosen.size();
   std::uint64_t total = 0;
   for (std::size_t i : chosen) total += s.tensors[i].nbytes;
@@ -415,15 +473,25 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     in_flight.push_back({std::move(ranges), std::move(file), shard, std::move(read)});
     meter.report(landed());  // between allocations too, not only while waiting
   };
+  std::size_t allocated = 0;  // allocations handed to tensors so far
   for (std::size_t k = 0; k < chosen.size(); ++k) {
     const TensorInfo& t = s.tensors[chosen[k]];
+    if (in_mapping[k] >= 0) {
+      const FileMapping& m = *result.mappings[in_mapping[k]];
+      char* data = static_cast<char*>(m.data()) + (t.file_offset - m.offset());
+      result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes, true,
+                                static_cast<std::size_t>(in_mapping[k])});
+      continue;
+    }
     void* data;
-    if (options.one_allocation) {
+    std::size_t memory = 0;
+    if (one_allocation) {
       data = static_cast<char*>(allocations.front()) + offsets[k];
     } else {
-      data = allocate_first ? allocations[k] : allocate(t.nbytes);
+      memory = allocated++;
+      data = allocate_first ? allocations[memory] : allocate(t.nbytes);
     }
-    result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes});
+    result.tensors.push_back({t.name, t.dtype, t.shape, data, t.nbytes, false, memory});
     for (const checkpoint::TensorPiece& p : s.pieces_of(chosen[k])) {
       if (p.shard != shard || part_bytes >= kPartBytes) {
         submit();
@@ -446,16 +514,27 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   return result;
 }
 
+std::string HostRoute::describe() const {
+  std::string text = fmt::format("{}: {}: {}", fs::path(file).filename().string(), path, reason);
+  if (path != "mapped") return text;
+  text += fmt::format(" ({} tensors, {} B in place", tensors, bytes);
+  if (copied > 0) {
+    text += fmt::format("; {} read, their offsets not multiples of their dtype's size", copied);
+  }
+  return text + ")";
+}
+
 std::string LoadReport::summary() const {
   const bool remote = std::any_of(routes.begin(), routes.end(),
                                   [](const RouteReport& r) { return r.source.remote; });
   std::string out = fmt::format(
-      "{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s){}\n{}", tensors, bytes, seconds,
+      "{} tensors, {} B in {:.4f} s: {:.2f} GB/s, {} request(s){}", tensors, bytes, seconds,
       seconds > 0 ? bytes / seconds / 1e9 : 0.0, routes.size(),
       remote
           ? fmt::format(", {} GET(s), {} retries, {} new connection(s)", gets, retries, connections)
-          : "",
-      join_verdicts(routes));
+          : "");
+  for (const HostRoute& r : host_routes) out += "\n  " + r.describe();
+  if (!routes.empty()) out += "\n" + join_verdicts(routes);
   if (!skipped.empty()) {
     out += fmt::format("\n{} non-tensor item(s) skipped: {}", skipped.size(),
                        fmt::join(skipped, ", "));
@@ -466,6 +545,16 @@ std::string LoadReport::summary() const {
 std::string LoadReport::to_json() const {
   nlohmann::json routes_json = nlohmann::json::array();
   for (const RouteReport& r : routes) routes_json.push_back(nlohmann::json::parse(r.to_json()));
+  nlohmann::json host_json = nlohmann::json::array();
+  for (const HostRoute& r : host_routes) {
+    host_json.push_back({{"file", r.file},
+                         {"path", r.path},
+                         {"reason", r.reason},
+                         {"page_cache", core::page_cache_json(r.page_cache)},
+                         {"tensors", r.tensors},
+                         {"bytes", r.bytes},
+                         {"copied", r.copied}});
+  }
   nlohmann::json out = {{"tensors", tensors},
                         {"bytes", bytes},
                         {"seconds", seconds},
@@ -475,7 +564,8 @@ std::string LoadReport::to_json() const {
                         {"retries", retries},
                         {"connections", connections},
                         {"routes", routes_json},
-                        {"skipped", skipped}};
+                        {"skipped", skipped},
+                        {"host_routes", host_json}};
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

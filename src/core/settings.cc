@@ -37,7 +37,7 @@ struct Descriptor {
   std::string (*print)(const Settings&);
 };
 
-constexpr std::array<Descriptor, 7> kTable{{
+constexpr std::array<Descriptor, 8> kTable{{
     {"compat_mode", base::kCompatMode,
      [](SettingsOverride& o, std::string_view v, std::string_view e) {
        o.compat_mode = parse_compat_mode(v, e);
@@ -80,6 +80,12 @@ constexpr std::array<Descriptor, 7> kTable{{
      },
      [](const SettingsOverride& o) { return o.bounce_buffer_size.has_value(); },
      [](const Settings& s) { return format_size(s.bounce_buffer_size); }},
+    {"host_load", base::kHostLoad,
+     [](SettingsOverride& o, std::string_view v, std::string_view e) {
+       o.host_load = parse_host_load(v, e);
+     },
+     [](const SettingsOverride& o) { return o.host_load.has_value(); },
+     [](const Settings& s) { return to_string(s.host_load); }},
 }};
 
 struct Global {
@@ -244,6 +250,7 @@ Settings SettingsOverride::apply_to(Settings base) const {
   if (nthreads) base.nthreads = *nthreads;
   if (host_nthreads) base.host_nthreads = *host_nthreads;
   if (bounce_buffer_size) base.bounce_buffer_size = *bounce_buffer_size;
+  if (host_load) base.host_load = *host_load;
   // Every value, set from text or directly, within its limits (settings.h says why each).
   auto within = [](const char* name, std::size_t value, std::size_t min, std::size_t max,
                    bool bytes) {

@@ -26,9 +26,12 @@ using test::TempDir;
 using test::write_file;
 using test::WrittenTensor;
 
+// The read route: these tests are about its requests and allocations (host_route_test.cc has the
+// mapped one, which a file just written, resident in the page cache, would take).
 LoadOptions host(std::vector<std::string> names = {}, bool one = false) {
   LoadOptions o;
   o.memory = MemoryKind::kHostPageable;
+  o.host_load = HostLoad::kRead;
   o.names = std::move(names);
   o.one_allocation = one;
   return o;

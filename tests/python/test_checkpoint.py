@@ -86,12 +86,16 @@ def check_numpy(arrays, tensors):
         assert a.flags.c_contiguous and a.flags.writeable
 
 
-def test_numpy_load_file_is_byte_for_byte(mixed):
+@pytest.mark.parametrize("route", ["read", "map"])
+def test_numpy_load_file_is_byte_for_byte(mixed, route):
     path, tensors = mixed
-    check_numpy(np_load_file(path), tensors)
+    with ferry.settings(host_load=route):
+        check_numpy(np_load_file(path), tensors)
     report = ferry.last_load_report()
     assert report.bytes == sum(len(t[3]) for t in tensors)
-    assert len(report.routes) == 1  # one gathered request for the shard
+    assert [r.path for r in report.host_routes] == ["read" if route == "read" else "mapped"]
+    # One gathered request for the shard; mapped, every tensor here is aligned: none.
+    assert len(report.routes) == (1 if route == "read" else 0)
 
 
 def root(a):
@@ -102,9 +106,10 @@ def root(a):
 
 def test_tensors_are_independent_unless_one_allocation_is_asked(mixed):
     path, tensors = mixed
-    arrays = np_load_file(path)
+    with ferry.settings(host_load="read"):  # mapped, they are views of one mapping
+        arrays = np_load_file(path)
+        shared = np_load_file(path, one_allocation=True)
     assert len({root(a) for a in arrays.values()}) == len(arrays)
-    shared = np_load_file(path, one_allocation=True)
     check_numpy(shared, tensors)
     assert len({root(a) for a in shared.values()}) == 1
 
@@ -203,7 +208,8 @@ def test_the_cpp_loader_reads_what_this_thread_allocates(tmp_path, monkeypatch, 
     real_raw = fw.raw
     monkeypatch.setattr(fw, "raw", lambda n: threads.append(threading.get_ident()) or real_raw(n))
     monkeypatch.setattr(ferry.checkpoint, "_framework", lambda *_: fw)
-    check_numpy(ckpt.load("numpy"), everything)
+    with ferry.settings(host_load="read"):  # the files are resident: they would be mapped
+        check_numpy(ckpt.load("numpy"), everything)
     assert threads == [threading.get_ident()] * 15
     report = ferry.last_load_report()
     assert len(report.routes) == 3  # one part a shard: each under 1 GiB
@@ -233,7 +239,7 @@ def test_a_failed_allocation_waits_for_the_reads_it_started_and_raises(tmp_path,
         return made[-1]
 
     monkeypatch.setattr(fw, "raw", raw)
-    with pytest.raises(MemoryError, match="tensor 8"):
+    with pytest.raises(MemoryError, match="tensor 8"), ferry.settings(host_load="read"):
         ckpt._allocate_and_read(fw, list(ckpt.entries.values()), False, None)
     assert len(made) == 7
     if not host:  # the first shard's read had started, and had finished
@@ -378,12 +384,13 @@ def test_cli_load_reports_tensors_bytes_and_route(mixed):
     if not cli:
         pytest.skip("FERRY_CLI is not set")
     path, tensors = mixed
-    out = subprocess.run([cli, "load", path, "--host", "--json", "--list"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([cli, "load", path, "--host", "--json", "--list", "--host-load", "read"],
+                         check=True, capture_output=True, text=True).stdout
     report = json.loads(out)
     assert report["tensors"] == len(tensors)
     assert report["bytes"] == sum(len(t[3]) for t in tensors)
     assert report["memory"] == "host" and len(report["routes"]) == 1
+    assert report["host_routes"][0]["reason"] == "host_load=read"
     assert {t["name"] for t in report["tensor_list"]} == {t[0] for t in tensors}
     text = subprocess.run([cli, "load", path, "--host"], check=True, capture_output=True,
                           text=True).stdout
@@ -509,7 +516,8 @@ def test_large_host_tensors_of_a_torch_load_ask_for_huge_pages(cpu_torch, tmp_pa
     path = tmp_path / "m.safetensors"
     path.write_bytes(encode([("big", "U8", (len(big),), big), ("small", "U8", (len(small),),
                                                                    small)]))
-    t = ferry.load_checkpoint(path)
+    # Read: mapped, the tensors would be the page cache's pages.
+    t = ferry.load_checkpoint(path, host_load="read")
     assert t["big"].numpy().tobytes() == big and t["small"].numpy().tobytes() == small
     inner = (t["big"].data_ptr() + (2 << 20) - 1) // (2 << 20) * (2 << 20)
     assert " hg" in _vm_flags(inner), _vm_flags(inner)

@@ -65,7 +65,8 @@ def test_a_load_of_several_shards_names_each_above_its_route(tmp_path):
         shard(tmp_path / names[-1], f"w{i}", np.arange(1024, dtype=np.float32) + i)
     index = {"metadata": {}, "weight_map": {f"w{i}": names[i] for i in range(3)}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
-    done = ferry("load", tmp_path / "model.safetensors.index.json", "--host")
+    # Read: resident, the shards would be mapped, without a request to name.
+    done = ferry("load", tmp_path / "model.safetensors.index.json", "--host", "--host-load", "read")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("shard ")]

@@ -14,7 +14,7 @@ def test_every_cpp_setting_is_bound_with_a_typed_value():
     assert ferry.settings.names() == described
     for name in described:
         value = getattr(ferry.settings, name)
-        assert isinstance(value, str if name in ("compat_mode", "require") else int), name
+        assert isinstance(value, str if name in ("compat_mode", "require", "host_load") else int), name
 
 
 def test_settings_are_set_by_name_with_sizes_counts_and_modes():

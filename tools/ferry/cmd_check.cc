@@ -74,8 +74,8 @@ std::string verdict(const PlatformReport& p, const CudaStatus& cuda, const Cufil
   PlanRequest gpu_read;
   gpu_read.gpu = 0;
   gpu_read.size = s.gds_threshold;
-  gpu_read.settings = {s.compat_mode, s.require,       s.task_size,         s.gds_threshold,
-                       s.nthreads,    s.host_nthreads, s.bounce_buffer_size};
+  gpu_read.settings = {s.compat_mode, s.require,       s.task_size,          s.gds_threshold,
+                       s.nthreads,    s.host_nthreads, s.bounce_buffer_size, s.host_load};
   const bool usable = c.loaded && !(c.driver_open_attempted && !c.driver_open);
   gpu_read.cufile_probe = usable ? std::optional<std::string>()
                                  : std::optional(c.loaded ? c.driver_error_text : c.load_error);

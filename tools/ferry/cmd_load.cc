@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -26,16 +27,20 @@ struct LoadArgs {
   bool list = false;
   bool checksum = false;
   bool json = false;
+  std::string host_load;  // empty: the host_load setting
 };
 
 // SHA-256 of each loaded tensor's bytes, read back from where they landed (GPU or host).
 std::vector<std::string> tensor_digests(const LoadResult& result) {
   std::vector<std::string> digests;
-  for (std::size_t k = 0; k < result.tensors.size(); ++k) {
-    const LoadedTensor& t = result.tensors[k];
-    // One allocation behind every tensor, or one each in the tensors' order (LoadResult).
-    const Buffer& b =
-        result.memory.size() == result.tensors.size() ? result.memory[k] : result.memory.front();
+  for (const LoadedTensor& t : result.tensors) {
+    if (t.mapped) {  // a view of a mapping (host memory): hashed from a copy, as a Buffer
+      Buffer copy(MemoryKind::kHostPageable, t.nbytes);
+      std::memcpy(copy.data(), t.data, t.nbytes);
+      digests.push_back(sha256(copy, t.nbytes));
+      continue;
+    }
+    const Buffer& b = result.memory[t.memory];
     const std::size_t offset =
         t.nbytes == 0 ? 0 : static_cast<const char*>(t.data) - static_cast<const char*>(b.data());
     digests.push_back(sha256(b, offset, t.nbytes));
@@ -70,6 +75,7 @@ int run(const LoadArgs& a) {
   options.device = std::max(target.device, 0);
   options.names = a.tensors;
   options.one_allocation = a.one_allocation;
+  if (!a.host_load.empty()) options.host_load = parse_host_load(a.host_load, "--host-load");
   const bool show = progress_wanted(a.json);
   ProgressBar bar("loading", ckpt.total_bytes(), show);
   if (show) {
@@ -87,8 +93,7 @@ int run(const LoadArgs& a) {
   const std::string where =
       is_gpu(target.kind) ? fmt::format("GPU {}", target.device) : to_string(target.kind);
   if (a.json) {
-    nlohmann::json routes = nlohmann::json::array();
-    for (const RouteReport& r : report.routes) routes.push_back(nlohmann::json::parse(r.to_json()));
+    const nlohmann::json routes = nlohmann::json::parse(report.to_json());  // both kinds
     nlohmann::json out = {{"checkpoint", shown_path(a.path)},
                           {"shards", ckpt.shards()},
                           {"tensors", report.tensors},
@@ -106,7 +111,8 @@ int run(const LoadArgs& a) {
                           {"gets", report.gets},
                           {"retries", report.retries},
                           {"connections", report.connections},
-                          {"routes", routes}};
+                          {"routes", routes["routes"]},
+                          {"host_routes", routes["host_routes"]}};
     if (!target.note.empty()) out["note"] = target.note;
     if (a.list || a.checksum) {
       nlohmann::json list = nlohmann::json::array();
@@ -142,6 +148,7 @@ int run(const LoadArgs& a) {
         "connection(s)\n",
         report.gets, report.tensors, report.routes.size(), report.retries, report.connections);
   }
+  for (const HostRoute& r : report.host_routes) fmt::print("host route: {}\n", r.describe());
   // One route block per request (a part of a shard); with several, each under its shard's name.
   const std::vector<std::string>& shards = ckpt.shards();
   for (const RouteReport& r : report.routes) {
@@ -168,6 +175,10 @@ void add_load_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--tensor", args->tensors, "Load only this tensor (repeatable)");
   cmd->add_flag("--one-allocation", args->one_allocation,
                 "One allocation behind every tensor instead of one each");
+  cmd->add_option("--host-load", args->host_load,
+                  "Into host memory: map shards resident in the page cache (auto), map every "
+                  "local shard (map) or read them all (read); default: the host_load setting")
+      ->check(CLI::IsMember({"auto", "map", "read"}));
   cmd->add_flag("--list", args->list, "Print every tensor loaded: name, dtype, shape, bytes");
   cmd->add_flag("--checksum", args->checksum,
                 "Also print each tensor's SHA-256, of its bytes as they landed (implies --list)");
