@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -129,7 +130,13 @@ void per_request(const std::string& path, std::size_t file_size, std::size_t n) 
     std::function<void(std::uint64_t)> read;
   };
   const Api apis[] = {
-      {"pread(2)", [&](std::uint64_t o) { (void)::pread(fd, buf.data(), buf.size(), o); }},
+      {"pread(2)",
+       [&](std::uint64_t o) {
+         if (::pread(fd, buf.data(), buf.size(), o) < 0) {
+           std::perror("pread");
+           std::exit(1);
+         }
+       }},
       {"File::read", [&](std::uint64_t o) { file.read(buf.data(), buf.size(), o); }},
       {"File::pread().get()",
        [&](std::uint64_t o) { file.pread(buf.data(), buf.size(), o).get(); }},
