@@ -84,6 +84,7 @@ class CufilePath final : public AcceleratedPath {
 }  // namespace
 
 const Environment& default_environment() {
+  // Process-wide: the default runtime's (default_runtime()); leaked, as that runtime is.
   static const Environment* env = [] {
     auto* e = new Environment;
     e->io = &io::system_io();

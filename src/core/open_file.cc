@@ -32,7 +32,8 @@ class OpenFile::Lane {
 
 namespace {
 
-// Threads are dealt lanes in turn, once each.
+// Threads are dealt lanes in turn, once each. Process-wide: a thread's lane is its place in the
+// process, the same in every File of every runtime, so the small-read path finds it in one load.
 std::size_t this_threads_lane(std::size_t lanes) {
   static std::atomic<std::size_t> next{0};
   thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
@@ -196,6 +197,7 @@ void OpenFile::forget_parent_requests() {
 }
 
 namespace {
+// Per thread by design: the File whose request this thread is inside (RequestHold), innermost.
 thread_local const OpenFile* tl_held = nullptr;
 }  // namespace
 

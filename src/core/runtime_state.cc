@@ -57,7 +57,8 @@ void RuntimeState::restart_in_child() {
 }
 
 RuntimeState& default_runtime() {
-  // Leaked on purpose: requests still in flight at exit keep running threads that a static
+  // Process-wide: the runtime of every File opened without FileOptions::runtime. Leaked on
+  // purpose: requests still in flight at exit keep running threads that a static
   // destructor must not join under them.
   static RuntimeState* rt = new RuntimeState;
   return *rt;

@@ -101,15 +101,18 @@ struct Global {
   std::array<std::optional<SettingError>, kTable.size()> env_errors;
 };
 
-Global* instance = nullptr;
-
 Global& global() {
-  // Leaked on purpose: pool threads may still read settings while the process exits.
+  // Process-wide: the settings are the process's (its environment, set_settings from any
+  // runtime's callers). Leaked on purpose: pool threads may still read settings while the process
+  // exits.
   static Global* g = [] {
-    instance = new Global;
-    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
-    pthread_atfork(nullptr, nullptr, [] { new (&instance->mu) std::mutex; });
-    return instance;
+    auto* made = new Global;
+    // A thread of the parent may hold the lock at fork(): the child starts with a free one. (`g`
+    // is null only in a child forked while it was being made, which has no settings to unlock.)
+    pthread_atfork(nullptr, nullptr, [] {
+      if (g != nullptr) new (&g->mu) std::mutex;
+    });
+    return made;
   }();
   return *g;
 }
@@ -164,7 +167,7 @@ std::optional<Variable> find_variable(const Descriptor& d) {
 // ignored without a word. Variables far from every known name (test and build ones) are left
 // alone.
 void warn_misspelt_variables() {
-  static std::atomic<bool> warned{false};
+  static std::atomic<bool> warned{false};  // process-wide: the environment is the process's
   if (warned.exchange(true)) return;
   std::vector<std::string> known;
   for (const base::Variable* v : base::kVariables) known.emplace_back(v->env);
@@ -223,6 +226,7 @@ struct ThreadScopes {
 };
 
 std::shared_ptr<ThreadScopes>& this_thread_scopes() {
+  // Per thread by design: a scope holds for the thread that opened it, whichever runtime it uses.
   thread_local auto scopes = std::make_shared<ThreadScopes>();
   return scopes;
 }
@@ -290,29 +294,32 @@ void SettingsOverride::set(std::string_view name, std::string_view value) {
 Settings settings() {
   // Every request reads the settings: a thread keeps its last copy and takes a lock only after a
   // change (process-wide changes bump the global version, its scopes their own generation).
-  thread_local std::uint64_t seen = 0;
-  thread_local std::uint64_t seen_layers = 0;
-  thread_local Settings base;
-  thread_local Settings effective;
+  // Per thread by design: the copy is what keeps the request path off the lock.
+  thread_local struct {
+    std::uint64_t seen = 0;         // the global version `base` was copied at
+    std::uint64_t seen_layers = 0;  // the scopes' generation `effective` was made at
+    Settings base;
+    Settings effective;
+  } view;
   Global& g = global();
   ThreadScopes& mine = *this_thread_scopes();
-  bool base_changed = seen != g.version.load(std::memory_order_acquire);
-  if (!base_changed && seen_layers == mine.generation.load(std::memory_order_acquire)) {
-    return effective;
+  bool base_changed = view.seen != g.version.load(std::memory_order_acquire);
+  if (!base_changed && view.seen_layers == mine.generation.load(std::memory_order_acquire)) {
+    return view.effective;
   }
   if (base_changed) {
     std::lock_guard lock(g.mu);
     loaded_global();
     throw_env_error(g);
-    base = g.current;
-    seen = g.version.load(std::memory_order_relaxed);
+    view.base = g.current;
+    view.seen = g.version.load(std::memory_order_relaxed);
   }
   std::lock_guard lock(mine.mu);
-  Settings layered = base;
+  Settings layered = view.base;
   for (const auto& [id, changes] : mine.layers) layered = changes.apply_to(layered);
-  effective = layered;
-  seen_layers = mine.generation.load(std::memory_order_relaxed);
-  return effective;
+  view.effective = layered;
+  view.seen_layers = mine.generation.load(std::memory_order_relaxed);
+  return view.effective;
 }
 
 Settings settings_with(const SettingsOverride& changes) {

@@ -46,12 +46,14 @@ Loaded load() {
 
 // The library and its symbols, without cuInit: enough to ask about a pointer (below).
 const Loaded& mapped() {
+  // Process-wide: libcuda is loaded once per process (one loader, src/base/library.h).
   static const Loaded instance = load();
   return instance;
 }
 
 // Set in a child made by fork() after this process initialised CUDA: CUDA does not survive
-// fork, so the child treats the driver as absent, with this reason.
+// fork, so the child treats the driver as absent, with this reason. Process-wide, as fork() and
+// CUDA's state are; an atomic, so that the fork handler needs no lock.
 std::atomic<bool> forked_after_init{false};
 constexpr const char* kForked =
     "CUDA was initialised in the parent process before fork(), and CUDA cannot be used in a "
@@ -60,6 +62,7 @@ constexpr const char* kForked =
 
 // The library initialised: cuInit, which takes 0.1 to 0.2 s on the GPU machine, once.
 const Loaded& loaded() {
+  // Process-wide: cuInit holds for the whole process.
   static const Loaded instance = [] {
     Loaded l = mapped();
     if (!l.ok) return l;
@@ -119,6 +122,7 @@ void check(abi::Result result, const char* what) {
 
 namespace {
 // Primary contexts retained so far, by ordinal: read without a lock by every GPU task.
+// Process-wide, as the contexts are (use_device below).
 constexpr int kMaxCachedDevices = 64;
 std::array<std::atomic<abi::Context>, kMaxCachedDevices> cached_contexts{};
 }  // namespace
@@ -131,13 +135,17 @@ abi::Context use_device(int ordinal) {
       return ctx;
     }
   }
+  // Process-wide: a primary context is the process's, one per GPU, shared by every runtime.
   // Leaked on purpose, like the contexts they hold: GPU workers may still call this while the
   // process exits.
-  static auto* mu = new std::mutex;
-  static auto* contexts = new std::vector<abi::Context>;  // retained once, released at exit
+  struct Retained {
+    std::mutex mu;
+    std::vector<abi::Context> contexts;  // under mu: retained once, released at exit
+  };
+  static auto* retained = new Retained;
   abi::Context ctx = nullptr;
   {
-    std::lock_guard lock(*mu);
+    std::lock_guard lock(retained->mu);
     int count = 0;
     check(d.DeviceGetCount(&count), "cuDeviceGetCount");
     if (ordinal < 0 || ordinal >= count) {
@@ -145,13 +153,14 @@ abi::Context use_device(int ordinal) {
           fmt::format("GPU {} does not exist: this machine has {} GPU(s)", ordinal, count),
           static_cast<int>(abi::kErrorInvalidDevice));
     }
-    if (contexts->size() < static_cast<size_t>(count)) contexts->resize(count, nullptr);
-    if ((*contexts)[ordinal] == nullptr) {
+    std::vector<abi::Context>& contexts = retained->contexts;
+    if (contexts.size() < static_cast<size_t>(count)) contexts.resize(count, nullptr);
+    if (contexts[ordinal] == nullptr) {
       abi::Device dev = 0;
       check(d.DeviceGet(&dev, ordinal), "cuDeviceGet");
-      check(d.DevicePrimaryCtxRetain(&(*contexts)[ordinal], dev), "cuDevicePrimaryCtxRetain");
+      check(d.DevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
     }
-    ctx = (*contexts)[ordinal];
+    ctx = contexts[ordinal];
     if (ordinal < kMaxCachedDevices) cached_contexts[ordinal].store(ctx, std::memory_order_release);
   }
   check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");

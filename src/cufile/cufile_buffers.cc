@@ -17,9 +17,14 @@ namespace ferry {
 namespace cufile {
 namespace {
 
-std::shared_mutex mu;
-std::map<std::uintptr_t, std::size_t>& registry() {
-  static auto* r = new std::map<std::uintptr_t, std::size_t>();
+// Process-wide, as cuFileBufRegister is: a buffer registered for one runtime's Files serves
+// every runtime's. Leaked, like the driver's state.
+struct Registered {
+  std::shared_mutex mu;
+  std::map<std::uintptr_t, std::size_t> by_address;  // under mu: start -> size
+};
+Registered& registry() {
+  static auto* r = new Registered;
   return *r;
 }
 
@@ -27,8 +32,9 @@ std::map<std::uintptr_t, std::size_t>& registry() {
 
 std::optional<Registration> find_registered(const void* ptr) {
   auto p = reinterpret_cast<std::uintptr_t>(ptr);
-  std::shared_lock lock(mu);
-  auto& r = registry();
+  Registered& reg = registry();
+  std::shared_lock lock(reg.mu);
+  const auto& r = reg.by_address;
   auto it = r.upper_bound(p);
   if (it == r.begin()) return std::nullopt;
   --it;
@@ -52,8 +58,9 @@ RegisteredBuffer register_buffer(void* data, std::size_t size, int flags) {
     throw Error(fmt::format("cuFileBufRegister({}, {}) failed: {}", data, format_size(size),
                             cufile::describe(e)));
   }
-  std::unique_lock lock(cufile::mu);
-  cufile::registry()[reinterpret_cast<std::uintptr_t>(data)] = size;
+  cufile::Registered& reg = cufile::registry();
+  std::unique_lock lock(reg.mu);
+  reg.by_address[reinterpret_cast<std::uintptr_t>(data)] = size;
   return RegisteredBuffer(data, size);
 }
 
@@ -77,8 +84,9 @@ RegisteredBuffer& RegisteredBuffer::operator=(RegisteredBuffer&& other) noexcept
 void RegisteredBuffer::reset() {
   if (data_ == nullptr) return;
   {
-    std::unique_lock lock(cufile::mu);
-    cufile::registry().erase(reinterpret_cast<std::uintptr_t>(data_));
+    cufile::Registered& reg = cufile::registry();
+    std::unique_lock lock(reg.mu);
+    reg.by_address.erase(reinterpret_cast<std::uintptr_t>(data_));
   }
   const cufile::LoadResult& l = cufile::load();
   if (l.library != nullptr && !cufile::driver_closed()) l.library->BufDeregister(data_);

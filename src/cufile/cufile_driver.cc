@@ -25,22 +25,23 @@ struct State {
   bool forked_after_open = false;  // this process is a fork() child of one that opened it
 };
 
-State* instance = nullptr;
-
 State& state() {
-  // Leaked: the exit handler below may run after static dtors.
+  // Process-wide: cuFile has one driver per process. Leaked: the exit handler below may run after
+  // static dtors.
   static State* s = [] {
-    instance = new State();
+    auto* made = new State();
     // cuFile's driver state does not survive fork(): a child of a process that opened it must
-    // not use the copy (and a thread of the parent may hold the lock).
+    // not use the copy (and a thread of the parent may hold the lock). `s` is null only in a
+    // child forked while it was being made, before any open.
     pthread_atfork(nullptr, nullptr, [] {
-      new (&instance->mu) std::mutex;
-      if (instance->open) {
-        instance->open = false;
-        instance->forked_after_open = true;
+      if (s == nullptr) return;
+      new (&s->mu) std::mutex;
+      if (s->open) {
+        s->open = false;
+        s->forked_after_open = true;
       }
     });
-    return instance;
+    return made;
   }();
   return *s;
 }
@@ -69,6 +70,8 @@ std::string open_failure(const abi::Error& e, bool strict, const std::filesystem
 }  // namespace
 
 std::atomic<long>& calls_in_flight() {
+  // Process-wide, as the driver it keeps open is; outside State so that a call counts with no
+  // guard check.
   static std::atomic<long> calls{0};
   return calls;
 }
@@ -126,7 +129,7 @@ DriverResult open_driver(bool refuse_compat, const std::filesystem::path& root) 
   s.error = 0;
   // Registered after cuFileDriverOpen, so it runs before the handlers libcufile registered
   // while opening (exit runs them in reverse order).
-  static bool registered = (std::atexit(close_at_exit), true);
+  static bool registered = (std::atexit(close_at_exit), true);  // once per process
   (void)registered;
   start_stats(lib);
   return {&lib, {}, s.compat_refused};
@@ -142,6 +145,7 @@ int version(std::string* why_not) {
     if (why_not) *why_not = fmt::format("{} lacks cuFileGetVersion", loaded.path);
     return 0;
   }
+  // Process-wide: the loaded library's version, asked once.
   static const std::pair<int, std::string> cached = [&] {
     int v = 0;
     abi::Error e = loaded.library->GetVersion(&v);

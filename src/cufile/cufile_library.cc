@@ -58,6 +58,7 @@ Loaded* load_once() {
 }  // namespace
 
 const LoadResult& load() {
+  // Process-wide: libcufile is loaded once per process (one loader, src/base/library.h).
   static const Loaded* loaded = load_once();
   return loaded->result;
 }

@@ -40,23 +40,27 @@ std::string read_process_facts(const std::filesystem::path& root) {
   return nvfs;
 }
 
-std::mutex* facts_mu = nullptr;
-
 const std::string& process_facts(const std::filesystem::path& root) {
-  static std::mutex* mu = [] {
-    facts_mu = new std::mutex;
+  // Process-wide: the facts are the machine's, the same for every runtime, and slow to read.
+  struct Facts {
+    std::mutex mu;
+    std::optional<std::string> text;  // under mu: read from `root`
+    std::filesystem::path root;
+  };
+  static Facts* facts = [] {
+    auto* made = new Facts;
     // A thread of the parent may hold the lock at fork(): the child starts with a free one.
-    pthread_atfork(nullptr, nullptr, [] { new (facts_mu) std::mutex; });
-    return facts_mu;
+    pthread_atfork(nullptr, nullptr, [] {
+      if (facts != nullptr) new (&facts->mu) std::mutex;
+    });
+    return made;
   }();
-  static std::optional<std::string> cached;
-  static std::filesystem::path cached_root;
-  std::lock_guard lock(*mu);
-  if (!cached || root != cached_root) {
-    cached = read_process_facts(root);
-    cached_root = root;
+  std::lock_guard lock(facts->mu);
+  if (!facts->text || root != facts->root) {
+    facts->text = read_process_facts(root);
+    facts->root = root;
   }
-  return *cached;
+  return *facts->text;
 }
 
 // nvidia-fs serves local ext4 (ordered data mode) and xfs, and distributed file systems through

@@ -47,14 +47,16 @@ struct StatsState {
   std::map<int, UuidLookup> uuids;
 };
 
-StatsState* stats_instance = nullptr;
-
 StatsState& stats_state() {
+  // Process-wide: cuFile's statistics are the process's (one driver, one counter page).
   static StatsState* s = [] {
-    stats_instance = new StatsState();
-    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
-    pthread_atfork(nullptr, nullptr, [] { new (&stats_instance->mu) std::mutex; });
-    return stats_instance;
+    auto* made = new StatsState();
+    // A thread of the parent may hold the lock at fork(): the child starts with a free one. (`s`
+    // is null only in a child forked while it was being made.)
+    pthread_atfork(nullptr, nullptr, [] {
+      if (s != nullptr) new (&s->mu) std::mutex;
+    });
+    return made;
   }();
   return *s;
 }

@@ -32,6 +32,7 @@ class SystemIo final : public IoSeam {
 }  // namespace
 
 namespace {
+// Per thread by design: the cancel flag of the request this thread runs a task of now.
 thread_local const std::atomic<bool>* current_cancel = nullptr;
 }  // namespace
 
@@ -98,8 +99,9 @@ int IoSeam::sync_file_range(int fd, off_t offset, off_t len, unsigned int flags)
 }
 
 IoSeam& system_io() {
-  // Leaked on purpose, like the thread pool: requests still in flight at exit use it after
-  // static destructors have run (tests/reliability/process_test.cc, ExitInFlight).
+  // Process-wide: the system's calls are the process's (default_environment() hands it to every
+  // runtime). Leaked on purpose, like the thread pool: requests still in flight at exit use it
+  // after static destructors have run (tests/reliability/process_test.cc, ExitInFlight).
   static SystemIo* io = new SystemIo;
   return *io;
 }

@@ -64,11 +64,14 @@ StagingNode staging_node_for(const std::filesystem::path& root, std::string_view
 
 StagingNode staging_node(int device) {
   constexpr int kCached = 64;
-  static std::mutex mu;
-  static std::array<std::optional<StagingNode>, kCached> cache;
+  // Process-wide: a GPU's NUMA node is the machine's, the same for every runtime.
+  static struct {
+    std::mutex mu;
+    std::array<std::optional<StagingNode>, kCached> by_device;  // under mu
+  } cache;
   if (device >= 0 && device < kCached) {
-    std::lock_guard lock(mu);
-    if (cache[device]) return *cache[device];
+    std::lock_guard lock(cache.mu);
+    if (cache.by_device[device]) return *cache.by_device[device];
   }
   StagingNode node;
   const cuda::Driver* d = cuda::driver_or_null();
@@ -81,8 +84,8 @@ StagingNode staging_node(int device) {
     node = staging_node_for("/", bus_id);
   }
   if (device >= 0 && device < kCached) {
-    std::lock_guard lock(mu);
-    cache[device] = node;
+    std::lock_guard lock(cache.mu);
+    cache.by_device[device] = node;
   }
   return node;
 }

@@ -35,11 +35,13 @@ struct Cachestat {
   std::uint64_t nr_recently_evicted;
 };
 
-// -1 unknown, 0 absent (ENOSYS or blocked by a seccomp filter), 1 present.
+// -1 unknown, 0 absent (ENOSYS or blocked by a seccomp filter), 1 present. Process-wide: the
+// kernel and the seccomp filter are the process's.
 std::atomic<int> cachestat_works{-1};
 
 std::uint64_t page_size() {
-  static const std::uint64_t size = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  static const std::uint64_t size =  // the machine's: asked once
+      static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   return size;
 }
 

@@ -80,6 +80,7 @@ Loaded load() {
 #endif
 
 const Loaded& loaded() {
+  // Process-wide: libcurl is loaded once per process (one loader, src/base/library.h).
   static const Loaded l = load();
   return l;
 }

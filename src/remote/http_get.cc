@@ -43,6 +43,7 @@ struct ThreadHandle {
   }
 };
 
+// Per thread by design: a libcurl easy handle may be used by one thread at a time.
 thread_local ThreadHandle this_thread;
 
 CURL* thread_handle(const CurlApi& api) {
@@ -622,7 +623,9 @@ class ParkedConnections {
 };
 
 ParkedConnections& parked_connections() {
-  static auto* parked = new ParkedConnections;  // never destroyed: threads may outlive statics
+  // Process-wide: a connection a thread gave back serves any thread's next GET. Never destroyed:
+  // threads may outlive statics.
+  static auto* parked = new ParkedConnections;
   return *parked;
 }
 
@@ -776,7 +779,7 @@ struct BodyReader {
     carry_at += from_carry;
     *got = from_carry;
     left -= from_carry;
-    thread_local std::vector<char> scratch;
+    thread_local std::vector<char> scratch;  // per thread: reused by this thread's bodies
     while (*got < n) {
       std::size_t received = 0;
       std::size_t room = static_cast<std::size_t>(n - *got);
@@ -833,7 +836,7 @@ void read_error_body(BodyReader& body, const Head& h, Budget& budget, HttpAnswer
 // The GET through this path, or nothing where libcurl's own transfer must take it.
 // The calling thread's direct connection: its GETs' and its HEADs'.
 DirectConnection& thread_connection() {
-  thread_local DirectConnection c;
+  thread_local DirectConnection c;                   // per thread by design, as `this_thread` above
   if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
     c.handle = nullptr;
     c.sockets = SocketSet::after_fork(std::move(c.sockets));

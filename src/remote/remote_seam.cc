@@ -169,6 +169,7 @@ std::chrono::milliseconds backoff(int attempt, const std::string& retry_after) {
   }
   // Exponential with full jitter (a random share of the exponential step), so that many workers
   // refused at once do not come back at once.
+  // Per thread by design: workers draw without sharing a lock.
   thread_local std::minstd_rand random(static_cast<unsigned>(
       std::chrono::steady_clock::now().time_since_epoch().count() ^ ::gettid()));
   const auto step =
@@ -261,10 +262,14 @@ RemotePolicy resolve_policy(RemotePolicy policy) {
   return policy;
 }
 
-std::mutex policy_mu;
-RemotePolicy& process_policy() {
-  static RemotePolicy policy;  // under policy_mu
-  return policy;
+// Process-wide, as set_remote_policy() says: one policy for every runtime, as the settings are.
+struct PolicyCell {
+  std::mutex mu;
+  RemotePolicy policy;  // under mu
+};
+PolicyCell& process_policy() {
+  static PolicyCell cell;
+  return cell;
 }
 
 class Window final : public io::SourceWindow {
@@ -606,6 +611,8 @@ class RemoteObjects final : public io::IoSeam {
 }  // namespace
 
 io::IoSeam& remote_objects() {
+  // Process-wide: the default environment's remote seam (default_environment()); its descriptors
+  // are placeholders of this process's fd table. Leaked like system_io().
   static RemoteObjects* seam = new RemoteObjects;
   return *seam;
 }
@@ -638,13 +645,15 @@ void set_remote_policy(const RemotePolicy& policy) {
       }
     }
   }
-  std::lock_guard lock(remote::policy_mu);
-  remote::process_policy() = policy;
+  remote::PolicyCell& cell = remote::process_policy();
+  std::lock_guard lock(cell.mu);
+  cell.policy = policy;
 }
 
 RemotePolicy remote_policy() {
-  std::lock_guard lock(remote::policy_mu);
-  return remote::process_policy();
+  remote::PolicyCell& cell = remote::process_policy();
+  std::lock_guard lock(cell.mu);
+  return cell.policy;
 }
 
 RemotePolicy effective_remote_policy() { return remote::resolve_policy(remote_policy()); }

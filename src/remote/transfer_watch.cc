@@ -35,7 +35,7 @@ int on_close_socket(void* set, curl_socket_t fd) {
 class Watcher {
  public:
   static Watcher& get() {
-    static std::atomic<Watcher*> current{nullptr};
+    static std::atomic<Watcher*> current{nullptr};  // process-wide: one watcher thread each
     Watcher* w = current.load();
     if (w != nullptr && w->pid_ == ::getpid()) return *w;
     auto* fresh = new Watcher;  // never destroyed, as its thread never ends

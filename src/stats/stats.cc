@@ -61,24 +61,25 @@ struct Registry {
   bool env_read = false;
   bool wanted = true;
   std::string why_not;
+  bool warned_no_space = false;  // the warning is said once per process
   std::uint64_t counting_since_ns = 0;
   pid_t owner = 0;  // the process that made `seg`
   std::vector<statistics::SegmentMemory>
       retired_segments;  // replaced ones: still mapped, never reused
 };
 
-Registry* instance = nullptr;
+// Process-wide, outside the registry so that a request reaches them with no guard check: the
+// segment every thread of the process counts in, and the number of times it was replaced.
 std::atomic<std::uint64_t> epoch{1};
 std::atomic<Word*> current_words{nullptr};
 
-void at_exit() {
+void at_exit(Registry* r) {
   // A process that ends normally removes its name; one killed leaves it to the next reader.
-  Registry* r = instance;
   if (r != nullptr && r->owner == ::getpid()) statistics::withdraw_segment(r->seg);
 }
 
-void in_child() {
-  Registry* r = instance;
+void in_child(Registry* r) {
+  if (r == nullptr) return;  // forked while the registry was being made: nothing counted yet
   new (&r->mu) std::mutex;
   new (&r->shared_mu) std::mutex;
   // The parent's segment is the parent's: the child counts its own requests from zero, in a
@@ -98,12 +99,13 @@ void in_child() {
 }
 
 Registry& registry() {
-  // Leaked on purpose: threads exiting after main() still fold their slot in.
+  // Process-wide: the process publishes one segment, which `ferry stats -p PID` reads. Leaked on
+  // purpose: threads exiting after main() still fold their slot in.
   static Registry* reg = [] {
-    instance = new Registry;
-    pthread_atfork(nullptr, nullptr, in_child);
-    std::atexit(at_exit);
-    return instance;
+    auto* made = new Registry;
+    pthread_atfork(nullptr, nullptr, [] { in_child(reg); });
+    std::atexit([] { at_exit(reg); });
+    return made;
   }();
   return *reg;
 }
@@ -116,11 +118,10 @@ void read_environment(Registry& r) {
 
 // A full stats directory costs `ferry stats -p` its view of this process, and nothing else: the
 // counts go on in private memory. Said once per process, on stderr, since nobody else would know.
-void warn_no_space(const std::string& why) {
-  static bool warned = false;  // under the registry lock
-  if (std::exchange(warned, true)) return;
+void warn_no_space(Registry& r) {
+  if (std::exchange(r.warned_no_space, true)) return;
   std::fprintf(stderr, "ferry: warning: not publishing statistics: %s; counting privately\n",
-               why.c_str());
+               r.why_not.c_str());
 }
 
 // Under r.mu: the segment requests are counted in, made now if there is none.
@@ -136,7 +137,7 @@ void ensure_segment(Registry& r) {
     bool no_space = false;
     m = statistics::create_published_segment(dir, who, r.counting_since_ns, &r.why_not, &no_space);
     if (m) statistics::remove_dead_segments(dir, static_cast<std::uint32_t>(who.uid));
-    if (no_space) warn_no_space(r.why_not);
+    if (no_space) warn_no_space(r);
   }
   r.seg = m ? *m : statistics::create_private_segment(who, r.counting_since_ns);
   r.owner = ::getpid();
@@ -222,6 +223,7 @@ ThreadSlot::~ThreadSlot() {
   epoch = 0;
 }
 
+// Per thread by design: each thread is the one writer of its own slot.
 thread_local ThreadSlot my_slot;
 
 // Gives the thread a slot of the current segment (making it first if needed).
@@ -481,7 +483,7 @@ PublishStatus publish_stats(bool on) {
   bool no_space = false;
   std::optional<statistics::SegmentMemory> next = statistics::create_published_segment(
       stats_directory(), who, r.counting_since_ns, &r.why_not, &no_space);
-  if (no_space) warn_no_space(r.why_not);
+  if (no_space) warn_no_space(r);
   if (!next) return status_locked(r);
   std::string why;
   if (!replace(r, *next, &why)) {

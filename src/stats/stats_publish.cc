@@ -300,6 +300,7 @@ SegmentMemory create_private_segment(const ProcessIdentity& who, std::uint64_t c
     // slot), zeroed first (a fork child may reuse its parent's copy). Small on purpose: a
     // 516 KiB block in .bss made every 4 KiB read 20 ns slower (bench/NOTES.md §14).
     constexpr std::size_t kWords = L::kPageWords + L::kFirstThreadSlot * L::kSlotWords;
+    // Process-wide, as the segment it stands in for is; static, as no memory could be mapped.
     alignas(64) static std::atomic<std::uint64_t> reserve[kWords];
     for (auto& w : reserve) w.store(0, std::memory_order_relaxed);
     m.words = reserve;
@@ -328,7 +329,8 @@ void unmap_segment(SegmentMemory& m) {
 
 bool heavy_barrier(std::string* why) {
 #ifdef SYS_membarrier
-  static pid_t registered_for = 0;  // callers hold the registry lock
+  // Process-wide, as membarrier's registration is; callers hold the registry lock.
+  static pid_t registered_for = 0;
   if (registered_for != ::getpid()) {
     if (::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
       registered_for = ::getpid();
