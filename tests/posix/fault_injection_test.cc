@@ -192,7 +192,8 @@ TEST(FaultInjection, CloseWaitsForSmallRequestsInFlightInEveryThread) {
   FaultyIo io;
   io.delay_us = 3000;
   File f = open_with(io, path, "r");
-  constexpr int kThreads = 24;  // more threads than lanes
+  const int calls_before = io.calls.load();  // before any thread can read
+  constexpr int kThreads = 24;               // more threads than lanes
   std::atomic<int> started{0};
   std::atomic<int> completed{0};
   std::atomic<int> unexpected{0};
@@ -214,7 +215,10 @@ TEST(FaultInjection, CloseWaitsForSmallRequestsInFlightInEveryThread) {
     });
   }
   while (started.load() < kThreads) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1));  // most of them inside their read
+  // At least one read inside its (3 ms) I/O, and most of them soon after: under a sanitizer on a
+  // busy 2-core machine, 1 ms alone could pass before any thread reached its read.
+  while (io.calls.load() == calls_before) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
   f.close();  // must wait for every read whose I/O began
   const int calls_at_close = io.calls.load();
   for (auto& th : threads) th.join();
