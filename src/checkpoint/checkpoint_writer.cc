@@ -4,10 +4,7 @@
 // keeps the old checkpoint whole until the new index lands is in docs/checkpoints.md ("Saving").
 #include "ferry/checkpoint_writer.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/folder_commit.h"
 #include "checkpoint/progress_meter.h"
 #include "checkpoint/temp_file.h"
 #include "ferry/atomic_file.h"
@@ -158,88 +156,6 @@ Live live_checkpoint(const fs::path& dir) {
   return live;
 }
 
-// mkdir -p, and (when durable) an fsync of the parent of every folder it made: a new folder's
-// name is an entry in its parent, lost in a crash unless the parent is synced.
-void make_folders(const fs::path& dir, bool durable) {
-  std::vector<fs::path> made;
-  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
-    std::error_code ec;
-    if (fs::exists(p, ec)) break;
-    made.push_back(p);
-    if (p == p.parent_path()) break;
-  }
-  for (auto it = made.rbegin(); it != made.rend(); ++it) {
-    if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
-      const int err = errno;
-      throw IoError(
-          err, "mkdir", it->string(), 0, 0, 0,
-          fmt::format("{} (making the checkpoint's folder {})", std::strerror(err), dir.string()));
-    }
-  }
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    throw IoError(ENOTDIR, "save", dir.string(), 0, 0, 0,
-                  "not a folder; a checkpoint is saved into a folder");
-  }
-  if (!durable) return;
-  for (const fs::path& p : made) {
-    const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-    sync_folder(parent);
-  }
-}
-
-// The folder's save lock, held for a whole save_checkpoint: a second save into the same folder,
-// from this process or another, waits for it. flock on the folder itself leaves no file behind;
-// NFS emulates flock with POSIX locks, which a folder opened read-only cannot take, so there a
-// lock file inside the folder (.ferry-save.lock, kept) takes its place.
-class FolderLock {
- public:
-  explicit FolderLock(const fs::path& dir) {
-    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0) fail(errno, dir);
-    if (lock()) return;
-    const int err = errno;
-    ::close(fd_);
-    if (err != EBADF && err != ENOLCK && err != EOPNOTSUPP && err != EINVAL) fail(err, dir);
-    fd_ = ::open((dir / ".ferry-save.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd_ < 0 || !lock()) fail(errno, dir);
-  }
-  ~FolderLock() { ::close(fd_); }
-  FolderLock(const FolderLock&) = delete;
-  FolderLock& operator=(const FolderLock&) = delete;
-
- private:
-  bool lock() {
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) return false;
-    }
-    return true;
-  }
-  [[noreturn]] static void fail(int err, const fs::path& dir) {
-    throw IoError(
-        err, "flock", dir.string(), 0, 0, 0,
-        fmt::format("{} (locking the folder against a second save into it)", std::strerror(err)));
-  }
-  int fd_ = -1;
-};
-
-// The index written through an AtomicFile. Whether it replaced the old one is told apart from
-// a failure before that (the old index stands) by `renamed`.
-void write_index(const fs::path& path, const std::string& text, const SaveOptions& options,
-                 bool& renamed) {
-  renamed = false;
-  AtomicFile out(path, file_options(options));
-  try {
-    out.file().write(text.data(), text.size(), 0);
-  } catch (const IoError&) {
-    checkpoint::rethrow_naming(path, out.temp());
-  }
-  out.finish(options.durable);
-  out.commit(false);
-  renamed = true;
-  if (options.durable) sync_folder(path.parent_path());
-}
-
 // A second name for `temp` (a file an index names) at `dest`: a link under a temporary name,
 // renamed over `dest`, so that `dest` is replaced in one step and `temp` stays valid.
 void link_over(const fs::path& temp, const fs::path& dest) {
@@ -257,18 +173,6 @@ void link_over(const fs::path& temp, const fs::path& dest) {
   }
 }
 
-// An error after the commit point, restated: the folder holds the new checkpoint, whatever
-// failed afterwards (so no caller may read "unchanged" into it).
-[[noreturn]] void rethrow_after_commit(const fs::path& dir, const std::string& how) {
-  try {
-    throw;
-  } catch (const IoError& e) {
-    throw IoError(e.error_code(), e.op(), e.path(), e.offset(), e.length(), e.bytes_done(),
-                  fmt::format("{}; the new checkpoint is already committed in {} ({}), so a "
-                              "load gives the new tensors; nothing of it was removed",
-                              std::strerror(e.error_code()), dir.string(), how));
-  }
-}
 }  // namespace
 
 std::string SaveReport::summary() const {
@@ -294,7 +198,9 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   {
     // The rename under the folder's save lock: a save_checkpoint there, which removes the
     // model*.safetensors files its index does not name, never runs across it.
-    const FolderLock lock(file.parent_path().empty() ? fs::path(".") : file.parent_path());
+    const checkpoint::FolderLock lock(
+        file.parent_path().empty() ? fs::path(".") : file.parent_path(),
+        checkpoint::FolderLock::Mode::kWait);
     s.out->commit(options.durable);
   }
   report.files.push_back(file.string());
@@ -314,8 +220,8 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
                   "no tensors to save: a checkpoint of no tensors would not load (an index names "
                   "at least one tensor); nothing was written");
   }
-  make_folders(directory, options.durable);
-  const FolderLock lock(directory);
+  checkpoint::make_folders(directory, options.durable);
+  const checkpoint::FolderLock lock(directory, checkpoint::FolderLock::Mode::kWait);
   remove_stale_temps(directory);  // keeps what an index names: a save stopped after its commit
   const Live live = live_checkpoint(directory);
   const fs::path index_path = directory / kIndexName;
@@ -365,9 +271,10 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     try {
       for (; placed < count; ++placed) shards[placed].out->commit(false);
       if (options.durable) sync_folder(directory);
-      write_index(index_path, checkpoint_index_json(tensors, where, final_names), options, renamed);
+      checkpoint::write_commit_file(index_path, checkpoint_index_json(tensors, where, final_names),
+                                    file_options(options), options.durable, renamed);
     } catch (...) {
-      if (renamed) rethrow_after_commit(directory, "its index's folder fsync failed");
+      if (renamed) checkpoint::rethrow_after_commit(directory, "its index's folder fsync failed");
       // The old checkpoint stands: the names placed were in use by none of it.
       for (std::size_t s = 0; s < placed; ++s) ::unlink((directory / final_names[s]).c_str());
       throw;
@@ -376,25 +283,29 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     std::vector<std::string> temp_names;
     for (const ShardWrite& s : shards) temp_names.push_back(s.out->temp().filename().string());
     try {
-      write_index(index_path, checkpoint_index_json(tensors, where, temp_names), options, renamed);
+      checkpoint::write_commit_file(index_path, checkpoint_index_json(tensors, where, temp_names),
+                                    file_options(options), options.durable, renamed);
     } catch (...) {
       if (!renamed) throw;  // the old index stands; the shards' temporary files are removed
       for (ShardWrite& s : shards) s.out->release();
-      rethrow_after_commit(directory, "under temporary names: its index's folder fsync failed");
+      checkpoint::rethrow_after_commit(directory,
+                                       "under temporary names: its index's folder fsync failed");
     }
     for (ShardWrite& s : shards) s.out->release();  // the index names them now
     try {
       for (std::size_t s = 0; s < count; ++s)
         link_over(shards[s].out->temp(), directory / final_names[s]);
       if (options.durable) sync_folder(directory);
-      write_index(index_path, checkpoint_index_json(tensors, where, final_names), options, renamed);
+      checkpoint::write_commit_file(index_path, checkpoint_index_json(tensors, where, final_names),
+                                    file_options(options), options.durable, renamed);
     } catch (...) {
       if (!renamed) {
-        rethrow_after_commit(directory,
-                             "under temporary names, which its index names; the next save tidies "
-                             "them");
+        checkpoint::rethrow_after_commit(
+            directory,
+            "under temporary names, which its index names; the next save tidies "
+            "them");
       }
-      rethrow_after_commit(directory, "its second index's folder fsync failed");
+      checkpoint::rethrow_after_commit(directory, "its second index's folder fsync failed");
     }
     for (const std::string& name : temp_names) ::unlink((directory / name).c_str());
   }
@@ -422,7 +333,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     }
     if (options.durable) sync_folder(directory);
   } catch (const IoError&) {
-    rethrow_after_commit(directory, "removing the old checkpoint's files failed");
+    checkpoint::rethrow_after_commit(directory, "removing the old checkpoint's files failed");
   }
   if (single_errno != 0) {
     throw IoError(single_errno, "unlink", (directory / "model.safetensors").string(), 0, 0, 0,
