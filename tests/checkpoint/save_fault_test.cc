@@ -22,6 +22,7 @@
 #include "ferry/atomic_file.h"
 #include "ferry/checkpoint.h"
 #include "ferry/checkpoint_writer.h"
+#include "ferry/dcp_writer.h"
 #include "reliability/subprocess.h"
 #include "test_util.h"
 
@@ -181,6 +182,87 @@ INSTANTIATE_TEST_SUITE_P(
                       Scenario{"SingleToSharded", 1, 3}, Scenario{"LoneFileToSharded", -1, 3},
                       Scenario{"SingleToSingle", 1, 1}, Scenario{"NewFolder", 0, 3}),
     [](const ::testing::TestParamInfo<Scenario>& p) { return std::string(p.param.name); });
+
+std::size_t distcp_files_in(const fs::path& dir) {
+  std::size_t n = 0;
+  for (const std::string& name : names_in(dir)) n += name.ends_with(".distcp");
+  return n;
+}
+
+// Issue 51 item 4: ferry's DCP writing core (two ranks' files, then the coordinator's .metadata
+// rename) under the same walk of faults, over a new folder and over an old checkpoint.
+TEST(DcpSaveUnderFaults, EveryStepKilledOrFailedLeavesTheOldCheckpointOrTheNewOneWhole) {
+  for (const bool has_old : {false, true}) {
+    SCOPED_TRACE(has_old ? "over an old checkpoint" : "into a new folder");
+    TempDir root;
+    const fs::path dir = root / "ckpt" / "step";
+    auto make_old_dcp = [&] {
+      if (!has_old) return;
+      const auto r = probe({"dcp", dir.string(), "1"});
+      ASSERT_EQ(r.exit_code, 0) << r.describe();
+      ASSERT_EQ(generation_of(dir), 1);
+    };
+    make_old_dcp();
+    const fs::path count_file = root / "counts";
+    const auto clean =
+        probe_with_shim({"dcp", dir.string(), "2"}, "pwrite:0:kill", count_file.string());
+    ASSERT_EQ(clean.exit_code, 0) << clean.describe();
+    ASSERT_EQ(generation_of(dir), 2);
+    EXPECT_EQ(distcp_files_in(dir), 2u) << testing::PrintToString(names_in(dir));
+    int runs = 0;
+    for (const auto& [op, count] : counts_in(count_file)) {
+      for (long n = 1; n <= count; ++n) {
+        for (const char* action : {"kill", "EIO", "ENOSPC"}) {
+          const std::string fault = op + ":" + std::to_string(n) + ":" + action;
+          SCOPED_TRACE(fault);
+          fs::remove_all(root / "ckpt");
+          make_old_dcp();
+          const auto r = probe_with_shim({"dcp", dir.string(), "2"}, fault);
+          ++runs;
+          const int old_gen = has_old ? 1 : kNoLoad;
+          std::string why;
+          const int gen = fs::exists(dir) ? generation_of(dir, &why) : kNoLoad;
+          EXPECT_TRUE(gen == old_gen || gen == 2)
+              << "loads as " << gen << " " << why << "; " << r.describe();
+          if (r.exited && r.exit_code == 0) {
+            EXPECT_EQ(gen, 2) << r.describe();
+          }
+          if (r.exited && r.exit_code == 4 &&
+              r.output.find("already committed") != std::string::npos) {
+            EXPECT_EQ(gen, 2) << r.output;
+          }
+          if (r.exited && r.exit_code == 4 &&
+              r.output.find("already committed") == std::string::npos) {
+            EXPECT_EQ(gen, old_gen) << r.output;
+          }
+          const auto next = probe({"dcp", dir.string(), "3"});
+          ASSERT_EQ(next.exit_code, 0) << next.describe();
+          EXPECT_EQ(generation_of(dir), 3);
+          EXPECT_FALSE(holds_temporary_files(dir)) << testing::PrintToString(names_in(dir));
+          EXPECT_EQ(distcp_files_in(dir), 2u) << testing::PrintToString(names_in(dir));
+        }
+      }
+    }
+    EXPECT_GT(runs, 20);
+  }
+}
+
+TEST(DcpSave, ASecondWriterIsRefusedAndTheCheckpointLeftAsItWas) {
+  TempDir dir;
+  ASSERT_EQ(probe({"dcp", dir.path().string(), "1"}).exit_code, 0);
+  const std::vector<std::string> before = names_in(dir.path());
+  {
+    const DcpSaveLock first(dir.path(), true);
+    const auto r = probe({"dcp", dir.path().string(), "2"});
+    EXPECT_EQ(r.exit_code, 4) << r.describe();
+    EXPECT_NE(r.output.find(dir.path().string()), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("a second writer is refused"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(names_in(dir.path()), before);
+  EXPECT_EQ(generation_of(dir.path()), 1);
+  ASSERT_EQ(probe({"dcp", dir.path().string(), "2"}).exit_code, 0);
+  EXPECT_EQ(generation_of(dir.path()), 2);
+}
 
 TEST(SaveCheckpoint, TwoWritersAtOnceLeaveOneWholeCheckpoint) {
   TempDir dir;
