@@ -17,6 +17,7 @@ namespace py = pybind11;
 
 void bind_checkpoint(py::module_& m);
 void bind_cufile(py::module_& m);
+void bind_dcp(py::module_& m);
 void bind_errors(py::module_& m);
 void bind_file(py::module_& m);
 void bind_report(py::module_& m);

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_ferry, m) {
   bind_file(m);
   bind_cufile(m);
   bind_checkpoint(m);
+  bind_dcp(m);
 }

@@ -1,0 +1,210 @@
+"""ferry.dcp: a torch.distributed.checkpoint storage writer and reader (issue 51).
+
+Switching from stock DCP is one line::
+
+    dcp.save(state_dict, storage_writer=ferry.dcp.FileSystemWriter(path))
+
+The folder is stock DCP (stock ``dcp.load`` reads it), written crash-safe: each save's
+``.distcp`` files get names of their own, are fsynced with the folder, and the coordinator
+commits by one rename of ``.metadata`` after every rank succeeded; the files of the old
+checkpoint go only then. A second writer on the same folder is refused. The tensors' bytes are
+written by ferry's C++ write path from the memory they live in (docs/training.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pickle
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+
+try:
+    from torch.distributed.checkpoint.filesystem import FileSystem as _FileSystem
+    from torch.distributed.checkpoint.filesystem import FileSystemReader as _StockReader
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+    from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+    from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
+    from torch.futures import Future
+except Exception as e:  # absent in torch 1.x; torch.distributed._shard fails on Python 3.11
+    raise ImportError(
+        f"ferry.dcp needs torch.distributed.checkpoint (torch 2.x), which torch "
+        f"{torch.__version__} here cannot import ({type(e).__name__}: {e})") from None
+
+from . import _ferry
+from ._save import _TORCH_FORMAT
+
+__all__ = ["FileSystemWriter", "FileSystemReader"]
+
+_METADATA = ".metadata"
+
+
+@dataclasses.dataclass
+class _SavePrefix:
+    """The coordinator's word to each rank: its file prefix and the save's id (in file names)."""
+
+    prefix: str
+    save_id: str
+
+
+def _rows(items: List[Any], planner: SavePlanner, keep: List[Any]) -> List[tuple]:
+    rows: List[tuple] = []
+    devices = set()
+    for item in items:
+        fqn = item.index.fqn
+        data = planner.resolve_data(item)
+        if item.type == WriteItemType.BYTE_IO:
+            rows.append((fqn, bytes(data.getbuffer())))
+            continue
+        if not isinstance(data, torch.Tensor) or data.layout != torch.strided:
+            raise TypeError(f"ferry.dcp: item '{fqn}' is {type(data).__name__}"
+                            f"{'' if not isinstance(data, torch.Tensor) else ' ' + str(data.layout)}"
+                            f"; ferry's DCP writer saves dense tensors and byte items")
+        t = data.detach()
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"ferry.dcp: tensor '{fqn}' is on {t.device}; ferry saves from CPU "
+                             f"and CUDA memory")
+        fmt = _TORCH_FORMAT.get(str(t.dtype).split(".")[-1])
+        if fmt is None:
+            raise TypeError(f"ferry.dcp: tensor '{fqn}' is {t.dtype}, which ferry's DCP writer "
+                            f"does not save yet")
+        if not t.is_contiguous():
+            t = t.contiguous()
+        if t.device.type == "cuda":
+            devices.add(t.device)
+        nbytes = t.numel() * t.element_size()
+        keep.append(t)
+        rows.append((fqn, fmt, tuple(int(d) for d in t.shape), t.data_ptr() if nbytes else 0,
+                     nbytes))
+    # ferry's copies run on its own streams: the work queued for the tensors finishes first.
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+    return rows
+
+
+class FileSystemWriter(StorageWriter):
+    """Stock ``FileSystemWriter``'s arguments and output, written crash-safe by ferry.
+
+    ``thread_count`` and ``per_thread_copy_ahead`` are accepted for compatibility: ferry's
+    write path splits and stages the writes itself. ``sync_files=False`` skips the fsyncs (the
+    renames still commit whole, but a power loss may lose what the page cache held).
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], single_file_per_rank: bool = True,
+                 sync_files: bool = True, thread_count: int = 1,
+                 per_thread_copy_ahead: int = 10_000_000, cache_staged_state_dict: bool = False,
+                 overwrite: bool = True) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.single_file_per_rank = single_file_per_rank
+        self.sync_files = sync_files
+        self.thread_count = thread_count
+        self.per_thread_copy_ahead = per_thread_copy_ahead
+        self.cache_staged_state_dict = cache_staged_state_dict
+        self.overwrite = overwrite
+        self.save_id = uuid.uuid4().hex
+        self.is_coordinator = False
+        self._lock: Any = None
+
+    def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
+        if checkpoint_id:
+            self.path = Path(checkpoint_id)
+        self.save_id = uuid.uuid4().hex
+        self._lock = None  # a save that failed before its commit held it
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        if not self.overwrite and (self.path / _METADATA).exists():
+            raise RuntimeError(f"Checkpoint already exists and self.overwrite=False: "
+                               f"{self.path / _METADATA}")
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        # Before any rank writes: the folder made, and a second writer refused.
+        self._lock = _ferry.DcpSaveLock(str(self.path), self.sync_files)
+        return [dataclasses.replace(plan, storage_data=_SavePrefix(f"__{i}_", self.save_id))
+                for i, plan in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
+        where: _SavePrefix = plan.storage_data
+        groups = [plan.items] if self.single_file_per_rank else [[i] for i in plan.items]
+        results: List[WriteResult] = []
+        for k, items in enumerate(g for g in groups if g):
+            name = f"{where.prefix}{k}.{where.save_id}.distcp"
+            keep: List[Any] = []
+            rows = _rows(items, planner, keep)
+            places = _ferry.dcp_write_file(rows, str(self.path / name), self.sync_files)
+            for item, (offset, length) in zip(items, places):
+                results.append(WriteResult(index=item.index, size_in_bytes=length,
+                                           storage_data=_StorageInfo(name, offset, length)))
+        fut: Future = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        try:
+            storage: Dict[Any, Any] = {}
+            for rank_results in results:
+                storage.update({r.index: r.storage_data for r in rank_results})
+            metadata.storage_data = storage
+            metadata.storage_meta = self.storage_meta()
+            files = sorted({info.relative_path for info in storage.values()})
+            _ferry.dcp_commit(str(self.path), pickle.dumps(metadata), files, self.sync_files)
+        finally:
+            self._lock = None
+
+    def storage_meta(self) -> Optional[StorageMeta]:
+        return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.path / _METADATA
+
+    @property
+    def checkpoint_id(self) -> Union[str, os.PathLike]:
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
+        return _FileSystem.validate_checkpoint_id(checkpoint_id)
+
+
+# What DCP's .metadata pickles (tests/data/dcp/README.md), and nothing that runs code.
+_ALLOWED = {("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("torch", "Size"),
+            ("torch.serialization", "_get_layout"), ("collections", "OrderedDict")}
+_ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata",
+                    "torch.distributed.checkpoint.filesystem")
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, path: Path) -> None:
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if (module, name) in _ALLOWED or module in _ALLOWED_MODULES or dtype:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"ferry.dcp: {self._path} names the class {module}.{name}, which DCP's metadata "
+            f"does not hold; refused rather than run it")
+
+
+class FileSystemReader(_StockReader):
+    """Stock ``FileSystemReader``, except that ``.metadata`` is unpickled with an allow-list of
+    the classes DCP writes (a hostile checkpoint's code is refused, naming its class)."""
+
+    def read_metadata(self) -> Metadata:
+        path = Path(self.path) / _METADATA
+        with open(path, "rb") as f:
+            metadata = _MetadataUnpickler(io.BufferedReader(f), path).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
