@@ -11,11 +11,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <future>
 #include <map>
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -553,6 +555,140 @@ class PyFile {
   std::vector<std::shared_ptr<Pending>> pending_;  // guarded by the GIL
 };
 
+// ferry.File's four byte-moving calls (read, write, pread, pwrite) are vectorcall methods of the
+// class, made here, not pybind11 functions: pybind11's dispatcher (an argument tuple, two type
+// lookups to find `self`, a function_call record) cost 1,900 of the 6,900 instructions of a
+// 4 KiB File.read from Python, more than the C++ request itself (bench/NOTES.md §35). Arguments
+// are parsed as pybind11 would (buf, size=None, file_offset=0, positional or by keyword), and a
+// C++ exception still reaches Python through pybind11's translators.
+thread_local std::exception_ptr t_escaped;
+
+// Sets the Python error for the exception being handled, through pybind11's translators (the
+// same ones a pybind11 function would use): it is rethrown inside a pybind11 function call.
+PyObject* raise_translated() {
+  t_escaped = std::current_exception();
+  static PyObject* rethrow =
+      py::cpp_function([] { std::rethrow_exception(std::exchange(t_escaped, nullptr)); })
+          .release()
+          .ptr();  // kept for the process's life, as pybind11 keeps its own functions
+  Py_XDECREF(PyObject_CallNoArgs(rethrow));
+  return nullptr;
+}
+
+// The File behind `self`, or null (TypeError set) when its __init__ never completed. The method
+// descriptor has already checked that `self` is a _ferry.File (or subclass) instance, whose
+// C++ value is its first and only one.
+PyFile* file_of(PyObject* self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self);
+  py::detail::value_and_holder vh = inst->get_value_and_holder(nullptr, false);
+  if (!vh.holder_constructed()) {
+    PyErr_SetString(PyExc_TypeError, "ferry.File: __init__ was not called");
+    return nullptr;
+  }
+  return static_cast<PyFile*>(vh.value_ptr());
+}
+
+template <PyObject* (*Body)(PyFile&, const py::object&, const py::object&, const py::object&),
+          const char* Name>
+PyObject* fast_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  static constexpr const char* kNames[] = {"buf", "size", "file_offset"};
+  static PyObject* const zero = PyLong_FromLong(0);
+  PyObject* slots[3] = {nullptr, Py_None, zero};
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (n > 3) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most 3 arguments (%zd given)", Name, n);
+    return nullptr;
+  }
+  std::copy(args, args + n, slots);
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    int at = 0;
+    while (at < 3 && PyUnicode_CompareWithASCIIString(key, kNames[at]) != 0) ++at;
+    if (at == 3) {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", Name, key);
+      return nullptr;
+    }
+    if (at < n) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", Name, kNames[at]);
+      return nullptr;
+    }
+    slots[at] = args[n + k];
+  }
+  if (slots[0] == nullptr) {
+    PyErr_Format(PyExc_TypeError, "%s() missing required argument 'buf' (pos 1)", Name);
+    return nullptr;
+  }
+  PyFile* file = file_of(self);
+  if (file == nullptr) return nullptr;
+  try {
+    return Body(*file, py::reinterpret_borrow<py::object>(slots[0]),
+                py::reinterpret_borrow<py::object>(slots[1]),
+                py::reinterpret_borrow<py::object>(slots[2]));
+  } catch (...) {
+    return raise_translated();
+  }
+}
+
+PyObject* read_body(PyFile& f, const py::object& buf, const py::object& size,
+                    const py::object& off) {
+  return PyLong_FromSize_t(f.run(Op::kRead, buf, size, off));
+}
+PyObject* write_body(PyFile& f, const py::object& buf, const py::object& size,
+                     const py::object& off) {
+  return PyLong_FromSize_t(f.run(Op::kWrite, buf, size, off));
+}
+PyObject* pread_body(PyFile& f, const py::object& buf, const py::object& size,
+                     const py::object& off) {
+  return request_or_ended(f.submit(Op::kRead, buf, size, off), f.remote()).release().ptr();
+}
+PyObject* pwrite_body(PyFile& f, const py::object& buf, const py::object& size,
+                      const py::object& off) {
+  return request_or_ended(f.submit(Op::kWrite, buf, size, off), f.remote()).release().ptr();
+}
+
+constexpr char kReadName[] = "read";
+constexpr char kWriteName[] = "write";
+constexpr char kPreadName[] = "pread";
+constexpr char kPwriteName[] = "pwrite";
+
+// Docstrings in the form that gives inspect.signature its text signature.
+PyMethodDef fast_methods[] = {
+    {"read",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_method<read_body, kReadName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "read($self, /, buf, size=None, file_offset=0)\n--\n\nReads into `buf` and returns the "
+     "bytes read (fewer only at the end of the file). `size` is in bytes (default: the whole "
+     "buffer); `file_offset` too."},
+    {"write",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<write_body, kWriteName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "write($self, /, buf, size=None, file_offset=0)\n--\n\nWrites all of `buf` (or `size` "
+     "bytes) and returns the count. `size` is in bytes (default: the whole buffer); "
+     "`file_offset` too."},
+    {"pread",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<pread_body, kPreadName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "pread($self, /, buf, size=None, file_offset=0)\n--\n\nStarts a read: a Request, or "
+     "(bytes, handle) for one that has already ended well."},
+    {"pwrite",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<pwrite_body, kPwriteName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "pwrite($self, /, buf, size=None, file_offset=0)\n--\n\nStarts a write: a Request, or "
+     "(bytes, handle) for one that has already ended well."},
+};
+
+void add_fast_methods(py::handle cls) {
+  for (PyMethodDef& def : fast_methods) {
+    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
+    if (descr == nullptr) throw py::error_already_set();
+    cls.attr(def.ml_name) = py::reinterpret_steal<py::object>(descr);
+  }
+}
+
 }  // namespace
 
 void bind_file(py::module_& m) {
@@ -576,29 +712,12 @@ void bind_file(py::module_& m) {
       .def_property_readonly("op", &PyRequest::op, "\"read\" or \"write\".")
       .def_property_readonly("last_route", &PyRequest::route, "The route report (waits).");
 
-  const char* offset_doc = "`size` is in bytes (default: the whole buffer); `file_offset` too.";
   auto none = py::none();
   py::class_<PyFile>(m, "File", "The C++ core of ferry.File.")
       .def(py::init<const py::object&, const std::string&, bool,
                     const std::map<std::string, std::string>&>(),
            arg("path"), arg("mode") = "r", arg("direct") = false,
            arg("settings") = std::map<std::string, std::string>{})
-      .def(
-          "read",
-          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
-            return f.run(Op::kRead, buf, size, off);
-          },
-          arg("buf"), arg("size") = none, arg("file_offset") = 0,
-          (std::string("Reads into `buf` and returns the bytes read (fewer only at the end of "
-                       "the file). ") +
-           offset_doc)
-              .c_str())
-      .def(
-          "pread",
-          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
-            return request_or_ended(f.submit(Op::kRead, buf, size, off), f.remote());
-          },
-          arg("buf"), arg("size") = none, arg("file_offset") = 0)
       .def(
           "read_async",
           [](PyFile& f, const py::object& buf, std::uintptr_t stream, const py::object& size,
@@ -652,21 +771,6 @@ void bind_file(py::module_& m) {
           },
           arg("buf"), arg("ranges"))
       .def(
-          "write",
-          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
-            return f.run(Op::kWrite, buf, size, off);
-          },
-          arg("buf"), arg("size") = none, arg("file_offset") = 0,
-          (std::string("Writes all of `buf` (or `size` bytes) and returns the count. ") +
-           offset_doc)
-              .c_str())
-      .def(
-          "pwrite",
-          [](PyFile& f, const py::object& buf, const py::object& size, const py::object& off) {
-            return request_or_ended(f.submit(Op::kWrite, buf, size, off), f.remote());
-          },
-          arg("buf"), arg("size") = none, arg("file_offset") = 0)
-      .def(
           "append",
           [](PyFile& f, const py::object& buf, const py::object& size) {
             return f.append(buf, size);
@@ -708,6 +812,7 @@ void bind_file(py::module_& m) {
             return settings_dict(f.file().effective_settings());
           },
           "The file's effective settings.");
+  add_fast_methods(m.attr("File"));
 
   m.def(
       "request_of",
