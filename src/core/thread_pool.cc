@@ -26,6 +26,11 @@ std::size_t ThreadPool::size() const {
   return threads_.size();
 }
 
+bool ThreadPool::idle() const {
+  std::lock_guard lock(mu_);
+  return running_ == 0 && jobs_.empty();
+}
+
 void ThreadPool::submit(std::function<void()> job, std::size_t grow_to) {
   {
     std::lock_guard lock(mu_);

@@ -33,6 +33,8 @@ class ThreadPool {
   void submit(std::function<void()> job, std::size_t grow_to = 0);
   // Jobs queued and not yet started (no lock: a hint that may be a moment old).
   std::size_t waiting() const { return queued_.load(std::memory_order_relaxed); }
+  // No job queued or running: every worker waits for work, what its last job held already gone.
+  bool idle() const;
   // Jobs submitted since the pool was made (a request's jobs, and their continuations).
   std::uint64_t submitted() const { return submitted_.load(std::memory_order_relaxed); }
 
