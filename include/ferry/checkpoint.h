@@ -119,7 +119,15 @@ struct HostRoute {
 
 // How a load went: the whole of it, and one route report per shard request.
 struct LoadReport {
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0;  // the tensors' (or the targets') bytes, mapped ones included
+  // What the tensors' reads took from storage: `bytes` less those mapped (not read), plus a remote
+  // checkpoint's gaps read between coalesced tensors (the routes' bytes).
+  std::uint64_t bytes_read = 0;
+  // The reads that opening the checkpoint made and their bytes: its headers (a DCP folder's
+  // .metadata and blob headers). Opening happens once per Checkpoint: every load of it repeats
+  // these.
+  std::uint64_t open_reads = 0;
+  std::uint64_t open_bytes = 0;
   std::size_t tensors = 0;
   double seconds = 0;  // from the call until every byte had landed
   // Of `seconds`, the time Checkpoint::load spent allocating the tensors' memory (0 for

@@ -249,6 +249,13 @@ void bind_checkpoint(py::module_& m) {
                          "How a checkpoint load went: totals and per-shard routes.")
       .def(py::init<>())
       .def_readonly("bytes", &LoadReport::bytes)
+      .def_readonly("bytes_read", &LoadReport::bytes_read,
+                    "What the tensors' reads took from storage (mapped bytes are not read).")
+      .def_readonly("open_reads", &LoadReport::open_reads,
+                    "The reads opening the checkpoint made (headers, DCP blob headers).")
+      .def_readonly("open_bytes", &LoadReport::open_bytes, "Those reads' bytes.")
+      .def_readonly("skipped", &LoadReport::skipped,
+                    "A DCP folder's byte items (non-tensor values), listed, not loaded.")
       .def_readonly("tensors", &LoadReport::tensors)
       .def_readonly("seconds", &LoadReport::seconds)
       .def_readonly("allocate_seconds", &LoadReport::allocate_seconds)

@@ -58,6 +58,8 @@ struct Checkpoint::State {
   // byte items, which are not tensors, are listed in every load's report.
   std::vector<std::vector<checkpoint::TensorPiece>> pieces;
   std::vector<std::string> skipped;
+  std::uint64_t open_reads = 0;  // what opening read: LoadReport's open_reads, open_bytes
+  std::uint64_t open_bytes = 0;
 
   // Where tensor `i`'s bytes lie: its one range of its shard, or a DCP tensor's pieces.
   std::vector<checkpoint::TensorPiece> pieces_of(std::size_t i) const {
@@ -85,7 +87,7 @@ namespace {
 // header with it, in one GET instead of two (a 3000-tensor header is about 250 KiB).
 constexpr std::uint64_t kRemoteFirstRead = 1 << 20;
 
-checkpoint::SafetensorsHeader read_header(File& file) {
+checkpoint::SafetensorsHeader read_header(File& file, std::uint64_t& reads, std::uint64_t& bytes) {
   const std::uint64_t size = file.size();
   const std::uint64_t want = io::is_remote_url(file.path())
                                  ? std::min(size, kRemoteFirstRead)
@@ -93,15 +95,20 @@ checkpoint::SafetensorsHeader read_header(File& file) {
   std::string first(static_cast<std::size_t>(want), '\0');
   std::size_t got = want > 0 ? file.read(first.data(), first.size(), 0) : 0;
   first.resize(got);
+  reads += want > 0;
+  bytes += got;
   const std::uint64_t n =
       checkpoint::header_length(first.substr(0, checkpoint::kLengthFieldSize), size, file.path());
   std::string json = first.substr(std::min<std::size_t>(got, checkpoint::kLengthFieldSize));
   if (json.size() > n) json.resize(static_cast<std::size_t>(n));
   const std::size_t have = json.size();
   json.resize(static_cast<std::size_t>(n));
-  if (have < n &&
-      file.read(json.data() + have, n - have, checkpoint::kLengthFieldSize + have) != n - have) {
-    throw CheckpointError(file.path(), "", "the file ended inside its header");
+  if (have < n) {
+    ++reads;
+    bytes += n - have;
+    if (file.read(json.data() + have, n - have, checkpoint::kLengthFieldSize + have) != n - have) {
+      throw CheckpointError(file.path(), "", "the file ended inside its header");
+    }
   }
   return checkpoint::parse_header(json, size, file.path());
 }
@@ -146,6 +153,7 @@ void add_routes(LoadReport& report, const checkpoint::GatheredRead& read) {
     report.gets += r.source.gets;
     report.retries += r.source.retries;
     report.connections += r.source.connections;
+    report.bytes_read += r.bytes;
     report.routes.push_back(std::move(r));
   }
 }
@@ -212,7 +220,7 @@ Checkpoint::Checkpoint(const fs::path& path, FileOptions options)
   const bool keep_open = index.shards.size() <= kShardsKeptOpen;
   for (std::size_t shard = 0; shard < index.shards.size(); ++shard) {
     auto file = std::make_unique<File>(index.shards[shard], "r", options);
-    checkpoint::SafetensorsHeader header = read_header(*file);
+    checkpoint::SafetensorsHeader header = read_header(*file, s.open_reads, s.open_bytes);
     s.shard_names.push_back(file->path());
     s.shard_paths.push_back(index.shards[shard]);
     s.shard_sizes.push_back(file->size());
@@ -249,6 +257,8 @@ void Checkpoint::open_dcp(const fs::path& path, const FileOptions& options) {
   s.tensors = std::move(dcp.tensors);
   s.pieces = std::move(dcp.pieces);
   s.skipped = std::move(dcp.byte_items);
+  s.open_reads = dcp.open_reads;
+  s.open_bytes = dcp.open_bytes;
   for (std::size_t i = 0; i < s.tensors.size(); ++i) {
     s.by_name.emplace(s.tensors[i].name, i);
     s.total += s.tensors[i].nbytes;
@@ -299,6 +309,8 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets,
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<ReadRange>> ranges(s.shard_names.size());
   LoadReport report;
+  report.open_reads = s.open_reads;
+  report.open_bytes = s.open_bytes;
   std::uint64_t total = 0;
   for (const TensorTarget& target : targets) {
     if (target.tensor >= s.tensors.size()) {
@@ -511,6 +523,8 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   report.allocate_seconds = std::chrono::duration<double>(allocating).count();
   report.skipped = s.skipped;
+  report.open_reads = s.open_reads;
+  report.open_bytes = s.open_bytes;
   return result;
 }
 
@@ -539,6 +553,8 @@ std::string LoadReport::summary() const {
     out += fmt::format("\n{} non-tensor item(s) skipped: {}", skipped.size(),
                        fmt::join(skipped, ", "));
   }
+  out += fmt::format("\n{} B read for the tensors; opening read {} B in {} read(s)", bytes_read,
+                     open_bytes, open_reads);
   return out;
 }
 
@@ -557,6 +573,9 @@ std::string LoadReport::to_json() const {
   }
   nlohmann::json out = {{"tensors", tensors},
                         {"bytes", bytes},
+                        {"bytes_read", bytes_read},
+                        {"open_reads", open_reads},
+                        {"open_bytes", open_bytes},
                         {"seconds", seconds},
                         {"allocate_seconds", allocate_seconds},
                         {"gbps", seconds > 0 ? bytes / seconds / 1e9 : 0.0},

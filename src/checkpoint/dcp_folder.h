@@ -1,18 +1,17 @@
 // A torch.distributed.checkpoint (DCP) folder read for inference, without torch or a process
-// group: `.metadata` (a pickle, read by the restricted unpickler with an allow-list of the
-// classes DCP writes) lists each tensor's chunks and where each chunk's torch.save blob lies in
-// a `.distcp` file; each chunk becomes byte ranges (pieces) of its file placed into the full,
-// contiguous tensor. Byte items (pickled non-tensor values) are listed, not loaded.
-// Pure functions over bytes, except open_dcp_folder; results are immutable.
+// group: `.metadata` (dcp_metadata.h) lists each tensor's chunks; each chunk becomes byte ranges
+// (pieces) of its `.distcp` file placed into the full, contiguous tensor. Byte items (pickled
+// non-tensor values) are listed, not loaded. Pure functions, except open_dcp_folder; results are
+// immutable.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "checkpoint/dcp_metadata.h"
 #include "checkpoint/torch_save_blob.h"
 #include "ferry/checkpoint.h"
 
@@ -26,30 +25,6 @@ struct TensorPiece {
   std::uint64_t dest = 0;
 };
 
-struct DcpChunk {
-  std::vector<std::uint64_t> offsets;  // where it sits in the whole tensor
-  std::vector<std::uint64_t> sizes;
-  std::string relative_path;  // its .distcp file, in the folder
-  std::uint64_t offset = 0;   // its torch.save blob in that file
-  std::uint64_t length = 0;
-};
-
-struct DcpTensorMeta {
-  std::string name;
-  Dtype dtype = Dtype::kU8;
-  std::vector<std::uint64_t> shape;
-  std::vector<DcpChunk> chunks;
-};
-
-struct DcpMetadata {
-  std::vector<DcpTensorMeta> tensors;  // in .metadata's order
-  std::vector<std::string> byte_items;
-};
-
-// Whether `path` is a folder holding a `.metadata` file.
-bool is_dcp_folder(const std::filesystem::path& path);
-// Reads `.metadata`'s bytes; `file` names it in errors.
-DcpMetadata parse_dcp_metadata(std::string_view bytes, const std::string& file);
 // The pieces that put `record` (chunk `chunk` of `tensor`, its blob in shard `shard`) into the
 // whole tensor, contiguous runs merged. Throws CheckpointError naming `file` and the tensor.
 std::vector<TensorPiece> place_chunk(const DcpTensorMeta& tensor, const DcpChunk& chunk,
@@ -62,7 +37,19 @@ struct DcpFolder {
   std::vector<TensorInfo> tensors;  // file_offset: its first piece's; shard: its first piece's
   std::vector<std::vector<TensorPiece>> pieces;  // per tensor, in dest order
   std::vector<std::string> byte_items;
+  // What opening read: .metadata, then each file's blob heads and tails (BlobRegions).
+  std::uint64_t open_reads = 0;
+  std::uint64_t open_bytes = 0;
 };
+// Reads `.metadata` and every chunk's blob headers, a file's headers in one read per region
+// (BlobRegions), and places each chunk's bytes. Reads no tensor data beyond the blobs' heads.
 DcpFolder open_dcp_folder(const std::filesystem::path& dir, const FileOptions& options);
+
+// Byte ranges [first, second) of a file.
+using ByteRanges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+// The regions of a file that opening reads, each with one read: `wanted` (each blob's head and
+// tail) sorted and merged where they overlap or lie within `max_gap` of each other, a region
+// growing no larger than `max_region` unless one range alone is.
+ByteRanges merge_regions(ByteRanges wanted, std::uint64_t max_gap, std::uint64_t max_region);
 
 }  // namespace ferry::checkpoint

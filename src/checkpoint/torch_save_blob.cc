@@ -15,7 +15,6 @@ namespace ferry::checkpoint {
 
 namespace {
 
-constexpr std::uint64_t kTailBytes = 1024;  // holds the end records of any blob torch writes
 constexpr std::uint64_t kMaxDirectory = 16u << 20;
 constexpr std::uint64_t kMaxDataPkl = 64u << 20;
 
@@ -54,7 +53,7 @@ class Blob {
   }
 
   std::vector<Entry> directory() const {
-    const std::uint64_t tail_at = length_ > kTailBytes ? length_ - kTailBytes : 0;
+    const std::uint64_t tail_at = length_ > kTorchSaveTailBytes ? length_ - kTorchSaveTailBytes : 0;
     const std::string tail = get(tail_at, length_ - tail_at);
     std::size_t eocd = std::string_view::npos;
     for (std::size_t i = tail.size() >= 22 ? tail.size() - 22 + 1 : 0; i-- > 0;) {

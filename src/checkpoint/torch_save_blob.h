@@ -25,6 +25,10 @@ struct TorchTensorRecord {
 // [blob_offset, blob_offset + blob_length) of the file. Throws CheckpointError naming the file
 // and the offset at fault.
 using ReadAt = std::function<std::string(std::uint64_t offset, std::uint64_t length)>;
+// The reads a blob takes, in its bytes: its last kTorchSaveTailBytes (the end records and, in
+// every blob torch writes, the central directory), then its local headers and data.pkl, which
+// lie in its first few hundred bytes. A caller that has those two regions read need read nothing.
+inline constexpr std::uint64_t kTorchSaveTailBytes = 1024;
 TorchTensorRecord read_torch_save_tensor(const ReadAt& read, std::uint64_t blob_offset,
                                          std::uint64_t blob_length, const std::string& file);
 

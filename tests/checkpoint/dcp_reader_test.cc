@@ -206,5 +206,65 @@ TEST(DcpFolder, TwoRanksLoadWholeTensorsIntoHostMemory) {
   EXPECT_NE(r.report.summary().find("non-tensor item(s) skipped: "), std::string::npos);
 }
 
+TEST(DcpFolder, MergeRegionsJoinsOverlappingAndNearRangesUpToTheCap) {
+  const ByteRanges merged = merge_regions({{100, 200}, {0, 50}, {150, 300}, {310, 400}, {900, 950}},
+                                          /*max_gap=*/20, /*max_region=*/1000);
+  EXPECT_EQ(merged, (ByteRanges{{0, 50}, {100, 400}, {900, 950}}));
+  // The cap starts a new region rather than grow one past it; a range alone may pass it.
+  EXPECT_EQ(merge_regions({{0, 60}, {60, 120}, {120, 400}}, 0, 100),
+            (ByteRanges{{0, 60}, {60, 120}, {120, 400}}));
+  EXPECT_EQ(merge_regions({{0, 40}, {40, 80}, {80, 90}}, 0, 100), (ByteRanges{{0, 90}}));
+}
+
+// Opening read each chunk's blob with five small reads (its end records, its central directory,
+// two local headers, data.pkl): 66 reads for single and 61 for two_ranks (strace of 458bf66).
+// Each file's blob heads and tails are now read as regions, and the golden files' blobs, smaller
+// than a head and a tail, join into one region per file: .metadata plus one read a file.
+TEST(DcpFolder, OpeningReadsMetadataAndOneRegionPerFileOfSmallBlobs) {
+  for (const char* name : {"single", "two_ranks"}) {
+    Checkpoint c(golden(name));
+    LoadOptions o;
+    o.memory = MemoryKind::kHostPageable;
+    const LoadResult r = c.load(o);
+    std::uint64_t files = fs::file_size(golden(name) / ".metadata");
+    for (const std::string& shard : c.shards()) files += fs::file_size(shard);
+    EXPECT_EQ(r.report.open_reads, 1 + c.shards().size()) << name;
+    EXPECT_LE(r.report.open_bytes, files) << name;
+    // A whole load reads its tensors' bytes and nothing else.
+    EXPECT_EQ(r.report.bytes, c.total_bytes()) << name;
+    EXPECT_EQ(r.report.bytes_read, c.total_bytes()) << name;
+  }
+}
+
+// Issue 51 item 3: a rank's slice of a tensor that two ranks saved in chunks (dim 0 and dim 1)
+// reads the slice's bytes from the chunks that hold them, no more than 1.05x of them.
+TEST(DcpFolder, ASliceAcrossChunksReadsOnlyItsBytes) {
+  Checkpoint c(golden("two_ranks"));
+  LoadOptions all;
+  all.memory = MemoryKind::kHostPageable;
+  const LoadResult whole = c.load(all);
+  for (const char* name :
+       {"model.layers.0.attn.w", "optim.state.0.exp_avg", "model.embed.weight"}) {
+    const std::size_t i = c.find(name);
+    const TensorInfo& t = c.tensors()[i];
+    ASSERT_EQ(t.shape.size(), 2u) << name;
+    const std::uint64_t row = t.nbytes / t.shape[0];
+    const std::uint64_t half = row / 2;  // columns [cols/2, cols) of every row: strided ranges
+    std::vector<char> out(t.shape[0] * half);
+    std::vector<TensorTarget> targets;
+    for (std::uint64_t r = 0; r < t.shape[0]; ++r) {
+      targets.push_back({i, out.data() + r * half, r * row + half, half});
+    }
+    const LoadReport rep = c.read_into(targets);
+    EXPECT_EQ(rep.bytes, out.size()) << name;
+    EXPECT_GE(rep.bytes_read, out.size()) << name;
+    EXPECT_LE(rep.bytes_read, out.size() * 105 / 100) << name;
+    const char* full = static_cast<const char*>(whole.tensors[i].data);
+    for (std::uint64_t r = 0; r < t.shape[0]; ++r) {
+      EXPECT_EQ(std::memcmp(out.data() + r * half, full + r * row + half, half), 0) << name << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry::checkpoint

@@ -88,3 +88,32 @@ def test_iter_weights_and_shard_slices_of_a_dcp_folder_match_the_full_load(folde
             for n in two_d:
                 want = torch.tensor_split(full[n], 2, dim=dim)[rank]
                 assert torch.equal(part[n], want), (n, dim, rank)
+
+
+@pytest.mark.parametrize("folder", ["single", "two_ranks"])
+def test_the_load_report_lists_the_byte_items_it_skipped(folder):
+    ferry.load_checkpoint(DATA / folder, device="cpu")
+    report = ferry.last_load_report()
+    assert sorted(report.skipped) == sorted(k for k, v in EXPECTED[folder].items() if "value" in v)
+    assert json.loads(report.to_json())["skipped"] == report.skipped
+
+
+def test_a_slice_of_chunked_tensors_reads_only_its_bytes():
+    """Issue 51 item 3: tensors two ranks saved in chunks, loaded as one rank's slice along the
+    other dimension, read at most 1.05x the slice's bytes; a whole load reads its tensors' bytes,
+    and opening reads .metadata and one region per .distcp file (tests/data/dcp's blobs are small)."""
+    full = ferry.load_checkpoint(DATA / "two_ranks", device="cpu")
+    whole = ferry.last_load_report()
+    assert whole.bytes_read == sum(t.numel() * t.element_size() for t in full.values())
+    assert whole.open_reads == 1 + len(list((DATA / "two_ranks").glob("*.distcp")))
+    report = json.loads(whole.to_json())
+    assert (report["bytes_read"], report["open_reads"]) == (whole.bytes_read, whole.open_reads)
+    two_d = [n for n, t in full.items() if t.dim() == 2]
+    it = ferry.iter_weights(DATA / "two_ranks", device="cpu", names=two_d,
+                            shard=ferry.Shard(dim=1, rank=1, world=2))
+    for name, t in it:
+        assert torch.equal(t, torch.tensor_split(full[name], 2, dim=1)[1]), name
+    asked = it.report.bytes_read
+    read = sum(load.bytes_read for load in it.report.loads)
+    assert asked == sum(full[n].numel() * full[n].element_size() // 2 for n in two_d)
+    assert asked <= read <= 1.05 * asked

@@ -98,6 +98,10 @@ int run(const LoadArgs& a) {
                           {"shards", ckpt.shards()},
                           {"tensors", report.tensors},
                           {"bytes", report.bytes},
+                          {"bytes_read", report.bytes_read},
+                          {"open_reads", report.open_reads},
+                          {"open_bytes", report.open_bytes},
+                          {"skipped", report.skipped},
                           {"seconds", report.seconds},
                           {"allocate_seconds", report.allocate_seconds},
                           {"open_seconds", open_seconds},
@@ -136,10 +140,10 @@ int run(const LoadArgs& a) {
   }
   fmt::print(
       "loaded {} tensors, {} B from {} shard(s) into {} in {:.4f} s: {:.2f} GB/s, {} (allocating "
-      "took {:.4f} s of it; headers read in {:.4f} s{})\n",
+      "took {:.4f} s of it; headers read in {:.4f} s, {} read(s) of {} B{})\n",
       report.tensors, report.bytes, ckpt.shards().size(), where, report.seconds,
       gbps(report.bytes, report.seconds), cpu_words(cpu, report.bytes), report.allocate_seconds,
-      open_seconds,
+      open_seconds, report.open_reads, report.open_bytes,
       is_gpu(target.kind) ? fmt::format(", CUDA started in {:.4f} s before", cuda_start_seconds)
                           : "");
   if (report.gets > 0) {
