@@ -332,6 +332,9 @@ class LoadReport:
 
 def advise_huge_pages(address: int, nbytes: int) -> int: ...
 
+class PendingRead:
+    def wait(self) -> LoadReport: ...
+
 class Checkpoint:
     def __init__(self, path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
                  direct: bool = False,
@@ -348,6 +351,7 @@ class Checkpoint:
     # [(tensor_index, destination[, begin, length[, at]]), ...], read with the GIL released, each
     # into byte `at` of its destination.
     def read_into(self, targets: list[tuple[Any, ...]]) -> LoadReport: ...
+    def start_read_into(self, targets: list[tuple[Any, ...]]) -> PendingRead: ...
     # Checkpoint::load into what allocate(nbytes) gives, called from this thread: (report,
     # allocations, [(allocation, byte offset) of each tensor, in file order]).
     def load(self, allocate: Callable[[int], Any], names: list[str], host: bool,

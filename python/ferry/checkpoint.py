@@ -328,6 +328,21 @@ def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any,
         tensors[name] = t
 
 
+class PendingRead:
+    """``Checkpoint.start_read_into``'s reads in flight. ``result()`` (once) waits for them, the
+    GIL released, and returns the LoadReport, which becomes the checkpoint's ``last_report`` in
+    the thread calling it. Dropped unwaited, it waits for its reads: nothing writes into the
+    destinations after it is gone."""
+
+    def __init__(self, ckpt: "Checkpoint", pending: Any) -> None:
+        self._ckpt, self._pending = ckpt, pending
+
+    def result(self) -> Any:
+        report = self._pending.wait()
+        self._ckpt.last_report = _last[0] = report
+        return report
+
+
 class Checkpoint:
     """An opened checkpoint: its tensors (validated headers), metadata and loads."""
 
@@ -366,6 +381,13 @@ class Checkpoint:
         rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
         self.last_report = _last[0] = self._c.read_into(rows)
         return self.last_report
+
+    def start_read_into(self, targets: Iterable[Tuple[Any, ...]]) -> "PendingRead":
+        """read_into's reads submitted and not waited for, so that this thread goes on meanwhile
+        (targets may also give the byte `at` of the destination where their bytes go, fifth).
+        ``result()`` on what it returns waits for them."""
+        rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
+        return PendingRead(self, self._c.start_read_into(rows))
 
     def load(self, framework: str = "pt", device: Any = "cpu",
              names: Optional[Iterable[str]] = None, dtype: Any = None,

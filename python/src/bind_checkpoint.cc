@@ -60,8 +60,8 @@ struct DtypeRow {
 // `at` the byte of the destination where they go (0 by default). Consecutive targets into one
 // destination object share its view: a slice's runs (ferry.iter_weights) are thousands of them,
 // and viewing a CUDA tensor costs a __cuda_array_interface__ each.
-LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
-  std::vector<std::shared_ptr<BufferView>> views;
+std::vector<TensorTarget> plan_targets(const Checkpoint& ckpt, const py::list& targets,
+                                       std::vector<std::shared_ptr<BufferView>>& views) {
   std::vector<TensorTarget> plan;
   views.reserve(targets.size());
   plan.reserve(targets.size());
@@ -91,9 +91,41 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
     target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
     plan.push_back(target);
   }
+  return plan;
+}
+
+LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
+  std::vector<std::shared_ptr<BufferView>> views;
+  std::vector<TensorTarget> plan = plan_targets(ckpt, targets, views);
   py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
   return ckpt.read_into(plan);
 }
+
+// _ferry.PendingRead: Checkpoint::start_read_into's reads and the views of their destinations,
+// which it keeps until the reads are done. Waiting (in wait() or when destroyed unwaited) is
+// done with the GIL released.
+class PyPendingRead {
+ public:
+  PyPendingRead(const Checkpoint& ckpt, const py::list& targets) {
+    std::vector<TensorTarget> plan = plan_targets(ckpt, targets, views_);
+    py::gil_scoped_release release;
+    pending_ = std::make_unique<PendingRead>(ckpt.start_read_into(plan));
+  }
+  ~PyPendingRead() {
+    py::gil_scoped_release release;
+    pending_.reset();  // waits for the reads, then `views_` let go with the GIL taken
+  }
+  LoadReport wait() {
+    if (!pending_) throw py::value_error("ferry: this read was waited for already");
+    py::gil_scoped_release release;
+    std::unique_ptr<PendingRead> pending = std::move(pending_);
+    return pending->wait();
+  }
+
+ private:
+  std::vector<std::shared_ptr<BufferView>> views_;
+  std::unique_ptr<PendingRead> pending_;
+};
 
 // A load's or save's progress for Python: `callback(done, total)` called with the GIL taken, from
 // the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
@@ -371,6 +403,10 @@ void bind_checkpoint(py::module_& m) {
       "Writes shards and model.safetensors.index.json into `directory` with the GIL released. "
       "`progress(done, total)`: called from this thread as the bytes are written.");
 
+  py::class_<PyPendingRead>(m, "PendingRead",
+                            "Checkpoint.start_read_into's reads in flight; destroyed unwaited, it "
+                            "waits for them.")
+      .def("wait", &PyPendingRead::wait, "Waits for the reads (the GIL released): the LoadReport.");
   py::class_<Checkpoint>(m, "Checkpoint")
       .def(py::init([](const py::object& path_object, bool direct,
                        const std::map<std::string, std::string>& settings) {
@@ -404,6 +440,13 @@ void bind_checkpoint(py::module_& m) {
       .def("read_into", &read_into, arg("targets"),
            "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
            "released, into byte `at` of each destination.")
+      .def(
+          "start_read_into",
+          [](const Checkpoint& c, const py::list& targets) {
+            return std::make_unique<PyPendingRead>(c, targets);
+          },
+          arg("targets"), py::keep_alive<0, 1>(),
+          "read_into's reads submitted; wait() on the PendingRead returned gives the LoadReport.")
       .def("load", &load, arg("allocate"), arg("names"), arg("host"), arg("one_allocation"),
            arg("progress") = py::none(), arg("wrap") = py::none(),
            "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives, "

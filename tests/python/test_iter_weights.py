@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 import tracemalloc
 
 import pytest
@@ -176,6 +177,54 @@ def test_leaving_early_waits_for_the_reads_in_flight(tmp_path):
     assert it.report.tensors == 1
     with pytest.raises(RuntimeError, match="once"):
         iter(it)
+
+
+def test_reads_start_from_the_consumers_thread_before_it_takes_the_tensor(tmp_path):
+    """No thread of the iterator's own (a pool thread's hop delayed each read's start by a GIL
+    hand-over); once tensor k is handed out, the reads that fit beside it are already in
+    flight: their bytes counted in report.bytes_read."""
+    tensors = model(n=12, rows=256)  # 1 MiB each
+    path = write(tmp_path / "model.safetensors", tensors)
+    it = ferry.iter_weights(path, memory_budget=3 * MiB)  # batches of one tensor, two in flight
+    threads = set(threading.enumerate())
+    started = []
+    for name, t in it:
+        assert set(threading.enumerate()) <= threads, "iter_weights started a thread"
+        started.append(it.report.bytes_read)
+        if name == "layers.0.w":
+            assert it.report.bytes_read == 3 * MiB  # 0 yielded, 1 and 2 reading
+        assert torch.equal(t, tensors[name])
+    assert started[:3] == [3 * MiB, 4 * MiB, 5 * MiB]
+
+
+def test_each_batch_ends_in_tasks_a_quarter_the_size_so_the_workers_finish_together(tmp_path):
+    tensors = {"big": torch.randn(4 * MiB), "small": torch.randn(16)}  # 16 MiB, then 64 B
+    path = write(tmp_path / "model.safetensors", tensors)
+    it = ferry.iter_weights(path, memory_budget=64 * MiB, task_size="1MiB", host_nthreads=2)
+    got = dict(it)
+    assert all(torch.equal(got[n], tensors[n]) for n in tensors)
+    # One batch: 14 MiB in tasks of 1 MiB (15 where the data does not start on a MiB), then the
+    # last round (2 workers x 1 MiB) as 8 of 256 KiB, then `small`.
+    assert [r.tasks for load in it.report.loads for r in load.routes] in ([23], [24])
+
+
+def test_checkpoint_start_read_into_reads_while_the_caller_goes_on(tmp_path):
+    from ferry.checkpoint import Checkpoint
+    tensors = model()
+    ckpt = Checkpoint(write(tmp_path / "model.safetensors", tensors))
+    a = torch.empty(64, 1024)
+    b = torch.empty(32 * 1024, dtype=torch.uint8)
+    pending = ckpt.start_read_into([("layers.2.w", a), ("layers.5.w", b, 4096, 32 * 1024)])
+    report = pending.result()
+    assert ckpt.last_report is report and report.bytes == 64 * 1024 * 4 + 32 * 1024
+    assert torch.equal(a, tensors["layers.2.w"])
+    assert bytes(b.numpy()) == tensors["layers.5.w"].numpy().tobytes()[4096:4096 + 32 * 1024]
+    with pytest.raises(ValueError, match="waited for already"):
+        pending.result()
+    c = torch.empty(64, 1024)
+    dropped = ckpt.start_read_into([("layers.7.w", c)])
+    del dropped  # waits for its read
+    assert torch.equal(c, tensors["layers.7.w"])
 
 
 def test_evict_drops_the_files_pages_and_reports_the_bytes(tmp_path):
