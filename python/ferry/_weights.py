@@ -135,16 +135,25 @@ def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
         numel *= d
     inner = e.nbytes // numel * (numel // (outer * size)) if numel else 0
     row = inner * size
-    runs: List[Tuple[int, int]] = []
-    for o in range(outer if inner else 0):
-        for a, b in spans:
-            begin, length = o * row + a * inner, (b - a) * inner
-            if not length:
-                continue
-            if runs and runs[-1][0] + runs[-1][1] == begin:
-                runs[-1] = (runs[-1][0], runs[-1][1] + length)
-            else:
-                runs.append((begin, length))
+    # The runs within one row (dimension `dim` and those after it), adjacent spans joined; the
+    # slice repeats them once per index of the dimensions before `dim` (a dim-1 slice of a
+    # (4096, 4096) tensor: 4096 runs, made by one comprehension rather than a loop that joins).
+    pattern: List[Tuple[int, int]] = []
+    for a, b in spans:
+        if b > a and inner and pattern and sum(pattern[-1]) == a * inner:
+            pattern[-1] = (pattern[-1][0], pattern[-1][1] + (b - a) * inner)
+        elif b > a and inner:
+            pattern.append((a * inner, (b - a) * inner))
+    if pattern and (pattern[0][0] > 0 or sum(pattern[-1]) < row):
+        runs = [(o * row + at, n) for o in range(outer) for at, n in pattern]
+    else:  # the runs of one row meet those of the next (a whole row: dim 0, or world 1)
+        runs = []
+        for o in range(outer if pattern else 0):
+            for at, n in pattern:
+                if runs and sum(runs[-1]) == o * row + at:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + n)
+                else:
+                    runs.append((o * row + at, n))
     shape = e.shape[:dim] + (sum(b - a for a, b in spans),) + e.shape[dim + 1:]
     nbytes = sum(length for _, length in runs)
     part = _Entry(e.index, (e.name, e.dtype, shape, e.file_offset, nbytes, e.shard))
@@ -202,6 +211,10 @@ def _cut_tail(targets: List[Tuple[Any, ...]], tail: int, piece: int) -> List[Tup
     §34)."""
     out: List[Tuple[Any, ...]] = []
     for k in range(len(targets) - 1, -1, -1):
+        if len(targets[k]) == 3:  # a slice's runs, each small
+            out.append(targets[k])
+            tail -= sum(n for _, n in targets[k][2])
+            continue
         name, raw, begin, length, at = targets[k]
         if tail <= 0 or length <= piece:
             out.append(targets[k])
@@ -319,11 +332,14 @@ class WeightIterator:
         raws = [self._fw.raw(it.entry.nbytes) for it in items]
         targets: List[Tuple[Any, ...]] = []
         for it, raw in zip(items, raws):
+            if len(it.runs) > 16:  # a slice's runs: one target, no Python tuple a run
+                targets.append((it.entry.name, raw, it.runs))
+                continue
             at = 0
             for begin, length in it.runs:  # one view of `raw` for all (bind_checkpoint.cc)
                 targets.append((it.entry.name, raw, begin, length, at))
                 at += length
-        if sum(t[3] for t in targets) > self._round:
+        if sum(it.entry.nbytes for it in items) > self._round:
             targets = _cut_tail(targets, self._round, max(self._task // 4, 256 << 10))
         return _Batch(items, raws, self._ckpt.start_read_into(targets))
 

@@ -383,9 +383,10 @@ class Checkpoint:
         return self.last_report
 
     def start_read_into(self, targets: Iterable[Tuple[Any, ...]]) -> "PendingRead":
-        """read_into's reads submitted and not waited for, so that this thread goes on meanwhile
-        (targets may also give the byte `at` of the destination where their bytes go, fifth).
-        ``result()`` on what it returns waits for them."""
+        """read_into's reads submitted and not waited for, so that this thread goes on meanwhile.
+        A target may also give the byte `at` of the destination where its bytes go (fifth), or be
+        (name, destination, [(begin, length), ...]): runs of the tensor back to back from byte
+        0 (a slice's thousands of runs in one target). ``result()`` on what it returns waits."""
         rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
         return PendingRead(self, self._c.start_read_into(rows))
 

@@ -57,9 +57,10 @@ struct DtypeRow {
 };
 
 // `targets`: (tensor index, destination, begin, length[, at]) with length -1 for "to the end" and
-// `at` the byte of the destination where they go (0 by default). Consecutive targets into one
-// destination object share its view: a slice's runs (ferry.iter_weights) are thousands of them,
-// and viewing a CUDA tensor costs a __cuda_array_interface__ each.
+// `at` the byte of the destination where they go (0 by default), or (tensor index, destination,
+// [(begin, length), ...]): runs of the tensor laid back to back (a slice's). Consecutive targets
+// into one destination object share its view: a slice's runs (ferry.iter_weights) are thousands of
+// them, and viewing a CUDA tensor costs a __cuda_array_interface__ each.
 std::vector<TensorTarget> plan_targets(const Checkpoint& ckpt, const py::list& targets,
                                        std::vector<std::shared_ptr<BufferView>>& views) {
   std::vector<TensorTarget> plan;
@@ -73,6 +74,28 @@ std::vector<TensorTarget> plan_targets(const Checkpoint& ckpt, const py::list& t
     target.tensor = static_cast<std::size_t>(*index_arg(entry[0], "tensor index"));
     if (target.tensor >= tensors.size()) throw py::index_error("ferry: no tensor at that index");
     const TensorInfo& t = tensors[target.tensor];
+    if (entry.size() == 3 && py::isinstance<py::list>(entry[2])) {
+      // (index, destination, [(begin, length), ...]): the runs back to back from byte 0.
+      auto runs = entry[2].cast<std::vector<std::pair<std::uint64_t, std::uint64_t>>>();
+      views.push_back(BufferView::of(entry[1], true));
+      last = entry[1];
+      std::uint64_t at = 0;
+      for (const auto& [begin, length] : runs) at += length;
+      if (views.back()->nbytes() < at) {
+        throw py::value_error("ferry: tensor '" + t.name + "' needs " + std::to_string(at) +
+                              " bytes of its destination for its runs, which holds " +
+                              std::to_string(views.back()->nbytes()));
+      }
+      at = 0;
+      for (const auto& [begin, length] : runs) {
+        target.begin = begin;
+        target.length = length;
+        target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
+        plan.push_back(target);
+        at += length;
+      }
+      continue;
+    }
     target.begin = entry.size() > 2 ? *index_arg(entry[2], "begin") : 0;
     const bool to_end = entry.size() <= 3 || py::int_(entry[3]) < py::int_(0);
     const std::uint64_t want = to_end ? (target.begin <= t.nbytes ? t.nbytes - target.begin : 0)

@@ -221,6 +221,14 @@ def test_checkpoint_start_read_into_reads_while_the_caller_goes_on(tmp_path):
     assert bytes(b.numpy()) == tensors["layers.5.w"].numpy().tobytes()[4096:4096 + 32 * 1024]
     with pytest.raises(ValueError, match="waited for already"):
         pending.result()
+    # A slice's runs in one target, back to back (iter_weights' dim-1 slices: thousands).
+    runs = [(r * 4096 + 1024, 512) for r in range(64)]
+    d = torch.empty(64 * 512, dtype=torch.uint8)
+    ckpt.start_read_into([("layers.3.w", d, runs)]).result()
+    whole = tensors["layers.3.w"].numpy().tobytes()
+    assert bytes(d.numpy()) == b"".join(whole[b:b + n] for b, n in runs)
+    with pytest.raises(ValueError, match=r"'layers\.3\.w' needs 32768 bytes.*holds 32767"):
+        ckpt.start_read_into([("layers.3.w", d[:-1], runs)])
     c = torch.empty(64, 1024)
     dropped = ckpt.start_read_into([("layers.7.w", c)])
     del dropped  # waits for its read
