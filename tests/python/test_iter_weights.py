@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 import threading
 import tracemalloc
 
@@ -277,3 +279,69 @@ def test_gpu_peak_memory_is_what_was_kept_plus_the_budget(tmp_path, torch):
     peak = torch.cuda.max_memory_allocated() - base
     assert peak <= budget, (peak, it.report)
     assert it.report.peak_ahead_bytes <= budget - it.report.staging_bytes
+
+
+FAKE_GPU_CHILD = r'''
+import ctypes, os, sys
+import numpy as np
+import ferry
+from ferry import Shard, _weights
+
+lib = ctypes.CDLL(os.environ["FERRY_CUDA_LIBRARY"])
+assert lib.cuInit(0) == 0
+ctx = ctypes.c_void_p()
+assert lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and lib.cuCtxSetCurrent(ctx) == 0
+
+class Dev:
+    """Device memory of the double, freed when dropped."""
+    def __init__(self, n):
+        p = ctypes.c_uint64()
+        assert lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(max(n, 1))) == 0
+        self.ptr, self.n = p.value, n
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1",
+                                         "data": (self.ptr, False), "version": 3}
+    def host(self):
+        out = (ctypes.c_char * self.n)()
+        assert lib.cuMemcpyDtoH_v2(out, ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.n)) == 0
+        return bytes(out)
+    def __del__(self):
+        lib.cuMemFree_v2(ctypes.c_uint64(self.ptr))
+
+class DeviceFramework:
+    host = False
+    def raw(self, n):
+        return Dev(n)
+    def view(self, raw, entry):
+        return raw
+
+_weights._framework = lambda framework, device: DeviceFramework()
+path = sys.argv[1]
+full = {n: bytes(t.host()) for n, t in ferry.iter_weights(path, memory_budget=96 << 20)}
+arrays = {n: np.frombuffer(b, np.float32).reshape(64, 1024) for n, b in full.items()
+          if n.startswith("layers.")}
+assert arrays["layers.3.w"].tobytes() == open(path + ".layer3", "rb").read()
+it = ferry.iter_weights(path, memory_budget=96 << 20, shard=lambda n, s: Shard(1, 1, 3)
+                        if n.startswith("layers.") else None)
+for name, t in it:
+    if name.startswith("layers."):
+        want = np.ascontiguousarray(np.array_split(arrays[name], 3, axis=1)[1]).tobytes()
+        assert t.host() == want, name
+assert {r.memory for load in it.report.loads for r in load.routes} == {"gpu"}
+print("fake-gpu iter_weights ok", it.report.bytes_read)
+'''
+
+
+def test_into_device_memory_of_the_libcuda_double_whole_and_dim1_slices(tmp_path):
+    """Reads into GPU memory through the pinned staging (Checkpoint.start_read_into), whole
+    tensors and dim-1 slices, on the libcuda double; skipped where FERRY_FAKE_CUDA is unset."""
+    fake = os.environ.get("FERRY_FAKE_CUDA", "")
+    if not os.path.exists(fake):
+        pytest.skip("FERRY_FAKE_CUDA does not name the libcuda double (scripts/test sets it)")
+    tensors = {f"layers.{i}.w": torch.randn(64, 1024) for i in range(6)}
+    path = write(tmp_path / "model.safetensors", tensors)
+    (tmp_path / "model.safetensors.layer3").write_bytes(tensors["layers.3.w"].numpy().tobytes())
+    env = dict(os.environ, FERRY_CUDA_LIBRARY=fake)
+    r = subprocess.run([sys.executable, "-c", FAKE_GPU_CHILD, path], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fake-gpu iter_weights ok" in r.stdout
