@@ -3,8 +3,8 @@
 Llama of iter_weights_bench.py, read by W workers that take 4 MiB tasks in order from the
 requests queued; a request completes `drain` after its last task (the last copy, the stream's
 sync); `turn` is the consumer thread's round trip, half to see a read done, half for a read it
-then starts to begin. Calibrated to the H100 run at a78f91b (0.82x load_checkpoint at a 256 MiB budget, 1.02x at
-1 GiB), it prints what the changes of §34 should give. CPU only, no ferry:
+then starts to begin. Calibrated to the H100 run at a78f91b (0.82x load_checkpoint at a 256 MiB
+budget, 1.02x at 1 GiB), it prints what the changes of §34 should give. CPU only, no ferry:
 
     /usr/bin/python3 bench/iter_weights_model.py
 """
