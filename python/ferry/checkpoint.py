@@ -378,9 +378,7 @@ class Checkpoint:
         writable torch tensor, NumPy or CuPy array (or buffer) that holds them, all in host memory
         or all on one GPU. One gathered request per shard, the GIL released. Returns the
         LoadReport, also last_load_report()'s."""
-        rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
-        self.last_report = _last[0] = self._c.read_into(rows)
-        return self.last_report
+        return self.start_read_into(targets).result()
 
     def start_read_into(self, targets: Iterable[Tuple[Any, ...]]) -> "PendingRead":
         """read_into's reads submitted and not waited for, so that this thread goes on meanwhile.
@@ -432,8 +430,7 @@ class Checkpoint:
         row = entry.nbytes // entry.shape[0] if entry.shape and entry.shape[0] else 0
         raw = fw.raw(row * (stop - first))
         if row * (stop - first):
-            self.last_report = _last[0] = self._c.read_into(
-                [(entry.index, raw, row * first, row * (stop - first))])
+            self.start_read_into([(entry.name, raw, row * first, row * (stop - first))]).result()
         part = _Entry(entry.index, (entry.name, entry.dtype, (stop - first,) + entry.shape[1:],
                                     entry.file_offset, row * (stop - first), entry.shard))
         return fw.view(raw, part)

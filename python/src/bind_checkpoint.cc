@@ -117,13 +117,6 @@ std::vector<TensorTarget> plan_targets(const Checkpoint& ckpt, const py::list& t
   return plan;
 }
 
-LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
-  std::vector<std::shared_ptr<BufferView>> views;
-  std::vector<TensorTarget> plan = plan_targets(ckpt, targets, views);
-  py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
-  return ckpt.read_into(plan);
-}
-
 // _ferry.PendingRead: Checkpoint::start_read_into's reads and the views of their destinations,
 // which it keeps until the reads are done. Waiting (in wait() or when destroyed unwaited) is
 // done with the GIL released.
@@ -460,16 +453,15 @@ void bind_checkpoint(py::module_& m) {
           "(name, dtype, shape, file_offset, nbytes, shard) of every tensor, shard by shard in "
           "file order.")
       .def("metadata", &Checkpoint::metadata, arg("shard") = 0)
-      .def("read_into", &read_into, arg("targets"),
-           "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
-           "released, into byte `at` of each destination.")
       .def(
           "start_read_into",
           [](const Checkpoint& c, const py::list& targets) {
             return std::make_unique<PyPendingRead>(c, targets);
           },
           arg("targets"), py::keep_alive<0, 1>(),
-          "read_into's reads submitted; wait() on the PendingRead returned gives the LoadReport.")
+          "Submits the reads of [(tensor_index, destination[, begin, length[, at]]), ...] (into "
+          "byte `at` of each destination) or of (tensor_index, destination, runs); wait() on the "
+          "PendingRead returned waits, the GIL released, and gives the LoadReport.")
       .def("load", &load, arg("allocate"), arg("names"), arg("host"), arg("one_allocation"),
            arg("progress") = py::none(), arg("wrap") = py::none(),
            "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives, "
