@@ -229,6 +229,27 @@ struct LoadResult {
   LoadReport report;
 };
 
+class Checkpoint;
+
+// A Checkpoint::start_read_into in flight: its requests were submitted when it was made. wait()
+// (once) waits for them and returns the report; destroyed unwaited, it waits for them (nothing
+// writes into the caller's buffers after it is gone). Used by one thread; the Checkpoint and the
+// targets' buffers must outlive it.
+class PendingRead {
+ public:
+  PendingRead(PendingRead&&) noexcept;
+  PendingRead& operator=(PendingRead&&) noexcept;
+  ~PendingRead();
+  // `progress`: over the targets' bytes. Throws the first failure (IoError naming the shard).
+  LoadReport wait(const ProgressOptions& progress = {});
+
+ private:
+  friend class Checkpoint;
+  struct State;
+  explicit PendingRead(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 class Checkpoint {
  public:
   // `path`: a .safetensors file, a *.index.json (weight_map), a directory holding an index
@@ -255,6 +276,9 @@ class Checkpoint {
   // once. Buffers must all be host memory or all on one GPU. `progress`: over the targets' bytes.
   LoadReport read_into(std::span<const TensorTarget> targets,
                        const ProgressOptions& progress = {}) const;
+  // read_into's requests submitted, not waited for: the caller's thread goes on (allocating the
+  // next tensors, say) while they run. Past 64 shards, the later ones are submitted by wait().
+  PendingRead start_read_into(std::span<const TensorTarget> targets) const;
   // Allocates and reads: the tensors named in `options` (all when none), in file order, a part
   // (a shard's tensors, cut at 1 GiB) at a time: each part's read starts once its memory exists.
   // Pageable host memory is allocated before the first read; at most 4 parts are in flight.
@@ -263,6 +287,7 @@ class Checkpoint {
 
  private:
   void open_dcp(const std::filesystem::path& path, const FileOptions& options);
+  friend class PendingRead;
   struct State;
   std::unique_ptr<State> state_;
 };

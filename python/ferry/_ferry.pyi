@@ -340,6 +340,9 @@ class LoadReport:
 
 def advise_huge_pages(address: int, nbytes: int) -> int: ...
 
+class PendingRead:
+    def wait(self) -> LoadReport: ...
+
 class Checkpoint:
     def __init__(self, path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
                  direct: bool = False,
@@ -353,9 +356,10 @@ class Checkpoint:
     # (name, dtype, shape, file_offset, nbytes, shard) of every tensor.
     def tensors(self) -> list[tuple[str, str, tuple[int, ...], int, int, int]]: ...
     def metadata(self, shard: int = 0) -> dict[str, str]: ...
-    # [(tensor_index, destination[, begin, length[, at]]), ...], read with the GIL released, each
-    # into byte `at` of its destination.
-    def read_into(self, targets: list[tuple[Any, ...]]) -> LoadReport: ...
+    # [(tensor_index, destination[, begin, length[, at]]), ...] (each into byte `at` of its
+    # destination) or (tensor_index, destination, [(begin, length), ...]) submitted; wait() on
+    # the PendingRead waits with the GIL released.
+    def start_read_into(self, targets: list[tuple[Any, ...]]) -> PendingRead: ...
     # Checkpoint::load into what allocate(nbytes) gives, called from this thread: (report,
     # allocations, [(allocation, byte offset) of each tensor, in file order]).
     def load(self, allocate: Callable[[int], Any], names: list[str], host: bool,

@@ -5,7 +5,8 @@ Every tensor yielded has an allocation of its own: nothing is read into it after
 and dropping it frees it. Reads run ahead of the consumer within ``memory_budget``: the tensors
 allocated but not yet yielded, plus ferry's pinned staging where the destination is a GPU, never
 exceed it (one tensor larger than the budget is read alone). The tensors are read in batches, one
-gathered request (``Checkpoint.read_into``) per batch, two batches at a time.
+gathered request (``Checkpoint.start_read_into``) per batch, two batches at a time, each started
+from this thread as soon as it fits, before the tensor that made room is handed out.
 
 ``shard=`` gives each tensor a rule (``Shard``: dimension, rank, world size, fused sub-blocks)
 and the rank reads only its slice's bytes: one range per contiguous run of the slice in the file.
@@ -18,14 +19,13 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
                     Optional, Sequence, Tuple, Union)
 
 from . import _ferry
 from ._errors import IoError
-from .checkpoint import (_PACKED, Checkpoint, CheckpointError, _convert, _Entry, _framework,
-                         _target_dtype)
+from .checkpoint import (_PACKED, Checkpoint, CheckpointError, PendingRead, _convert, _Entry,
+                         _framework, _target_dtype)
 
 # `import ferry` imports this module: it keeps to what ferry imports anyway (no dataclasses, no
 # ferry.distributed, whose tensor_split cut is imported when a tensor is sliced).
@@ -88,14 +88,14 @@ class _Item:
 
 
 class _Batch:
-    """Tensors read by one read_into call: their memory, and the read until it is waited for."""
+    """Tensors read by one gathered request: their memory, and the read until it is waited for."""
 
-    __slots__ = ("items", "raws", "future")
+    __slots__ = ("items", "raws", "pending")
 
-    def __init__(self, items: List[_Item], raws: List[Any], future: "Future[Any]") -> None:
+    def __init__(self, items: List[_Item], raws: List[Any], pending: PendingRead) -> None:
         self.items: Deque[_Item] = deque(items)
         self.raws: Deque[Any] = deque(raws)
-        self.future: Optional["Future[Any]"] = future
+        self.pending: Optional[PendingRead] = pending
 
 
 def _where(ckpt: Checkpoint, entry: _Entry) -> str:
@@ -135,16 +135,25 @@ def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
         numel *= d
     inner = e.nbytes // numel * (numel // (outer * size)) if numel else 0
     row = inner * size
-    runs: List[Tuple[int, int]] = []
-    for o in range(outer if inner else 0):
-        for a, b in spans:
-            begin, length = o * row + a * inner, (b - a) * inner
-            if not length:
-                continue
-            if runs and runs[-1][0] + runs[-1][1] == begin:
-                runs[-1] = (runs[-1][0], runs[-1][1] + length)
-            else:
-                runs.append((begin, length))
+    # The runs within one row (dimension `dim` and those after it), adjacent spans joined; the
+    # slice repeats them once per index of the dimensions before `dim` (a dim-1 slice of a
+    # (4096, 4096) tensor: 4096 runs, made by one comprehension rather than a loop that joins).
+    pattern: List[Tuple[int, int]] = []
+    for a, b in spans:
+        if b > a and inner and pattern and sum(pattern[-1]) == a * inner:
+            pattern[-1] = (pattern[-1][0], pattern[-1][1] + (b - a) * inner)
+        elif b > a and inner:
+            pattern.append((a * inner, (b - a) * inner))
+    if pattern and (pattern[0][0] > 0 or sum(pattern[-1]) < row):
+        runs = [(o * row + at, n) for o in range(outer) for at, n in pattern]
+    else:  # the runs of one row meet those of the next (a whole row: dim 0, or world 1)
+        runs = []
+        for o in range(outer if pattern else 0):
+            for at, n in pattern:
+                if runs and sum(runs[-1]) == o * row + at:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + n)
+                else:
+                    runs.append((o * row + at, n))
     shape = e.shape[:dim] + (sum(b - a for a, b in spans),) + e.shape[dim + 1:]
     nbytes = sum(length for _, length in runs)
     part = _Entry(e.index, (e.name, e.dtype, shape, e.file_offset, nbytes, e.shard))
@@ -181,12 +190,44 @@ def _choose(ckpt: Checkpoint, names: Names, shard: Optional[ShardRule]) -> List[
     return items
 
 
+def _setting(settings: Mapping[str, Any], name: str) -> int:
+    """A setting in force with this call's overrides."""
+    from ._settings import settings as current
+    with current(**{k: v for k, v in settings.items() if k != "direct"}):
+        return int(current[name])
+
+
 def _staging_bytes(settings: Mapping[str, Any]) -> int:
     """ferry's pinned staging behind reads into a GPU: two bounce buffers per worker thread, as
     the settings in force with this call's overrides make them."""
-    from ._settings import settings as current
-    with current(**{k: v for k, v in settings.items() if k != "direct"}):
-        return int(current["nthreads"]) * 2 * int(current["bounce_buffer_size"])
+    return _setting(settings, "nthreads") * 2 * _setting(settings, "bounce_buffer_size")
+
+
+def _cut_tail(targets: List[Tuple[Any, ...]], tail: int, piece: int) -> List[Tuple[Any, ...]]:
+    """`targets` with their last `tail` bytes in runs of at most `piece`. The workers take a
+    request's tasks in order from one counter, so with task-sized runs at the end they finish up
+    to a task apart, the first ones idle meanwhile; with smaller last runs, a piece apart. A batch
+    no read can follow (the next tensor does not fit beside it) pays that tail whole (bench/NOTES.md
+    §36)."""
+    out: List[Tuple[Any, ...]] = []
+    for k in range(len(targets) - 1, -1, -1):
+        if len(targets[k]) == 3:  # a slice's runs, each small
+            out.append(targets[k])
+            tail -= sum(n for _, n in targets[k][2])
+            continue
+        name, raw, begin, length, at = targets[k]
+        if tail <= 0 or length <= piece:
+            out.append(targets[k])
+        else:
+            keep = max(0, length - tail)
+            for b in range(length, keep, -piece):
+                n = min(piece, b - keep)
+                out.append((name, raw, begin + b - n, n, at + b - n))
+            if keep:
+                out.append((name, raw, begin, keep, at))
+        tail -= length
+    out.reverse()
+    return out
 
 
 def _name_tensor(e: IoError, ckpt: Checkpoint, items: List[_Item]) -> None:
@@ -218,6 +259,10 @@ class WeightIterator:
                              f"ferry's pinned staging of {staging} bytes (nthreads x 2 x "
                              f"bounce_buffer_size): give a larger budget or smaller settings")
         self._limit = budget - staging
+        # A worker's round of tasks: what _cut_tail cuts finer at the end of each batch.
+        workers = _setting(settings, "host_nthreads" if self._fw.host else "nthreads")
+        self._task = _setting(settings, "task_size")
+        self._round = workers * self._task
         self._evict = evict
         self.report = WeightsReport(budget=budget, staging_bytes=staging)
         self._started = False
@@ -230,65 +275,73 @@ class WeightIterator:
 
     def _run(self) -> Iterator[Tuple[str, Any]]:
         start = time.perf_counter()
-        todo: Deque[_Item] = deque(self._items)
-        batches: Deque[_Batch] = deque()
-        batch_bytes = max(1, min(self._limit // 2, _BATCH_CAP))
+        self._todo: Deque[_Item] = deque(self._items)
+        self._batches: Deque[_Batch] = deque()
+        self._ahead = 0  # bytes allocated and not yet yielded
         report = self.report
-        ahead = 0  # bytes allocated and not yet yielded
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ferry-weights") as pool:
-            try:
-                while True:
-                    # Start batches while they fit the budget (one, whatever its size, when
-                    # nothing is ahead); again after each tensor yielded.
-                    while todo and len(batches) < 2:
-                        take, need = 1, todo[0].entry.nbytes
-                        while take < len(todo) and need + todo[take].entry.nbytes <= batch_bytes:
-                            need += todo[take].entry.nbytes
-                            take += 1
-                        if ahead and ahead + need > self._limit:
-                            break
-                        batches.append(self._start(pool, [todo.popleft() for _ in range(take)]))
-                        ahead += need
-                        report.peak_ahead_bytes = max(report.peak_ahead_bytes, ahead)
-                        report.bytes_read += need
-                    if not batches:
-                        break
-                    batch = batches[0]
-                    if batch.future is not None:
-                        try:
-                            report.loads.append(batch.future.result())
-                        except IoError as e:
-                            _name_tensor(e, self._ckpt, list(batch.items))
-                            raise
-                        batch.future = None
-                    # The batch lets go of each tensor as it is yielded.
-                    it, raw = batch.items.popleft(), batch.raws.popleft()
-                    if not batch.items:
-                        batches.popleft()
-                    ahead -= it.entry.nbytes
-                    if it.last_of_file and self._evict:
-                        self._drop_pages(self._ckpt.shards[it.entry.shard])
-                    report.tensors += 1
-                    report.seconds = time.perf_counter() - start
-                    tensor = self._fw.view(raw, it.entry)
-                    del raw
-                    yield it.entry.name, tensor
-                    del tensor
-            finally:
-                for b in batches:
-                    if b.future is not None:
-                        b.future.cancel()  # leaving the pool waits for those already reading
+        try:
+            self._fill()
+            while self._batches:
+                batch = self._batches[0]
+                if batch.pending is not None:
+                    try:
+                        report.loads.append(batch.pending.result())
+                    except IoError as e:
+                        _name_tensor(e, self._ckpt, list(batch.items))
+                        raise
+                    batch.pending = None
+                # The batch lets go of each tensor as it is yielded. Reads that fit beside it
+                # start before the consumer takes it, so that its work overlaps them; it leaves
+                # the count once the consumer is back (who may hold the one before meanwhile).
+                it, raw = batch.items.popleft(), batch.raws.popleft()
+                if not batch.items:
+                    self._batches.popleft()
+                self._fill()
+                if it.last_of_file and self._evict:
+                    self._drop_pages(self._ckpt.shards[it.entry.shard])
+                report.tensors += 1
+                report.seconds = time.perf_counter() - start
+                tensor = self._fw.view(raw, it.entry)
+                del raw
+                yield it.entry.name, tensor
+                del tensor
+                self._ahead -= it.entry.nbytes
+                self._fill()
+        finally:
+            self._batches.clear()  # each unwaited read waits for its bytes as it is dropped
 
-    def _start(self, pool: ThreadPoolExecutor, items: List[_Item]) -> _Batch:
+    def _fill(self) -> None:
+        """Starts batches while they fit the budget (one, whatever its size, when nothing is
+        ahead), two at most in flight."""
+        todo, report = self._todo, self.report
+        batch_bytes = max(1, min(self._limit // 2, _BATCH_CAP))
+        while todo and len(self._batches) < 2:
+            take, need = 1, todo[0].entry.nbytes
+            while take < len(todo) and need + todo[take].entry.nbytes <= batch_bytes:
+                need += todo[take].entry.nbytes
+                take += 1
+            if self._ahead and self._ahead + need > self._limit:
+                break
+            self._batches.append(self._start([todo.popleft() for _ in range(take)]))
+            self._ahead += need
+            report.peak_ahead_bytes = max(report.peak_ahead_bytes, self._ahead)
+            report.bytes_read += need
+
+    def _start(self, items: List[_Item]) -> _Batch:
         """Allocates `items` and starts their read: one gathered request, one target per run."""
         raws = [self._fw.raw(it.entry.nbytes) for it in items]
         targets: List[Tuple[Any, ...]] = []
         for it, raw in zip(items, raws):
+            if len(it.runs) > 16:  # a slice's runs: one target, no Python tuple a run
+                targets.append((it.entry.name, raw, it.runs))
+                continue
             at = 0
             for begin, length in it.runs:  # one view of `raw` for all (bind_checkpoint.cc)
-                targets.append((it.entry.index, raw, begin, length, at))
+                targets.append((it.entry.name, raw, begin, length, at))
                 at += length
-        return _Batch(items, raws, pool.submit(self._ckpt._c.read_into, targets))
+        if sum(it.entry.nbytes for it in items) > self._round:
+            targets = _cut_tail(targets, self._round, max(self._task // 4, 256 << 10))
+        return _Batch(items, raws, self._ckpt.start_read_into(targets))
 
     def _drop_pages(self, path: str) -> None:
         """posix_fadvise(DONTNEED) over the whole file, measured by ferry's page-cache

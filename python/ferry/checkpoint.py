@@ -328,6 +328,21 @@ def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any,
         tensors[name] = t
 
 
+class PendingRead:
+    """``Checkpoint.start_read_into``'s reads in flight. ``result()`` (once) waits for them, the
+    GIL released, and returns the LoadReport, which becomes the checkpoint's ``last_report`` in
+    the thread calling it. Dropped unwaited, it waits for its reads: nothing writes into the
+    destinations after it is gone."""
+
+    def __init__(self, ckpt: "Checkpoint", pending: Any) -> None:
+        self._ckpt, self._pending = ckpt, pending
+
+    def result(self) -> Any:
+        report = self._pending.wait()
+        self._ckpt.last_report = _last[0] = report
+        return report
+
+
 class Checkpoint:
     """An opened checkpoint: its tensors (validated headers), metadata and loads."""
 
@@ -363,9 +378,15 @@ class Checkpoint:
         writable torch tensor, NumPy or CuPy array (or buffer) that holds them, all in host memory
         or all on one GPU. One gathered request per shard, the GIL released. Returns the
         LoadReport, also last_load_report()'s."""
+        return self.start_read_into(targets).result()
+
+    def start_read_into(self, targets: Iterable[Tuple[Any, ...]]) -> "PendingRead":
+        """read_into's reads submitted and not waited for, so that this thread goes on meanwhile.
+        A target may also give the byte `at` of the destination where its bytes go (fifth), or be
+        (name, destination, [(begin, length), ...]): runs of the tensor back to back from byte
+        0 (a slice's thousands of runs in one target). ``result()`` on what it returns waits."""
         rows = [(self.entry(t[0]).index,) + tuple(t[1:]) for t in targets]
-        self.last_report = _last[0] = self._c.read_into(rows)
-        return self.last_report
+        return PendingRead(self, self._c.start_read_into(rows))
 
     def load(self, framework: str = "pt", device: Any = "cpu",
              names: Optional[Iterable[str]] = None, dtype: Any = None,
@@ -409,8 +430,7 @@ class Checkpoint:
         row = entry.nbytes // entry.shape[0] if entry.shape and entry.shape[0] else 0
         raw = fw.raw(row * (stop - first))
         if row * (stop - first):
-            self.last_report = _last[0] = self._c.read_into(
-                [(entry.index, raw, row * first, row * (stop - first))])
+            self.start_read_into([(entry.name, raw, row * first, row * (stop - first))]).result()
         part = _Entry(entry.index, (entry.name, entry.dtype, (stop - first,) + entry.shape[1:],
                                     entry.file_offset, row * (stop - first), entry.shard))
         return fw.view(raw, part)

@@ -57,11 +57,12 @@ struct DtypeRow {
 };
 
 // `targets`: (tensor index, destination, begin, length[, at]) with length -1 for "to the end" and
-// `at` the byte of the destination where they go (0 by default). Consecutive targets into one
-// destination object share its view: a slice's runs (ferry.iter_weights) are thousands of them,
-// and viewing a CUDA tensor costs a __cuda_array_interface__ each.
-LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
-  std::vector<std::shared_ptr<BufferView>> views;
+// `at` the byte of the destination where they go (0 by default), or (tensor index, destination,
+// [(begin, length), ...]): runs of the tensor laid back to back (a slice's). Consecutive targets
+// into one destination object share its view: a slice's runs (ferry.iter_weights) are thousands of
+// them, and viewing a CUDA tensor costs a __cuda_array_interface__ each.
+std::vector<TensorTarget> plan_targets(const Checkpoint& ckpt, const py::list& targets,
+                                       std::vector<std::shared_ptr<BufferView>>& views) {
   std::vector<TensorTarget> plan;
   views.reserve(targets.size());
   plan.reserve(targets.size());
@@ -73,6 +74,28 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
     target.tensor = static_cast<std::size_t>(*index_arg(entry[0], "tensor index"));
     if (target.tensor >= tensors.size()) throw py::index_error("ferry: no tensor at that index");
     const TensorInfo& t = tensors[target.tensor];
+    if (entry.size() == 3 && py::isinstance<py::list>(entry[2])) {
+      // (index, destination, [(begin, length), ...]): the runs back to back from byte 0.
+      auto runs = entry[2].cast<std::vector<std::pair<std::uint64_t, std::uint64_t>>>();
+      views.push_back(BufferView::of(entry[1], true));
+      last = entry[1];
+      std::uint64_t at = 0;
+      for (const auto& [begin, length] : runs) at += length;
+      if (views.back()->nbytes() < at) {
+        throw py::value_error("ferry: tensor '" + t.name + "' needs " + std::to_string(at) +
+                              " bytes of its destination for its runs, which holds " +
+                              std::to_string(views.back()->nbytes()));
+      }
+      at = 0;
+      for (const auto& [begin, length] : runs) {
+        target.begin = begin;
+        target.length = length;
+        target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
+        plan.push_back(target);
+        at += length;
+      }
+      continue;
+    }
     target.begin = entry.size() > 2 ? *index_arg(entry[2], "begin") : 0;
     const bool to_end = entry.size() <= 3 || py::int_(entry[3]) < py::int_(0);
     const std::uint64_t want = to_end ? (target.begin <= t.nbytes ? t.nbytes - target.begin : 0)
@@ -91,9 +114,34 @@ LoadReport read_into(const Checkpoint& ckpt, const py::list& targets) {
     target.buffer = static_cast<std::byte*>(views.back()->data()) + at;
     plan.push_back(target);
   }
-  py::gil_scoped_release release;  // reacquired before `views` let go of the buffers
-  return ckpt.read_into(plan);
+  return plan;
 }
+
+// _ferry.PendingRead: Checkpoint::start_read_into's reads and the views of their destinations,
+// which it keeps until the reads are done. Waiting (in wait() or when destroyed unwaited) is
+// done with the GIL released.
+class PyPendingRead {
+ public:
+  PyPendingRead(const Checkpoint& ckpt, const py::list& targets) {
+    std::vector<TensorTarget> plan = plan_targets(ckpt, targets, views_);
+    py::gil_scoped_release release;
+    pending_ = std::make_unique<PendingRead>(ckpt.start_read_into(plan));
+  }
+  ~PyPendingRead() {
+    py::gil_scoped_release release;
+    pending_.reset();  // waits for the reads, then `views_` let go with the GIL taken
+  }
+  LoadReport wait() {
+    if (!pending_) throw py::value_error("ferry: this read was waited for already");
+    py::gil_scoped_release release;
+    std::unique_ptr<PendingRead> pending = std::move(pending_);
+    return pending->wait();
+  }
+
+ private:
+  std::vector<std::shared_ptr<BufferView>> views_;
+  std::unique_ptr<PendingRead> pending_;
+};
 
 // A load's or save's progress for Python: `callback(done, total)` called with the GIL taken, from
 // the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
@@ -378,6 +426,10 @@ void bind_checkpoint(py::module_& m) {
       "Writes shards and model.safetensors.index.json into `directory` with the GIL released. "
       "`progress(done, total)`: called from this thread as the bytes are written.");
 
+  py::class_<PyPendingRead>(m, "PendingRead",
+                            "Checkpoint.start_read_into's reads in flight; destroyed unwaited, it "
+                            "waits for them.")
+      .def("wait", &PyPendingRead::wait, "Waits for the reads (the GIL released): the LoadReport.");
   py::class_<Checkpoint>(m, "Checkpoint")
       .def(py::init([](const py::object& path_object, bool direct,
                        const std::map<std::string, std::string>& settings) {
@@ -408,9 +460,15 @@ void bind_checkpoint(py::module_& m) {
           "(name, dtype, shape, file_offset, nbytes, shard) of every tensor, shard by shard in "
           "file order.")
       .def("metadata", &Checkpoint::metadata, arg("shard") = 0)
-      .def("read_into", &read_into, arg("targets"),
-           "Reads [(tensor_index, destination[, begin, length[, at]]), ...] with the GIL "
-           "released, into byte `at` of each destination.")
+      .def(
+          "start_read_into",
+          [](const Checkpoint& c, const py::list& targets) {
+            return std::make_unique<PyPendingRead>(c, targets);
+          },
+          arg("targets"), py::keep_alive<0, 1>(),
+          "Submits the reads of [(tensor_index, destination[, begin, length[, at]]), ...] (into "
+          "byte `at` of each destination) or of (tensor_index, destination, runs); wait() on the "
+          "PendingRead returned waits, the GIL released, and gives the LoadReport.")
       .def("load", &load, arg("allocate"), arg("names"), arg("host"), arg("one_allocation"),
            arg("progress") = py::none(), arg("wrap") = py::none(),
            "Checkpoint::load (the loader of `ferry load`) into memory `allocate(nbytes)` gives, "

@@ -303,22 +303,91 @@ std::size_t Checkpoint::find(std::string_view name) const {
   return it->second;
 }
 
+// The shards' requests of a read_into, submitted at once; past kShardsReadAtOnce, the oldest is
+// waited for before the next shard is opened. Declared in this order so that the reads (which
+// wait when destroyed) go before the ranges they read into.
+struct PendingRead::State {
+  const Checkpoint::State* ckpt = nullptr;
+  std::chrono::steady_clock::time_point start;
+  std::vector<std::vector<ReadRange>> ranges;  // per shard
+  std::size_t next_shard = 0;                  // the first shard not yet submitted
+  std::uint64_t total = 0;
+  LoadReport report;
+  struct InFlight {
+    std::shared_ptr<File> file;
+    checkpoint::GatheredRead read;
+  };
+  std::deque<InFlight> in_flight;
+  bool waited = false;
+
+  // Submits shards' requests while fewer than kShardsReadAtOnce are in flight.
+  void submit_more() {
+    for (; next_shard < ranges.size() && in_flight.size() < kShardsReadAtOnce; ++next_shard) {
+      if (ranges[next_shard].empty()) continue;
+      std::shared_ptr<File> file = ckpt->open_shard(next_shard);
+      checkpoint::GatheredRead read(*file, ranges[next_shard]);
+      in_flight.push_back({std::move(file), std::move(read)});
+    }
+  }
+};
+
+PendingRead::PendingRead(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PendingRead::PendingRead(PendingRead&&) noexcept = default;
+PendingRead& PendingRead::operator=(PendingRead&&) noexcept = default;
+PendingRead::~PendingRead() = default;
+
+LoadReport PendingRead::wait(const ProgressOptions& progress) {
+  State& s = *state_;
+  if (s.waited) throw Error("checkpoint read: wait() was called before on this read");
+  s.waited = true;
+  LoadReport& report = s.report;
+  checkpoint::ProgressMeter meter(progress, s.total);
+  auto landed = [&] {
+    std::uint64_t bytes = report.bytes;
+    for (const State::InFlight& f : s.in_flight) bytes += f.read.progress();
+    return bytes;
+  };
+  try {
+    while (!s.in_flight.empty()) {
+      s.in_flight.front().read.wait(meter, landed);
+      State::InFlight done = std::move(s.in_flight.front());
+      s.in_flight.pop_front();
+      report.bytes += done.read.get();
+      add_routes(report, done.read);
+      s.submit_more();
+    }
+    meter.finish();
+  } catch (...) {
+    // Nothing may still write into the caller's buffers once this throws.
+    for (State::InFlight& f : s.in_flight) f.read.wait();
+    throw;
+  }
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
+  return std::move(report);
+}
+
 LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets,
                                  const ProgressOptions& progress) const {
+  return start_read_into(targets).wait(progress);
+}
+
+PendingRead Checkpoint::start_read_into(std::span<const TensorTarget> targets) const {
   const State& s = *state_;
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::vector<ReadRange>> ranges(s.shard_names.size());
-  LoadReport report;
-  report.open_reads = s.open_reads;
-  report.open_bytes = s.open_bytes;
-  std::uint64_t total = 0;
+  auto pending = std::make_unique<PendingRead::State>();
+  pending->ckpt = &s;
+  pending->start = std::chrono::steady_clock::now();
+  std::vector<std::vector<ReadRange>>& ranges = pending->ranges;
+  ranges.resize(s.shard_names.size());
+  pending->report.open_reads = s.open_reads;
+  pending->report.open_bytes = s.open_bytes;
   for (const TensorTarget& target : targets) {
     if (target.tensor >= s.tensors.size()) {
       throw Error(
           fmt::format("checkpoint read: tensor index {} of {}", target.tensor, s.tensors.size()));
     }
     const TensorInfo& t = s.tensors[target.tensor];
-    ++report.tensors;
+    ++pending->report.tensors;
     const std::uint64_t length =
         target.length == TensorTarget::kToTheEnd && target.begin <= t.nbytes
             ? t.nbytes - target.begin
@@ -339,45 +408,10 @@ LoadReport Checkpoint::read_into(std::span<const TensorTarget> targets,
       ranges[p.shard].push_back({p.file_offset + (lo - p.dest), static_cast<std::size_t>(hi - lo),
                                  static_cast<char*>(target.buffer) + (lo - target.begin)});
     }
-    total += length;
+    pending->total += length;
   }
-  // The shards' requests are submitted before any is waited for, so they run together; past
-  // kShardsReadAtOnce, the oldest is waited for before the next shard is opened.
-  struct InFlight {
-    std::shared_ptr<File> file;
-    checkpoint::GatheredRead read;
-  };
-  std::deque<InFlight> in_flight;
-  checkpoint::ProgressMeter meter(progress, total);
-  auto landed = [&] {
-    std::uint64_t bytes = report.bytes;
-    for (const InFlight& f : in_flight) bytes += f.read.progress();
-    return bytes;
-  };
-  auto finish_oldest = [&] {
-    in_flight.front().read.wait(meter, landed);
-    InFlight done = std::move(in_flight.front());
-    in_flight.pop_front();
-    report.bytes += done.read.get();
-    add_routes(report, done.read);
-  };
-  try {
-    for (std::size_t shard = 0; shard < ranges.size(); ++shard) {
-      if (ranges[shard].empty()) continue;
-      if (in_flight.size() == kShardsReadAtOnce) finish_oldest();
-      std::shared_ptr<File> file = s.open_shard(shard);
-      checkpoint::GatheredRead read(*file, ranges[shard]);
-      in_flight.push_back({std::move(file), std::move(read)});
-    }
-    while (!in_flight.empty()) finish_oldest();
-    meter.finish();
-  } catch (...) {
-    // Nothing may still write into the caller's buffers once this throws.
-    for (InFlight& f : in_flight) f.read.wait();
-    throw;
-  }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report;
+  pending->submit_more();  // a failure here: the reads already submitted wait when destroyed
+  return PendingRead(std::move(pending));
 }
 
 LoadResult Checkpoint::load(const LoadOptions& options) const {

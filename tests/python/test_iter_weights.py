@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
+import threading
 import tracemalloc
 
 import pytest
@@ -178,6 +181,62 @@ def test_leaving_early_waits_for_the_reads_in_flight(tmp_path):
         iter(it)
 
 
+def test_reads_start_from_the_consumers_thread_before_it_takes_the_tensor(tmp_path):
+    """No thread of the iterator's own (a pool thread's hop delayed each read's start by a GIL
+    hand-over); once tensor k is handed out, the reads that fit beside it are already in
+    flight: their bytes counted in report.bytes_read."""
+    tensors = model(n=12, rows=256)  # 1 MiB each
+    path = write(tmp_path / "model.safetensors", tensors)
+    it = ferry.iter_weights(path, memory_budget=3 * MiB)  # batches of one tensor, two in flight
+    threads = set(threading.enumerate())
+    started = []
+    for name, t in it:
+        assert set(threading.enumerate()) <= threads, "iter_weights started a thread"
+        started.append(it.report.bytes_read)
+        if name == "layers.0.w":
+            assert it.report.bytes_read == 3 * MiB  # 0 yielded, 1 and 2 reading
+        assert torch.equal(t, tensors[name])
+    assert started[:3] == [3 * MiB, 4 * MiB, 5 * MiB]
+
+
+def test_each_batch_ends_in_tasks_a_quarter_the_size_so_the_workers_finish_together(tmp_path):
+    tensors = {"big": torch.randn(4 * MiB), "small": torch.randn(16)}  # 16 MiB, then 64 B
+    path = write(tmp_path / "model.safetensors", tensors)
+    it = ferry.iter_weights(path, memory_budget=64 * MiB, task_size="1MiB", host_nthreads=2)
+    got = dict(it)
+    assert all(torch.equal(got[n], tensors[n]) for n in tensors)
+    # One batch: 14 MiB in tasks of 1 MiB (15 where the data does not start on a MiB), then the
+    # last round (2 workers x 1 MiB) as 8 of 256 KiB, then `small`.
+    assert [r.tasks for load in it.report.loads for r in load.routes] in ([23], [24])
+
+
+def test_checkpoint_start_read_into_reads_while_the_caller_goes_on(tmp_path):
+    from ferry.checkpoint import Checkpoint
+    tensors = model()
+    ckpt = Checkpoint(write(tmp_path / "model.safetensors", tensors))
+    a = torch.empty(64, 1024)
+    b = torch.empty(32 * 1024, dtype=torch.uint8)
+    pending = ckpt.start_read_into([("layers.2.w", a), ("layers.5.w", b, 4096, 32 * 1024)])
+    report = pending.result()
+    assert ckpt.last_report is report and report.bytes == 64 * 1024 * 4 + 32 * 1024
+    assert torch.equal(a, tensors["layers.2.w"])
+    assert bytes(b.numpy()) == tensors["layers.5.w"].numpy().tobytes()[4096:4096 + 32 * 1024]
+    with pytest.raises(ValueError, match="waited for already"):
+        pending.result()
+    # A slice's runs in one target, back to back (iter_weights' dim-1 slices: thousands).
+    runs = [(r * 4096 + 1024, 512) for r in range(64)]
+    d = torch.empty(64 * 512, dtype=torch.uint8)
+    ckpt.start_read_into([("layers.3.w", d, runs)]).result()
+    whole = tensors["layers.3.w"].numpy().tobytes()
+    assert bytes(d.numpy()) == b"".join(whole[b:b + n] for b, n in runs)
+    with pytest.raises(ValueError, match=r"'layers\.3\.w' needs 32768 bytes.*holds 32767"):
+        ckpt.start_read_into([("layers.3.w", d[:-1], runs)])
+    c = torch.empty(64, 1024)
+    dropped = ckpt.start_read_into([("layers.7.w", c)])
+    del dropped  # waits for its read
+    assert torch.equal(c, tensors["layers.7.w"])
+
+
 def test_evict_drops_the_files_pages_and_reports_the_bytes(tmp_path):
     tensors = model(n=16, rows=256)
     folder = sharded_dir(tmp_path, tensors, parts=2)
@@ -220,3 +279,69 @@ def test_gpu_peak_memory_is_what_was_kept_plus_the_budget(tmp_path, torch):
     peak = torch.cuda.max_memory_allocated() - base
     assert peak <= budget, (peak, it.report)
     assert it.report.peak_ahead_bytes <= budget - it.report.staging_bytes
+
+
+FAKE_GPU_CHILD = r'''
+import ctypes, os, sys
+import numpy as np
+import ferry
+from ferry import Shard, _weights
+
+lib = ctypes.CDLL(os.environ["FERRY_CUDA_LIBRARY"])
+assert lib.cuInit(0) == 0
+ctx = ctypes.c_void_p()
+assert lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and lib.cuCtxSetCurrent(ctx) == 0
+
+class Dev:
+    """Device memory of the double, freed when dropped."""
+    def __init__(self, n):
+        p = ctypes.c_uint64()
+        assert lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(max(n, 1))) == 0
+        self.ptr, self.n = p.value, n
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1",
+                                         "data": (self.ptr, False), "version": 3}
+    def host(self):
+        out = (ctypes.c_char * self.n)()
+        assert lib.cuMemcpyDtoH_v2(out, ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.n)) == 0
+        return bytes(out)
+    def __del__(self):
+        lib.cuMemFree_v2(ctypes.c_uint64(self.ptr))
+
+class DeviceFramework:
+    host = False
+    def raw(self, n):
+        return Dev(n)
+    def view(self, raw, entry):
+        return raw
+
+_weights._framework = lambda framework, device: DeviceFramework()
+path = sys.argv[1]
+full = {n: bytes(t.host()) for n, t in ferry.iter_weights(path, memory_budget=96 << 20)}
+arrays = {n: np.frombuffer(b, np.float32).reshape(64, 1024) for n, b in full.items()
+          if n.startswith("layers.")}
+assert arrays["layers.3.w"].tobytes() == open(path + ".layer3", "rb").read()
+it = ferry.iter_weights(path, memory_budget=96 << 20, shard=lambda n, s: Shard(1, 1, 3)
+                        if n.startswith("layers.") else None)
+for name, t in it:
+    if name.startswith("layers."):
+        want = np.ascontiguousarray(np.array_split(arrays[name], 3, axis=1)[1]).tobytes()
+        assert t.host() == want, name
+assert {r.memory for load in it.report.loads for r in load.routes} == {"gpu"}
+print("fake-gpu iter_weights ok", it.report.bytes_read)
+'''
+
+
+def test_into_device_memory_of_the_libcuda_double_whole_and_dim1_slices(tmp_path):
+    """Reads into GPU memory through the pinned staging (Checkpoint.start_read_into), whole
+    tensors and dim-1 slices, on the libcuda double; skipped where FERRY_FAKE_CUDA is unset."""
+    fake = os.environ.get("FERRY_FAKE_CUDA", "")
+    if not os.path.exists(fake):
+        pytest.skip("FERRY_FAKE_CUDA does not name the libcuda double (scripts/test sets it)")
+    tensors = {f"layers.{i}.w": torch.randn(64, 1024) for i in range(6)}
+    path = write(tmp_path / "model.safetensors", tensors)
+    (tmp_path / "model.safetensors.layer3").write_bytes(tensors["layers.3.w"].numpy().tobytes())
+    env = dict(os.environ, FERRY_CUDA_LIBRARY=fake)
+    r = subprocess.run([sys.executable, "-c", FAKE_GPU_CHILD, path], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fake-gpu iter_weights ok" in r.stdout

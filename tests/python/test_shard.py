@@ -100,10 +100,10 @@ def test_read_into_puts_each_run_at_its_byte_of_one_destination(tmp_path):
     out = torch.zeros(8, dtype=torch.int64)
     raw = out.view(torch.uint8)
     # Columns 3 and 4 of each row: four runs of 16 bytes, one destination object.
-    ckpt._c.read_into([(0, raw, (10 * r + 3) * 8, 16, 16 * r) for r in range(4)])
+    ckpt.read_into([("t", raw, (10 * r + 3) * 8, 16, 16 * r) for r in range(4)])
     assert torch.equal(out.reshape(4, 2), full[:, 3:5])
     with pytest.raises(ValueError, match="needs 16 bytes at byte 56 of its destination"):
-        ckpt._c.read_into([(0, raw, 0, 16, 56)])
+        ckpt.read_into([("t", raw, 0, 16, 56)])
 
 
 def test_load_checkpoint_takes_the_same_shard(tmp_path):
