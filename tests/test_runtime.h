@@ -1,6 +1,7 @@
 // Runtimes on environments of the tests' own (src/core/paths.h), for tests that must not depend
 // on what the machine's page cache holds: residency_runtime()'s Files measure page-cache
 // residency as set_resident_fraction() says. Everything else is the default environment's.
+// TestAmbient: a runtime's own clock, settings or statistics, the process's where not overridden.
 #pragma once
 
 #include <atomic>
@@ -10,9 +11,31 @@
 
 #include "core/paths.h"
 #include "ferry/runtime.h"
+#include "stats/stats_recorder.h"
 #include "test_hooks.h"
 
 namespace ferry::test {
+
+// The process's clock, settings and statistics, for a test to override what it gives a runtime
+// of its own (Environment::ambient).
+class TestAmbient : public core::Ambient {
+ public:
+  core::Clock::time_point now() const override { return core::Clock::now(); }
+  Settings settings(const SettingsOverride& file) const override { return settings_with(file); }
+  void record_request(const RouteReport& report, bool failed) const override {
+    statistics::record_request(report, failed);
+  }
+  void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
+                            ReasonCode layer1, bool cold_direct, int device) const override {
+    statistics::record_small_request(op, bytes, nanoseconds, layer1, cold_direct, device);
+  }
+  void note_request_started(std::uint64_t bytes) const override {
+    statistics::note_request_started(bytes);
+  }
+  void note_request_ended(std::uint64_t bytes) const override {
+    statistics::note_request_ended(bytes);
+  }
+};
 
 // ferry's POSIX path, with the page-cache residency of every range it measures set by the test
 // (method "test") where set. Thread-safe.

@@ -20,36 +20,14 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
+from ._ferry import format_rate, format_size
+
 Callback = Callable[[int, int], Any]
 
 # As the CLI's line (tools/ferry/progress.cc): none for work shorter than this, then one frame
 # per _REDRAW at most.
 _FIRST_FRAME = 0.3
 _REDRAW = 0.1
-
-
-def _three_digits(v: float) -> str:
-    if v >= 100:
-        return f"{v:.0f}"
-    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-
-
-def bytes_words(n: float) -> str:
-    """Bytes in binary units, 3 significant digits: "3.20 GiB", "512 KiB", "12 B"."""
-    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
-    unit = 0
-    while unit < 6 and n >= 1024:
-        n /= 1024
-        unit += 1
-    return f"{n:.0f} B" if unit == 0 else f"{_three_digits(n)} {units[unit]}"
-
-
-def rate_words(bytes_per_s: float) -> str:
-    """A rate in decimal units: "2.45 GB/s", "312 MB/s", "18.0 kB/s"."""
-    for scale, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
-        if bytes_per_s >= scale:
-            return f"{_three_digits(bytes_per_s / scale)} {unit}"
-    return f"{_three_digits(bytes_per_s)} B/s"
 
 
 def eta_words(seconds: float) -> str:
@@ -66,10 +44,11 @@ def progress_line(label: str, done: int, total: int, seconds: float) -> str:
     """One line of progress, as the CLI's: `done` of `total` bytes (0: not known) after
     `seconds`, at the average rate since the start; "ETA --" while no byte has moved."""
     rate = done / seconds if seconds > 0 else 0.0
-    line = f"{label}  {bytes_words(done)}"
+    line = f"{label}  {format_size(int(done), rounded=True)}"
     if total > 0:
-        line += f" / {bytes_words(total)}  {math.floor(100 * min(done, total) / total):3d}%"
-    line += "  " + (rate_words(rate) if rate > 0 else "-- B/s")
+        percent = math.floor(100 * min(done, total) / total)
+        line += f" / {format_size(int(total), rounded=True)}  {percent:3d}%"
+    line += "  " + (format_rate(rate) if rate > 0 else "-- B/s")
     if total > 0:
         line += "  ETA " + (eta_words((total - min(done, total)) / rate) if rate > 0 else "--")
     return line

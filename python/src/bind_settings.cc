@@ -8,6 +8,7 @@
 
 #include "bindings.h"
 #include "ferry/settings.h"
+#include "ferry/sizes.h"
 #include "settings_dict.h"
 
 namespace ferry::python {
@@ -65,7 +66,9 @@ void bind_settings(py::module_& m) {
   });
   m.def("parse_size", &parse_size, arg("text"), arg("setting") = "size",
         "\"4MiB\" -> 4194304, \"5GB\" -> 5000000000; a SettingError names `setting`.");
-  m.def("format_size", &format_size, arg("bytes"), "4194304 -> \"4 MiB\".");
+  m.def("format_rate", &format_rate, arg("bytes_per_s"), "2.45e9 -> \"2.45 GB/s\".");
+  m.def("format_size", py::overload_cast<std::uint64_t, bool>(&format_size), arg("bytes"),
+        arg("rounded") = false, "4194304 -> \"4 MiB\" (exact); rounded: 4917248 -> \"4.69 MiB\".");
 
   py::class_<Scope>(m, "SettingsScope")
       .def(py::init<const std::map<std::string, std::string>&>(), arg("values"))

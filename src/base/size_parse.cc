@@ -2,12 +2,16 @@
 // accepted forms; nothing falls back to a default.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <iterator>
 #include <limits>
+#include <utility>
 
 #include "ferry/error.h"
 #include "ferry/settings.h"
+#include "ferry/sizes.h"
 
 namespace ferry {
 namespace {
@@ -164,14 +168,40 @@ std::string to_string(SettingSource source) {
   return "?";
 }
 
-std::string format_size(std::uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+namespace {
+// About three significant digits, never in exponent form: 3.33, 33.3, 333, 3333.
+int decimals(double v) { return v >= 100 ? 0 : v >= 10 ? 1 : 2; }
+}  // namespace
+
+std::string format_size(std::uint64_t bytes) { return format_size(bytes, false); }
+
+std::string format_size(std::uint64_t bytes, bool rounded) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int unit = 0;
-  while (unit < 4 && bytes >= 1024 && bytes % 1024 == 0) {
-    bytes /= 1024;
+  if (!rounded) {
+    while (unit < 4 && bytes >= 1024 && bytes % 1024 == 0) {  // up to TiB, as parse_size reads
+      bytes /= 1024;
+      ++unit;
+    }
+    return fmt::format("{} {}", bytes, kUnits[unit]);
+  }
+  double v = static_cast<double>(bytes);
+  while (unit < 6 && v >= 1024) {
+    v /= 1024;
     ++unit;
   }
-  return fmt::format("{} {}", bytes, kUnits[unit]);
+  if (unit == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.{}f} {}", v, decimals(v), kUnits[unit]);
+}
+
+std::string format_rate(double bytes_per_s) {
+  static constexpr std::pair<double, const char*> kUnits[] = {
+      {1e9, "GB/s"}, {1e6, "MB/s"}, {1e3, "kB/s"}, {1, "B/s"}};
+  // The first unit the rate reaches; B/s below 1 kB/s.
+  const auto& [scale, unit] = *std::find_if(std::begin(kUnits), std::end(kUnits) - 1,
+                                            [&](const auto& u) { return bytes_per_s >= u.first; });
+  const double v = bytes_per_s / scale;
+  return fmt::format("{:.{}f} {}", v, decimals(v), unit);
 }
 
 }  // namespace ferry

@@ -227,20 +227,16 @@ class Vm {
         push(std::move(v));
         return;
       }
-      case 0x8c:
+      case 0x8c:  // SHORT_BINUNICODE; SHORT_BINSTRING (protocol 2's str), read as text too
+      case 'U':
         push(text(Kind::kStr, little(1)));
         return;
-      case 'X':
+      case 'X':  // BINUNICODE, BINSTRING
+      case 'T':
         push(text(Kind::kStr, little(4)));
         return;
       case 0x8d:
         push(text(Kind::kStr, little(8)));
-        return;
-      case 'U':
-        push(text(Kind::kStr, little(1)));
-        return;
-      case 'T':
-        push(text(Kind::kStr, little(4)));
         return;
       case 'C':
         push(text(Kind::kBytes, little(1)));

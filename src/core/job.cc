@@ -5,14 +5,10 @@
 #include <algorithm>
 
 #include "core/routing.h"
+#include "core/runtime_state.h"
 #include "ferry/error.h"
-#include "stats/stats_recorder.h"
 
 namespace ferry::core {
-
-// The engine records into the counters (src/stats/, below it).
-using statistics::note_request_ended;
-using statistics::record_request;
 
 RouteReason cold_direct_reason(const RouteReport& report) {
   // Measured on the GPU machine's disk (bench/NOTES.md §9): O_DIRECT read cold data 1.27x faster
@@ -48,6 +44,7 @@ std::uint64_t Job::prefix_done() const {
 void Job::run_one() {
   ThreadPool& pool = *thread_pool;
   if (!begun.exchange(true, std::memory_order_relaxed)) pool.note_request_started();
+  // Turns share threads in real time: the machine's clock, whatever the runtime's.
   const Clock::time_point turn_start = Clock::now();
   auto time_to_yield = [&] {
     return pool.waiting() > 0 && next.load(std::memory_order_relaxed) < tasks.count() &&
@@ -131,7 +128,8 @@ void Job::complete() {
   if (cold_refused.load()) {
     report.reasons.push_back({ReasonCode::kDirectIoRefused, file->cold_direct_refused()});
   }
-  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const Environment& env = file->runtime().env();
+  report.seconds = std::chrono::duration<double>(env.now() - start).count();
   if (source) {
     source->end(report.source);
     source.reset();
@@ -157,8 +155,8 @@ void Job::complete() {
   // this request ran deregisters it before the caller's wait returns.
   backend = nullptr;
   owned_backend.reset();
-  record_request(report, e != nullptr);
-  note_request_ended(expected);
+  env.record_request(report, e != nullptr);
+  env.note_request_ended(expected);
   file->set_last_route(report);
   file->end_request();
   // Drop the file before the caller can see completion: pool threads keep this Job alive a

@@ -24,8 +24,6 @@
 
 namespace ferry::core {
 
-using Clock = std::chrono::steady_clock;
-
 // The reason a request gives for its tasks that read cold data with O_DIRECT.
 RouteReason cold_direct_reason(const RouteReport& report);
 

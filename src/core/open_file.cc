@@ -40,12 +40,6 @@ std::size_t this_threads_lane(std::size_t lanes) {
   return mine % lanes;
 }
 
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
-
 constexpr long kProcSuperMagic = 0x9fa0;  // PROC_SUPER_MAGIC in linux/magic.h
 constexpr long kSysfsMagic = 0x62656572;  // SYSFS_MAGIC in linux/magic.h
 
@@ -349,6 +343,8 @@ void OpenFile::release_append_lock_if_idle() {
   append_locked_ = false;
 }
 
+Settings OpenFile::settings() const { return runtime_->env().settings(options_.settings); }
+
 std::uint64_t OpenFile::size() const {
   struct stat st {};
   if (fd_ < 0) throw IoError(EBADF, "fstat", path_, 0, 0, 0, "file is closed");
@@ -357,7 +353,10 @@ std::uint64_t OpenFile::size() const {
 }
 
 void OpenFile::set_last_route(const RouteReport& report) {
-  const std::uint64_t now = steady_ns();
+  // The runtime's clock, as small requests' ends (set_last_route below) are.
+  const std::uint64_t now = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(runtime_->env().now().time_since_epoch())
+          .count());
   std::lock_guard lock(route_mu_);
   last_route_ = report;
   last_route_ns_ = now;

@@ -98,7 +98,8 @@ class OpenFile {
   // another File reads is the end of every append written before. Throws IoError (fstat, fcntl).
   std::uint64_t reserve_append(std::size_t size);
   // The File's own values replace a malformed variable of the same setting.
-  Settings settings() const { return settings_with(options_.settings); }
+  // Its runtime's settings (Environment::settings), given the File's overrides.
+  Settings settings() const;
   // Current size from fstat; throws IoError.
   std::uint64_t size() const;
   // Refuses new requests, waits for those running, then closes the descriptors. Throws IoError

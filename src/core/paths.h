@@ -1,12 +1,14 @@
 // What the engine runs against, as LevelDB's Options carry an Env: the system calls on files
-// (io::IoSeam), ferry's own POSIX path, always there, and an accelerated path (cuFile) that may
-// be absent. Each runtime carries one Environment (core/runtime_state.h) and every request of
-// its Files asks it, never a global. Core includes only this seam; the real paths are wired in
-// by src/backends/paths.cc, the one file that knows every backend, which makes the default
-// environment once. Tests give a ferry::Runtime an environment of their own doubles. The objects
-// an Environment points to outlive every runtime that carries it and are thread-safe.
+// (io::IoSeam), ferry's own POSIX path, always there, an accelerated path (cuFile) that may
+// be absent, and the clock, settings and statistics (Ambient). Each runtime carries one Environment
+// (core/runtime_state.h) and every request of its Files asks it, never a global. Core includes only
+// this seam; the real paths are wired in by src/backends/paths.cc, the one file that knows every
+// backend, which makes the default environment once. Tests give a ferry::Runtime an environment of
+// their own doubles. The objects an Environment points to outlive every runtime that carries it and
+// are thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +21,7 @@
 #include "ferry/route.h"
 #include "ferry/settings.h"
 #include "io/io_seam.h"
+#include "stats/stats_recorder.h"
 
 namespace ferry::core {
 
@@ -70,6 +73,24 @@ class AcceleratedPath {
   virtual std::unique_ptr<Layer2Window> observe(Op op, int device) const = 0;
 };
 
+using Clock = std::chrono::steady_clock;
+
+// What a request reads from around it: the clock it times itself by, the settings it runs with,
+// the statistics it is counted in. The process's unless a runtime is given its own
+// (TestAmbient in tests/test_runtime.h); the methods are statistics::'s (src/stats/). Thread-safe.
+class Ambient {
+ public:
+  virtual ~Ambient() = default;
+  virtual Clock::time_point now() const = 0;
+  // The settings of a request of a File with these overrides.
+  virtual Settings settings(const SettingsOverride& file) const = 0;
+  virtual void record_request(const RouteReport& report, bool failed) const = 0;
+  virtual void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
+                                    ReasonCode layer1, bool cold_direct, int device) const = 0;
+  virtual void note_request_started(std::uint64_t bytes) const = 0;
+  virtual void note_request_ended(std::uint64_t bytes) const = 0;
+};
+
 struct Environment {
   io::IoSeam* io = nullptr;
   // The seam of remote objects (http://, https://, s3://: src/remote/); null: none.
@@ -82,8 +103,30 @@ struct Environment {
   // move as what they are, and no request of it runs inline in its caller's thread.
   std::function<MemoryInfo(const MemoryInfo&)> layer1_memory;
 
+  // Null: the process's clock, settings and statistics, called directly (no indirect call on
+  // the small path).
+  const Ambient* ambient = nullptr;
+
   MemoryInfo layer1_view(const MemoryInfo& memory) const {
     return layer1_memory ? layer1_memory(memory) : memory;
+  }
+  Clock::time_point now() const { return ambient ? ambient->now() : Clock::now(); }
+  Settings settings(const SettingsOverride& file) const {
+    return ambient ? ambient->settings(file) : settings_with(file);
+  }
+  void record_request(const RouteReport& report, bool failed) const {
+    ambient ? ambient->record_request(report, failed) : statistics::record_request(report, failed);
+  }
+  void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
+                            ReasonCode layer1, bool cold_direct, int device) const {
+    ambient ? ambient->record_small_request(op, bytes, nanoseconds, layer1, cold_direct, device)
+            : statistics::record_small_request(op, bytes, nanoseconds, layer1, cold_direct, device);
+  }
+  void note_request_started(std::uint64_t bytes) const {
+    ambient ? ambient->note_request_started(bytes) : statistics::note_request_started(bytes);
+  }
+  void note_request_ended(std::uint64_t bytes) const {
+    ambient ? ambient->note_request_ended(bytes) : statistics::note_request_ended(bytes);
   }
 };
 

@@ -22,13 +22,9 @@
 #include "cuda/stream_order.h"
 #include "ferry/error.h"
 #include "io/io_seam.h"
-#include "stats/stats_recorder.h"
 
 namespace ferry::core {
 
-// The engine records into the counters (src/stats/, below it).
-using statistics::note_request_started;
-using statistics::record_request;
 namespace {
 const bool fork_generation_counted = [] {
   pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
@@ -449,7 +445,7 @@ void start_job(const std::shared_ptr<Job>& job, const std::shared_ptr<RequestSta
   job->thread_pool = &pool;
   const std::size_t jobs = job->context.workers;
   if (job->tasks.count() > 0) pool.ensure_threads(jobs);
-  note_request_started(job->expected);
+  job->file->runtime().env().note_request_started(job->expected);
   if (job->tasks.count() == 0) {
     job->jobs_left = 1;
     job->complete();
@@ -505,7 +501,8 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
   auto state = std::make_shared<RequestState>();
   if (spec.stream_ordered) state->set_stream_ordered();
   IoFuture future(state);
-  const Clock::time_point start = Clock::now();
+  const Environment& env = file->runtime().env();
+  const Clock::time_point start = env.now();
   PlannedRequest plan;
   plan.report.op = spec.op;
   plan.report.file = file->path();
@@ -522,7 +519,7 @@ IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
   } catch (...) {
     // Before the job started: nothing ran, nothing will.
     if (registered) file->end_request();
-    record_request(plan.report, true);
+    env.record_request(plan.report, true);
     state->complete(0, std::current_exception(), plan.report);
   }
   return future;

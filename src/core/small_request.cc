@@ -12,16 +12,9 @@
 #include "core/runtime_state.h"
 #include "cuda/quick_memory.h"
 #include "ferry/error.h"
-#include "stats/stats_recorder.h"
 
 namespace ferry::core {
 
-// The engine records into the counters (src/stats/, below it).
-using statistics::kDeviceNotRecorded;
-using statistics::note_request_ended;
-using statistics::note_request_started;
-using statistics::record_request;
-using statistics::record_small_request;
 namespace {
 
 constexpr const char* kSmallNotMeasured =
@@ -52,13 +45,14 @@ std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer
 std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buffer,
                           std::size_t size, std::uint64_t offset, const Settings& settings,
                           const cuda::QuickMemory& memory, SmallRoute& route) {
-  const Clock::time_point start = Clock::now();
+  const Environment& env = file.runtime().env();
+  const Clock::time_point start = env.now();
   route.op = op;
   route.offset = offset;
   route.requested = size;
   route.memory = memory;
   route.settings = settings;
-  route.host = file.runtime().env().host;
+  route.host = env.host;
   std::atomic<bool> cancelled{false};
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};
@@ -73,7 +67,7 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buf
                          direct_tasks,
                          cold_refused};
   std::size_t bytes = 0;
-  note_request_started(size);
+  env.note_request_started(size);
   try {
     if (op == Op::kRead && size >= route.host->cold_task_min()) {
       // Large enough for the cold rule: measure, as submit() does.
@@ -88,11 +82,11 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buf
     route.cold_direct = direct_tasks.load() > 0;
     route.cold_refused = cold_refused.load();
     route.nanoseconds = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(env.now() - start).count());
     RouteReport report =
         small_report(file.path(), route, route.cold_refused ? file.cold_direct_refused() : "");
-    record_request(report, true);
-    note_request_ended(size);
+    env.record_request(report, true);
+    env.note_request_ended(size);
     file.set_last_route(report);
     throw;
   }
@@ -100,13 +94,13 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buf
   route.cold_direct = direct_tasks.load(std::memory_order_relaxed) > 0;
   route.cold_refused = cold_refused.load(std::memory_order_relaxed);
   route.nanoseconds = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(env.now() - start).count());
   // The same bucket record_request() picks: host memory, a GPU's, or a GPU not known.
   const int device = !is_gpu(memory.kind) ? -1
                      : memory.device >= 0 ? memory.device
-                                          : kDeviceNotRecorded;
-  record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device);
-  note_request_ended(size);
+                                          : statistics::kDeviceNotRecorded;
+  env.record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device);
+  env.note_request_ended(size);
   const auto ended = start + std::chrono::nanoseconds(route.nanoseconds);
   file.set_last_route(
       lane, route,

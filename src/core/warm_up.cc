@@ -16,11 +16,11 @@
 namespace ferry {
 
 void warm_up(int device) {
-  const Settings s = settings();
+  core::RuntimeState& runtime = core::default_runtime();
+  const Settings s = runtime.env().settings({});
   cuda::use_device(device);  // throws CudaError for no driver or a bad ordinal
   const std::size_t staging_bytes =
       (s.bounce_buffer_size + io::kAlignment - 1) / io::kAlignment * io::kAlignment;
-  core::RuntimeState& runtime = core::default_runtime();
   core::ThreadPool& pool = runtime.pool();
   pool.ensure_threads(std::max(s.nthreads, s.host_nthreads));
   std::mutex mu;

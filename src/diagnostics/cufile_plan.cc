@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "platform/text_file.h"
-
 namespace ferry {
 namespace {
 
@@ -59,25 +57,24 @@ CufilePieces predict_cufile_pieces(std::uint64_t size, bool registered,
     if (p.first_size * (p.count - 1) >= size) p.first_size = even;
     p.last_size = size - p.first_size * (p.count - 1);
   }
-  using platform::size_words;
   if (p.count == 1) {
     p.words = size < 2 * threshold
                   ? fmt::format(
                         "1 piece of {} (cuFile splits only from 2 x {}, "
                         "min_io_threshold_size_kb)",
-                        size_words(size), size_words(threshold))
-                  : fmt::format("1 piece of {} (max_request_parallelism is 1)", size_words(size));
+                        format_size(size), format_size(threshold))
+                  : fmt::format("1 piece of {} (max_request_parallelism is 1)", format_size(size));
   } else if (p.first_size == p.last_size) {
-    p.words = fmt::format("{} pieces of {}", p.count, size_words(p.first_size));
+    p.words = fmt::format("{} pieces of {}", p.count, format_size(p.first_size));
   } else {
     p.words = fmt::format("{} pieces: {} x {} then {} (piece boundaries are a prediction)", p.count,
-                          p.count - 1, size_words(p.first_size), size_words(p.last_size));
+                          p.count - 1, format_size(p.first_size), format_size(p.last_size));
   }
   if (!p.count_measured)
     p.words += fmt::format(
         "; {} is not a multiple of {}: the count assumes cuFile rounds down, "
         "which was not measured",
-        size_words(size), size_words(threshold));
+        format_size(size), format_size(threshold));
   return p;
 }
 

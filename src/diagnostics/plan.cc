@@ -10,12 +10,10 @@
 #include "core/paths.h"
 #include "core/request_plan.h"
 #include "core/task_splitter.h"
-#include "platform/text_file.h"
 
 namespace ferry {
 namespace {
 
-using platform::size_words;
 
 // "AUTO", "ON", "OFF": the words of cuFile's own documentation.
 std::string compat_words(CompatMode m) {
@@ -72,16 +70,16 @@ Plan plan(const PlanRequest& r) {
     p.words.push_back(fmt::format(
         "ferry: {} is below gds_threshold {}: ferry's POSIX path in {} task(s), cuFile is not "
         "called.",
-        size_words(r.size), size_words(p.settings.gds_threshold), p.task_count));
+        format_size(r.size), format_size(p.settings.gds_threshold), p.task_count));
     return p;
   }
   std::string split = p.task_count == 1
-                          ? fmt::format("1 task of {}", size_words(r.size))
+                          ? fmt::format("1 task of {}", format_size(r.size))
                           : (rest ? fmt::format("{} tasks of {} and a last one of {}", full,
-                                                size_words(task), size_words(rest))
-                                  : fmt::format("{} tasks of {}", full, size_words(task)));
-  p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.", size_words(r.size),
-                                r.offset, size_words(task), split));
+                                                format_size(task), format_size(rest))
+                                  : fmt::format("{} tasks of {}", full, format_size(task)));
+  p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.", format_size(r.size),
+                                r.offset, format_size(task), split));
   if (code == ReasonCode::kCompatModeOn) {
     p.words.push_back(
         "ferry: compat mode ON: its own POSIX path reads every task; cuFile is never "
@@ -105,7 +103,7 @@ Plan plan(const PlanRequest& r) {
     all_known = all_known && pieces.known;
     total += g.count * pieces.count;
     p.words.push_back(fmt::format("cuFile: each {} request ({} of them): {}.",
-                                  size_words(g.task_size), g.count, pieces.words));
+                                  format_size(g.task_size), g.count, pieces.words));
   }
   if (all_known) {
     p.cufile_pieces_total = total;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/platform.h"
+#include "ferry/settings.h"
 #include "platform/text_file.h"
 
 namespace ferry {
@@ -115,7 +116,7 @@ std::string format_platform_report(const PlatformReport& r,
   for (const auto& g : r.gpus)
     line("  " + g.bus_id,
          fmt::format("{}numa {} bar1 {}{}", g.name ? *g.name + ", " : "", or_unknown(g.numa_node),
-                     g.bar1_bytes ? platform::size_words(*g.bar1_bytes) : "unknown",
+                     g.bar1_bytes ? format_size(*g.bar1_bytes) : "unknown",
                      g.cuda_driver_version ? ", cuda driver " + *g.cuda_driver_version : ""));
   const auto& n = r.nvfs;
   if (!n.loaded) {

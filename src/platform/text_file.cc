@@ -118,19 +118,4 @@ std::optional<double> parse_double(std::string_view s) {
   return v;
 }
 
-std::string size_words(std::uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return fmt::format("{} bytes", bytes);
-  int unit = -1;
-  std::uint64_t scale = 1;
-  while (unit < 4 && bytes >= scale * 1024) {
-    scale *= 1024;
-    ++unit;
-  }
-  if (bytes % scale == 0) return fmt::format("{} {}", bytes / scale, kUnits[unit]);
-  // Not a whole number of units: the exact count too ("4.00 MiB" alone hid 4194303 bytes).
-  return fmt::format("{:.2f} {} ({} bytes)",
-                     static_cast<double>(bytes) / static_cast<double>(scale), kUnits[unit], bytes);
-}
-
 }  // namespace ferry::platform

@@ -38,7 +38,4 @@ std::optional<std::uint64_t> parse_u64(std::string_view s);  // decimal or 0x he
 std::optional<std::int64_t> parse_i64(std::string_view s);   // decimal, whole string
 std::optional<double> parse_double(std::string_view s);
 
-// "4 MiB", "1 GiB", "8 KiB", "20.5 MiB", "100 bytes": binary units, exact where possible.
-std::string size_words(std::uint64_t bytes);
-
 }  // namespace ferry::platform

@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "ferry/sizes.h"
 #include "ferry/stats.h"
 
 namespace ferry {
@@ -68,24 +69,12 @@ std::string latency_words(const LatencyHistogram& h) {
   return fmt::format("p50 {}, p99 {}", le(0.5), le(0.99));
 }
 
-// "4.69 MiB", "512 B": three significant digits, binary units.
-std::string human(std::uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (unit < 5 && v >= 1024) {
-    v /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.3g} {}", v, kUnits[unit]);
-}
-
 std::string route_words(const RouteCounters& c) {
   return fmt::format(
       "{} request(s) ({} read(s), {} write(s), {} failed), {} task(s), {} read, "
       "{} written",
-      c.requests(), c.reads, c.writes, c.failed, c.tasks, human(c.bytes_read),
-      human(c.bytes_written));
+      c.requests(), c.reads, c.writes, c.failed, c.tasks, format_size(c.bytes_read, true),
+      format_size(c.bytes_written, true));
 }
 
 // OpenMetrics label values: backslash, double quote and newline escaped.
@@ -191,8 +180,8 @@ std::string ProcessStats::to_text() const {
                   uid, ferry_version, exited ? ": exited, these are its last counters" : "");
   t += fmt::format("  started {}; counting since {}\n", utc(process_started), utc(counting_since));
   t += fmt::format("  requests: {} ({} failed), {} read, {} written, {} of request time\n",
-                   totals.requests, totals.failed_requests, human(totals.bytes_read),
-                   human(totals.bytes_written), duration_words(totals.seconds));
+                   totals.requests, totals.failed_requests, format_size(totals.bytes_read, true),
+                   format_size(totals.bytes_written, true), duration_words(totals.seconds));
   const std::uint64_t tasks = totals.posix_tasks + totals.cufile_tasks;
   t += fmt::format("  layer 1 (ferry): {} task(s): {} to cuFile, {} to the POSIX path\n", tasks,
                    totals.cufile_tasks, totals.posix_tasks);
@@ -231,7 +220,8 @@ std::string ProcessStats::to_text() const {
     t += "\n";
   }
   if (inflight_known) {
-    t += fmt::format("  in flight: {} request(s), {}\n", inflight_requests, human(inflight_bytes));
+    t += fmt::format("  in flight: {} request(s), {}\n", inflight_requests,
+                     format_size(inflight_bytes, true));
   } else {
     t += "  in flight: not counted (this process's ferry does not report request starts)\n";
   }

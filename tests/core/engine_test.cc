@@ -25,6 +25,7 @@
 #include "io/io_seam.h"
 #include "pass_through_io.h"
 #include "test_hooks.h"
+#include "test_runtime.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -560,6 +561,58 @@ TEST(Runtimes, AFilesSystemCallsGoThroughItsRuntimesEnvironment) {
   EXPECT_EQ(io.order().size(), 5u) << "4 tasks and one small read, each one pread";
   EXPECT_TRUE(io.threads().count(std::this_thread::get_id()) == 1)
       << "the small read ran in this thread, through the runtime's seam";
+}
+
+// A test's clock, settings and statistics, given to one runtime: its requests, small and not, are
+// timed, configured and counted by them and leave the process's counters alone.
+TEST(Runtimes, ARuntimesRequestsUseItsOwnClockSettingsAndStatistics) {
+  struct Own final : test::TestAmbient {
+    // Each reading is 1 ms after the last.
+    core::Clock::time_point now() const override {
+      return core::Clock::time_point(std::chrono::milliseconds(++ticks));
+    }
+    Settings settings(const SettingsOverride& file) const override {
+      Settings s = settings_with(file);
+      s.task_size = 1 << 20;
+      return s;
+    }
+    void record_request(const RouteReport& report, bool) const override {
+      requests += 1;
+      bytes += report.bytes;
+    }
+    void record_small_request(Op, std::uint64_t n, std::uint64_t, ReasonCode, bool,
+                              int) const override {
+      small += 1;
+      bytes += n;
+    }
+    void note_request_started(std::uint64_t) const override { in_flight += 1; }
+    void note_request_ended(std::uint64_t) const override { in_flight -= 1; }
+    mutable std::atomic<long> ticks{0}, requests{0}, small{0}, in_flight{0};
+    mutable std::atomic<std::uint64_t> bytes{0};
+  } own;
+  TempDir dir;
+  const auto data = test::random_bytes(4 << 20, 33);
+  test::write_file(dir / "o.bin", data);
+  core::Environment env = core::default_environment();
+  env.ambient = &own;
+  std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
+  reset_stats();
+  {
+    File file(dir / "o.bin", "r", {false, {}, runtime.get()});
+    std::vector<unsigned char> buf(data.size());
+    ASSERT_EQ(file.read(buf.data(), buf.size()), buf.size());
+    EXPECT_EQ(buf, data);
+    EXPECT_EQ(file.last_route().tasks, 4u) << "task_size is the runtime's: 1 MiB";
+    EXPECT_DOUBLE_EQ(file.last_route().seconds, 0.001);
+    ASSERT_EQ(file.read(buf.data(), 4096, 8192), 4096u);  // the small path
+    EXPECT_DOUBLE_EQ(file.last_route().seconds, 0.001);
+    EXPECT_EQ(file.effective_settings().task_size, 1u << 20);
+  }
+  EXPECT_EQ(own.requests.load(), 1);
+  EXPECT_EQ(own.small.load(), 1);
+  EXPECT_EQ(own.bytes.load(), data.size() + 4096);
+  EXPECT_EQ(own.in_flight.load(), 0);
+  EXPECT_EQ(stats().requests, 0u) << "the process's counters saw another runtime's requests";
 }
 
 // GPU requests in flight together (a load's parts) may grow the pool to the larger thread

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ferry/error.h"
+#include "ferry/sizes.h"
 #include "test_hooks.h"
 
 namespace ferry {
@@ -368,6 +369,22 @@ TEST(FormatSize, UsesTheLargestExactUnit) {
   EXPECT_EQ(format_size(4u << 20), "4 MiB");
   EXPECT_EQ(format_size(5000), "5000 B");
   EXPECT_EQ(format_size(16u << 10), "16 KiB");
+  EXPECT_EQ(format_size(1536u << 10), "1536 KiB");
+}
+
+// The one form of running totals (stats, progress), in the same units: the CLI, the stats text
+// and Python's progress line each had a formatter of their own.
+TEST(FormatSize, RoundedGivesThreeSignificantDigitsOfTheLargestUnitReached) {
+  EXPECT_EQ(format_size(4917248, true), "4.69 MiB");
+  EXPECT_EQ(format_size(4u << 20, true), "4.00 MiB");
+  EXPECT_EQ(format_size(12u << 20, true), "12.0 MiB");
+  EXPECT_EQ(format_size(512u << 10, true), "512 KiB");
+  EXPECT_EQ(format_size(512, true), "512 B");
+  EXPECT_EQ(format_size(0, true), "0 B");
+  EXPECT_EQ(format_rate(2.454e9), "2.45 GB/s");
+  EXPECT_EQ(format_rate(312e6), "312 MB/s");
+  EXPECT_EQ(format_rate(18e3), "18.0 kB/s");
+  EXPECT_EQ(format_rate(12), "12.0 B/s");
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ import pytest
 import ferry
 import ferry.distributed as fd
 from ferry.distributed import Comm, DistributedLoadError
+from test_checkpoint import encode
 
 ITEM = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1, "BOOL": 1}
 NP = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "U8": np.uint8,
@@ -32,18 +33,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 # --------------------------------------------------------------------------------- checkpoints
-
-
-def encode(tensors):
-    """A safetensors file of [(name, dtype, shape, bytes)], in that order."""
-    header, offset = {}, 0
-    for name, dtype, shape, data in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors)
 
 
 def make_tensors(seed, big=False):

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 import ferry
+from ferry.kvikio.cufile import drop_file_page_cache
 from ferry.safetensors.numpy import load_file as np_load_file
 from test_checkpoint import DTYPES, PACKED, check_numpy, encode, every_dtype, rng_bytes
 
@@ -94,12 +95,7 @@ def test_a_file_dropped_from_the_page_cache_is_read(tmp_path):
     path = tmp_path / "m.safetensors"
     path.write_bytes(encode(tensors))
     ckpt = ferry.checkpoint.Checkpoint(path)  # its header read: the pages go after
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_file_page_cache(path)
     if ferry.page_cache_residency(str(path)).fraction >= 0.9:
         pytest.skip("this file system keeps the pages (tmpfs?)")
     check_numpy(ckpt.load("numpy"), tensors)

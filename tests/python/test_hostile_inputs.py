@@ -18,18 +18,7 @@ import pytest
 
 import ferry
 from ferry.checkpoint import CheckpointError
-
-
-def st_bytes(tensors):
-    """A safetensors file of [(name, dtype, shape, data)] in the order given."""
-    header, offset = {}, 0
-    for name, dtype, shape, data in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors)
+from test_checkpoint import encode
 
 
 def cli():
@@ -44,7 +33,7 @@ def cli():
 
 def test_each_load_path_parses_each_header_once(tmp_path, monkeypatch):
     path = tmp_path / "m.safetensors"
-    path.write_bytes(st_bytes([("a", "U8", [2], b"ab"), ("b", "U8", [1], b"c")]))
+    path.write_bytes(encode([("a", "U8", [2], b"ab"), ("b", "U8", [1], b"c")]))
     real, opened = ferry.checkpoint._ferry.Checkpoint, []
 
     def counting(*args, **kwargs):
@@ -87,7 +76,7 @@ def test_a_nul_byte_in_a_path_is_refused_everywhere_a_path_enters(tmp_path):
 
 
 def test_a_nul_byte_in_a_weight_map_entry_is_refused(tmp_path):
-    (tmp_path / "a.safetensors").write_bytes(st_bytes([("w", "U8", [1], b"a")]))
+    (tmp_path / "a.safetensors").write_bytes(encode([("w", "U8", [1], b"a")]))
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"w": "a.safetensors\u0000.bak"}}))
     with pytest.raises(CheckpointError, match="NUL"):
@@ -171,7 +160,7 @@ def test_json_output_of_a_path_that_is_not_utf8_is_valid_json(tmp_path):
     raw = os.fsencode(str(tmp_path)) + b"/caf\xe9.bin"
     st = os.fsencode(str(tmp_path)) + b"/m\xe9.safetensors"
     with open(st, "wb") as f:
-        f.write(st_bytes([("w", "U8", [4], b"abcd")]))
+        f.write(encode([("w", "U8", [4], b"abcd")]))
     for args in ([b"write", raw, b"--host", b"--size", b"4KiB", b"--pattern", b"zero", b"--json"],
                  [b"read", raw, b"--host", b"--json"],
                  [b"load", st, b"--host", b"--json"]):

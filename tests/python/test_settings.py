@@ -204,3 +204,4 @@ def test_per_file_settings_split_the_request(data_file):
 def test_sizes_parse_and_format_like_cpp():
     assert _ferry.parse_size("16KiB") == 16384
     assert _ferry.format_size(4 << 20) == "4 MiB"
+    assert _ferry.format_size(4917248, rounded=True) == "4.69 MiB"

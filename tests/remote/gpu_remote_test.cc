@@ -21,7 +21,7 @@
 #include "ferry/remote.h"
 #include "ferry/runtime.h"
 #include "ferry/settings.h"
-#include "http_server.h"
+#include "served_folder.h"
 
 namespace ferry {
 namespace {
@@ -45,26 +45,14 @@ std::vector<char> device_bytes(const void* device_pointer, std::size_t n) {
   return out;
 }
 
-class GpuRemote : public ::testing::Test {
+class GpuRemote : public test::ServedFolder {
  protected:
   void SetUp() override {
     CudaStatus cuda = cuda_status();
     if (!cuda.available || cuda.gpus.empty()) {
       GTEST_SKIP() << "no GPU: " << (cuda.why_not.empty() ? "no device" : cuda.why_not);
     }
-    if (!remote_support().available) {
-      GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
-    }
-    root_ = fs::temp_directory_path() /
-            ("ferry-gpu-remote-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    server_ = std::make_unique<test::HttpServer>(root_);
-  }
-  void TearDown() override {
-    server_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
+    test::ServedFolder::SetUp();
   }
   std::vector<char> put(const std::string& name, std::size_t size, unsigned seed) {
     std::vector<char> data = random_bytes(size, seed);
@@ -72,9 +60,6 @@ class GpuRemote : public ::testing::Test {
     std::ofstream(root_ / name, std::ios::binary).write(data.data(), static_cast<long>(size));
     return data;
   }
-
-  fs::path root_;
-  std::unique_ptr<test::HttpServer> server_;
 };
 
 TEST_F(GpuRemote, AnObjectLandsInDeviceMemoryExactly) {

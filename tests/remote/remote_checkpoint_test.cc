@@ -16,7 +16,7 @@
 #include "ferry/checkpoint_writer.h"
 #include "ferry/error.h"
 #include "ferry/remote.h"
-#include "http_server.h"
+#include "served_folder.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -63,23 +63,8 @@ TEST(PlanSpans, OverlappingRangesShareTheirSpan) {
   EXPECT_EQ(p.pieces[1].from, 4u);
 }
 
-class RemoteCheckpoint : public ::testing::Test {
+class RemoteCheckpoint : public test::ServedFolder {
  protected:
-  void SetUp() override {
-    if (!remote_support().available) {
-      GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
-    }
-    root_ = fs::temp_directory_path() /
-            ("ferry-remote-ckpt-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    server_ = std::make_unique<test::HttpServer>(root_);
-  }
-  void TearDown() override {
-    server_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
   // `small` tensors of 16 KiB, then one of 8 MiB (two tasks): model.safetensors.
   std::uint64_t save(std::size_t small) {
     data_.clear();
@@ -122,8 +107,6 @@ class RemoteCheckpoint : public ::testing::Test {
     return o;
   }
 
-  fs::path root_;
-  std::unique_ptr<test::HttpServer> server_;
   std::vector<std::vector<char>> data_;
   test::ScopedEnv fast_retries_{"FERRY_REMOTE_RETRIES", "2"};
 };

@@ -17,7 +17,7 @@
 #include "ferry/error.h"
 #include "ferry/file.h"
 #include "ferry/remote.h"
-#include "http_server.h"
+#include "served_folder.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -27,23 +27,8 @@ namespace fs = std::filesystem;
 using test::HttpServer;
 using test::ScopedEnv;
 
-class RemoteNames : public ::testing::Test {
+class RemoteNames : public test::ServedFolder {
  protected:
-  void SetUp() override {
-    if (!remote_support().available) {
-      GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
-    }
-    root_ = fs::temp_directory_path() /
-            ("ferry-names-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    server_ = std::make_unique<HttpServer>(root_);
-  }
-  void TearDown() override {
-    server_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
   void put(const std::string& name, const std::string& text) {
     fs::create_directories((root_ / name).parent_path());
     std::ofstream(root_ / name, std::ios::binary) << text;
@@ -60,8 +45,6 @@ class RemoteNames : public ::testing::Test {
     return "";
   }
 
-  fs::path root_;
-  std::unique_ptr<HttpServer> server_;
   ScopedEnv fast_retries_{"FERRY_REMOTE_RETRIES", "0"};
 };
 

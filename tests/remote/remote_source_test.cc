@@ -22,7 +22,7 @@
 #include "ferry/remote.h"
 #include "ferry/runtime.h"
 #include "ferry/settings.h"
-#include "http_server.h"
+#include "served_folder.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -39,23 +39,8 @@ std::vector<char> random_bytes(std::size_t n, unsigned seed) {
   return v;
 }
 
-class RemoteSource : public ::testing::Test {
+class RemoteSource : public test::ServedFolder {
  protected:
-  void SetUp() override {
-    if (!remote_support().available) {
-      GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
-    }
-    root_ = fs::temp_directory_path() /
-            ("ferry-remote-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    server_ = std::make_unique<HttpServer>(root_);
-  }
-  void TearDown() override {
-    server_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
   std::vector<char> put(const std::string& name, std::size_t size, unsigned seed = 1) {
     std::vector<char> data = random_bytes(size, seed);
     fs::create_directories((root_ / name).parent_path());
@@ -81,8 +66,6 @@ class RemoteSource : public ::testing::Test {
     return gets() - before;
   }
 
-  fs::path root_;
-  std::unique_ptr<HttpServer> server_;
   ScopedEnv fast_retries_{"FERRY_REMOTE_RETRIES", "3"};
 };
 

@@ -501,7 +501,7 @@ TEST(CliLimits, PlanAndCheckSayWhenTheirInputCannotBe) {
   EXPECT_NE(r.out.find("EOVERFLOW"), std::string::npos) << r.out;
   r = run("plan --size 16MiB --task-size 4194303");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("4194303 bytes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4194303 B"), std::string::npos) << r.out;
   r = run("plan --size 16MiB --task-size 1");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("task_size"), std::string::npos) << r.out;

@@ -4,6 +4,7 @@
 // nvidia-fs's system-wide counters (the gds_stats view of what the kernel module counts) and,
 // with --watch, their growth over an interval.
 #include <ferry/nvfs_stats.h>
+#include <ferry/sizes.h>
 #include <ferry/stats.h>
 #include <fmt/format.h>
 
@@ -131,16 +132,14 @@ int run_system_wide(const StatsArgs& a) {
   } else {
     // nvidia-fs counts MiB; rates are said in GB/s, as everywhere in ferry.
     fmt::print("over {} s: reads {} ({}), writes {} ({})\n", a.watch, rw_text(d.reads),
-               rate_words(d.reads.mib * 1048576.0 / a.watch), rw_text(d.writes),
-               rate_words(d.writes.mib * 1048576.0 / a.watch));
+               format_rate(d.reads.mib * 1048576.0 / a.watch), rw_text(d.writes),
+               format_rate(d.writes.mib * 1048576.0 / a.watch));
   }
   fmt::print("note: {}\n", kPerRequest);
   return 0;
 }
 
 // --- One process ------------------------------------------------------------------------------
-
-std::string rate_bytes(double bytes_per_s) { return rate_words(bytes_per_s); }
 
 // Growth from `before` to `after` per second; `before` null: since the process began counting.
 nlohmann::json rates_json(const ProcessStats& after, const ProcessStats* before) {
@@ -181,8 +180,8 @@ std::string rates_text(const nlohmann::json& r) {
       "written {}; layer 2: nvfs {:.1f}/s, posix {:.1f}/s, p2p {:.1f}/s\n",
       over, r["requests_per_s"].get<double>(), r["posix_requests_per_s"].get<double>(),
       r["cufile_requests_per_s"].get<double>(), r["failed_per_s"].get<double>(),
-      rate_bytes(r["bytes_read_per_s"].get<double>()),
-      rate_bytes(r["bytes_written_per_s"].get<double>()), r["nvfs_pieces_per_s"].get<double>(),
+      format_rate(r["bytes_read_per_s"].get<double>()),
+      format_rate(r["bytes_written_per_s"].get<double>()), r["nvfs_pieces_per_s"].get<double>(),
       r["compat_pieces_per_s"].get<double>(), r["p2p_pieces_per_s"].get<double>());
 }
 
@@ -261,7 +260,7 @@ int run_all(const StatsArgs& a) {
       fmt::print("{:>8} {:>6} {:<16} {:>10} {:>8} {:>10} {:>10} {:>10}  {}\n", e.pid, e.uid,
                  p.command.substr(0, 16), p.totals.requests, p.totals.failed_requests,
                  p.posix.counts.requests(), p.cufile.counts.requests(),
-                 bytes_words(static_cast<double>(p.totals.bytes_read)),
+                 format_size(p.totals.bytes_read, true),
                  e.state == ProcessEntry::State::kReadable ? "readable"
                                                            : to_string(e.state) + ": " + e.detail);
     } else {

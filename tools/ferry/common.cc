@@ -237,31 +237,6 @@ std::string cpu_words(double cpu_seconds, std::uint64_t bytes) {
   return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds / (static_cast<double>(bytes) / (1 << 30)));
 }
 
-namespace {
-// About three significant digits, never in exponent form: 3.33, 33.3, 333, 3333.
-std::string three_digits(double v) {
-  if (v >= 100) return fmt::format("{:.0f}", v);
-  return v >= 10 ? fmt::format("{:.1f}", v) : fmt::format("{:.2f}", v);
-}
-}  // namespace
-
-std::string rate_words(double bytes_per_s) {
-  if (bytes_per_s >= 1e9) return three_digits(bytes_per_s / 1e9) + " GB/s";
-  if (bytes_per_s >= 1e6) return three_digits(bytes_per_s / 1e6) + " MB/s";
-  if (bytes_per_s >= 1e3) return three_digits(bytes_per_s / 1e3) + " kB/s";
-  return three_digits(bytes_per_s) + " B/s";
-}
-
-std::string bytes_words(double bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int unit = 0;
-  while (unit < 6 && bytes >= 1024) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{:.0f} B", bytes) : three_digits(bytes) + " " + kUnits[unit];
-}
-
 CLI::Validator whole_number(const std::string& what, long long low, long long high) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {

@@ -94,11 +94,6 @@ CLI::Validator whole_number(const std::string& what, long long low, long long hi
 // A finite number of seconds above 0 and at most `most`.
 CLI::Validator seconds_above_zero(double most);
 
-// Rates in one unit family everywhere: "1.07 GB/s", "312 MB/s" below 1 GB/s, "18.0 kB/s".
-std::string rate_words(double bytes_per_s);
-// An amount of bytes in binary units, 3 significant digits: "3.33 TiB", "512 KiB", "12 B".
-std::string bytes_words(double bytes);
-
 // "1.07 GB/s" style helpers.
 double gbps(std::uint64_t bytes, double seconds);
 

@@ -1,5 +1,6 @@
 #include "progress.h"
 
+#include <ferry/sizes.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -29,14 +30,14 @@ std::string eta_words(double seconds) {
 std::string progress_line(const std::string& label, std::uint64_t done, std::uint64_t total,
                           double seconds, double planned_seconds) {
   const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
-  std::string line = label + "  " + bytes_words(static_cast<double>(done));
+  std::string line = label + "  " + format_size(done, true);
   double fraction = -1;  // not known
   double eta = -1;
   if (planned_seconds > 0) {
     fraction = seconds / planned_seconds;
     eta = planned_seconds - seconds;
   } else if (total > 0) {
-    line += " / " + bytes_words(static_cast<double>(total));
+    line += " / " + format_size(total, true);
     fraction = static_cast<double>(std::min(done, total)) / static_cast<double>(total);
     if (rate > 0) eta = static_cast<double>(total - std::min(done, total)) / rate;
   }
@@ -44,7 +45,7 @@ std::string progress_line(const std::string& label, std::uint64_t done, std::uin
     // Floor, so that 100% means done.
     line += fmt::format("  {:3.0f}%", std::floor(100 * std::clamp(fraction, 0.0, 1.0)));
   }
-  line += "  " + (rate > 0 ? rate_words(rate) : std::string("-- B/s"));
+  line += "  " + (rate > 0 ? format_rate(rate) : std::string("-- B/s"));
   if (planned_seconds > 0 || total > 0) line += "  ETA " + (eta >= 0 ? eta_words(eta) : "--");
   return line;
 }
