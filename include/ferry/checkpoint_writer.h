@@ -71,6 +71,7 @@ struct SaveReport {
   std::size_t tensors = 0;
   double seconds = 0;               // from the call until the last file was in place (and synced)
   std::vector<RouteReport> routes;  // one per gathered request
+  std::size_t fsyncs = 0;           // of files and folders (save_file, ferry.torch.save)
   std::string summary() const;
 };
 

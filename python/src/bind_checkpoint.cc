@@ -143,9 +143,8 @@ class PyPendingRead {
   std::unique_ptr<PendingRead> pending_;
 };
 
-// A load's or save's progress for Python: `callback(done, total)` called with the GIL taken, from
-// the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
-// std::function may be copied without the GIL: a py::object in it could not be).
+}  // namespace
+
 ProgressOptions python_progress(const py::object& callback) {
   ProgressOptions progress;
   if (callback.is_none()) return progress;
@@ -156,6 +155,8 @@ ProgressOptions python_progress(const py::object& callback) {
   };
   return progress;
 }
+
+namespace {
 
 // Checkpoint::load into Python's memory: `allocate(nbytes)` returns an object exporting that many
 // writable bytes (a torch tensor, a NumPy or CuPy array), called from this thread with the GIL
@@ -333,6 +334,7 @@ void bind_checkpoint(py::module_& m) {
       .def_readonly("tensors", &SaveReport::tensors)
       .def_readonly("seconds", &SaveReport::seconds)
       .def_readonly("routes", &SaveReport::routes)
+      .def_readonly("fsyncs", &SaveReport::fsyncs)
       .def("summary", &SaveReport::summary)
       .def("__repr__", &SaveReport::summary);
 

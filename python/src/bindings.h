@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "ferry/checkpoint.h"
 #include "ferry/error.h"
 #include "ferry/route.h"
 
@@ -22,6 +23,7 @@ void bind_errors(py::module_& m);
 void bind_file(py::module_& m);
 void bind_report(py::module_& m);
 void bind_settings(py::module_& m);
+void bind_torch(py::module_& m);
 
 // A strict-mode refusal together with the route report of the refused request, so that Python's
 // ferry.RouteError can carry it.
@@ -49,6 +51,11 @@ py::str text_str(const std::string& text);
 // OverflowError above, each naming the argument. None gives nullopt where `none_ok`.
 std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name,
                                        bool none_ok = false);
+
+// A load's or save's progress for Python: `callback(done, total)` called with the GIL taken, from
+// the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
+// std::function may be copied without the GIL: a py::object in it could not be).
+ProgressOptions python_progress(const py::object& callback);
 
 // Raises `exc` (an instance built by ferry._errors.from_cpp) as the current Python error.
 void set_python_error(const py::handle& exc);

@@ -18,4 +18,5 @@ PYBIND11_MODULE(_ferry, m) {
   bind_cufile(m);
   bind_checkpoint(m);
   bind_dcp(m);
+  bind_torch(m);
 }

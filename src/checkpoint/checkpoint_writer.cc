@@ -176,9 +176,10 @@ void link_over(const fs::path& temp, const fs::path& dest) {
 }  // namespace
 
 std::string SaveReport::summary() const {
-  return fmt::format("{} tensors, {} B in {} file(s) in {:.4f} s: {:.2f} GB/s, {} request(s)",
+  return fmt::format("{} tensors, {} B in {} file(s) in {:.4f} s: {:.2f} GB/s, {} request(s){}",
                      tensors, bytes, files.size(), seconds,
-                     seconds > 0 ? bytes / seconds / 1e9 : 0.0, routes.size());
+                     seconds > 0 ? bytes / seconds / 1e9 : 0.0, routes.size(),
+                     fsyncs > 0 ? fmt::format(", {} fsync(s)", fsyncs) : "");
 }
 
 SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file,
@@ -204,6 +205,7 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
     s.out->commit(options.durable);
   }
   report.files.push_back(file.string());
+  report.fsyncs = options.durable ? 2 : 0;  // the file, then its folder after the rename
   report.seconds = since(t0);
   return report;
 }

@@ -12,7 +12,7 @@
 
 #include "ferry/checkpoint.h"
 
-namespace ferry::checkpoint {
+namespace ferry {
 
 const PickleValue* PickleValue::get(std::string_view key) const {
   const PickleValue* dict = kind == Kind::kObject && state ? state.get() : this;
@@ -28,6 +28,10 @@ const PickleValue* PickleValue::get(std::string_view key) const {
 bool PickleValue::is_class(std::string_view name) const {
   return kind == Kind::kObject && cls && cls->text == name;
 }
+
+}  // namespace ferry
+
+namespace ferry::checkpoint {
 
 namespace {
 
@@ -126,8 +130,11 @@ class Vm {
     for (const Mutable& item : items) adopt(*list, item);
     list->items.insert(list->items.end(), items.begin(), items.end());
   }
+  // Into a dict, or an object (OrderedDict(), then its items: Python calls its __setitem__).
   void set_items(const Mutable& dict, std::vector<Mutable> items) {
-    if (dict->kind != Kind::kDict) fail("SETITEM on something not a dict");
+    if (dict->kind != Kind::kDict && dict->kind != Kind::kObject) {
+      fail("SETITEM on something not a dict");
+    }
     if (items.size() % 2 != 0) fail("SETITEMS with a key and no value");
     for (const Mutable& item : items) adopt(*dict, item);
     dict->items.insert(dict->items.end(), items.begin(), items.end());

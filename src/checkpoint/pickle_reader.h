@@ -7,49 +7,16 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ferry/pickle_value.h"
+
 namespace ferry::checkpoint {
 
-struct PickleValue;
-using PickleRef = std::shared_ptr<const PickleValue>;
-
-struct PickleValue {
-  enum class Kind {
-    kNone,
-    kBool,
-    kInt,
-    kFloat,
-    kStr,
-    kBytes,
-    kTuple,
-    kList,
-    kDict,
-    kClass,
-    kObject,
-    kPersistentId
-  };
-  Kind kind = Kind::kNone;
-  bool boolean = false;
-  std::int64_t integer = 0;
-  double real = 0;
-  // kStr, kBytes: the text; kClass: "module.name".
-  std::string text;
-  // kTuple, kList: the items; kDict: key, value, key, value...; kPersistentId: the id, one item.
-  std::vector<PickleRef> items;
-  // kObject: cls(*args) (REDUCE, NEWOBJ), then BUILD's state when there was one.
-  PickleRef cls;
-  PickleRef args;
-  PickleRef state;
-  int depth = 0;  // nesting below this value, bounded by kMaxPickleDepth
-
-  // The value of `key` in a kDict (a str key), or in a kObject's dict state; null when absent.
-  const PickleValue* get(std::string_view key) const;
-  bool is_class(std::string_view name) const;  // a kObject whose class is `name`
-};
+using ferry::PickleRef;
+using ferry::PickleValue;
 
 inline constexpr int kMaxPickleDepth = 256;
 inline constexpr std::size_t kMaxPickleMemo = 1u << 20;

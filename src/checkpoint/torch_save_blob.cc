@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "checkpoint/pickle_reader.h"
@@ -215,6 +216,22 @@ TorchTensorRecord read_torch_save_tensor(const ReadAt& read, std::uint64_t blob_
     return out;
   }
   blob.fail(0, fmt::format("no entry '{}' for the storage data.pkl names", data_name));
+}
+
+std::vector<TorchSaveEntry> read_torch_save_entries(const ReadAt& read, std::uint64_t blob_offset,
+                                                    std::uint64_t blob_length,
+                                                    const std::string& file) {
+  const Blob blob(read, blob_offset, blob_length, file);
+  const std::vector<Entry> entries = blob.directory();
+  if (std::none_of(entries.begin(), entries.end(), [](const Entry& e) {
+        return e.name == "data.pkl" || e.name.ends_with("/data.pkl");
+      })) {
+    blob.fail(0, "no data.pkl entry: not a torch.save file");
+  }
+  std::vector<TorchSaveEntry> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back({e.name, blob_offset + blob.data_start(e), e.size});
+  return out;
 }
 
 }  // namespace ferry::checkpoint

@@ -32,6 +32,19 @@ inline constexpr std::uint64_t kTorchSaveTailBytes = 1024;
 TorchTensorRecord read_torch_save_tensor(const ReadAt& read, std::uint64_t blob_offset,
                                          std::uint64_t blob_length, const std::string& file);
 
+// One entry of a torch.save blob: its name ("archive/data/0") and where its bytes lie in the file.
+struct TorchSaveEntry {
+  std::string name;
+  std::uint64_t data_offset = 0;
+  std::uint64_t length = 0;
+};
+
+// Every entry of the blob (a whole torch.save file for ferry.torch.load), refused as
+// read_torch_save_tensor refuses a blob: no data.pkl, an entry compressed or past the end.
+std::vector<TorchSaveEntry> read_torch_save_entries(const ReadAt& read, std::uint64_t blob_offset,
+                                                    std::uint64_t blob_length,
+                                                    const std::string& file);
+
 // The classes a torch.save data.pkl of one tensor may name.
 bool torch_save_class_allowed(std::string_view name);
 

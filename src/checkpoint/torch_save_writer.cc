@@ -204,6 +204,38 @@ std::string torch_storage_class(Dtype dtype) {
   return "";
 }
 
+ZipLayout torch_zip_layout(std::span<const ZipEntry> entries, std::uint64_t base_offset) {
+  ZipLayout z;
+  std::vector<Record> records;
+  std::string* piece = nullptr;  // the records being gathered since the last external entry
+  std::uint64_t at = 0;          // from the zip's start
+  auto open_piece = [&] {
+    if (piece == nullptr) {
+      z.pieces.push_back({base_offset + at, ""});
+      piece = &z.pieces.back().bytes;
+    }
+  };
+  for (const ZipEntry& e : entries) {
+    const std::uint64_t size = e.external ? e.size : e.bytes.size();
+    records.push_back({e.name, size, e.external ? 0 : crc32(e.bytes), at});
+    open_piece();
+    const std::string h = local_header(records.back(), base_offset, e.alignment);
+    *piece += h;
+    at += h.size();
+    z.data_offset.push_back(base_offset + at);
+    at += size;
+    if (e.external) {
+      piece = nullptr;
+    } else {
+      *piece += e.bytes;
+    }
+  }
+  open_piece();
+  *piece += directory(records, at);
+  z.length = z.pieces.back().offset - base_offset + piece->size();
+  return z;
+}
+
 TorchSaveBlob torch_save_blob(const std::string& name, Dtype dtype,
                               std::span<const std::uint64_t> shape, std::uint64_t blob_offset,
                               std::uint64_t alignment) {
@@ -217,25 +249,18 @@ TorchSaveBlob torch_save_blob(const std::string& name, Dtype dtype,
   std::uint64_t numel = 1;
   for (std::uint64_t s : shape) numel *= s;
   const std::uint64_t nbytes = numel * (dtype_bits(dtype) / 8);
-  const std::string pkl = data_pkl(storage, shape, numel);
-  const std::string byteorder = "little", version = "3\n";
-
-  TorchSaveBlob b;
-  std::vector<Record> records;
-  auto add = [&](std::string& out, const std::string& record_name, std::string_view bytes,
-                 std::uint64_t size, std::uint32_t crc, std::uint64_t at, std::uint64_t align) {
-    records.push_back({"archive/" + record_name, size, crc, at});
-    out += local_header(records.back(), blob_offset, align);
-    out += bytes;
+  const ZipEntry entries[] = {
+      {"archive/data.pkl", data_pkl(storage, shape, numel)},
+      {"archive/byteorder", "little"},
+      {"archive/data/0", "", true, nbytes, alignment},
+      {"archive/version", "3\n"},
   };
-  add(b.head, "data.pkl", pkl, pkl.size(), crc32(pkl), 0, 64);
-  add(b.head, "byteorder", byteorder, byteorder.size(), crc32(byteorder), b.head.size(), 64);
-  add(b.head, "data/0", "", nbytes, 0, b.head.size(), alignment);
-  b.data_offset = blob_offset + b.head.size();
-  const std::uint64_t tail_at = b.head.size() + nbytes;
-  add(b.tail, "version", version, version.size(), crc32(version), tail_at, 64);
-  b.tail += directory(records, tail_at + b.tail.size());
-  b.length = tail_at + b.tail.size();
+  ZipLayout z = torch_zip_layout(entries, blob_offset);
+  TorchSaveBlob b;
+  b.head = std::move(z.pieces[0].bytes);
+  b.data_offset = z.data_offset[2];
+  b.tail = std::move(z.pieces[1].bytes);
+  b.length = z.length;
   return b;
 }
 
