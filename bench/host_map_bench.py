@@ -1,11 +1,21 @@
 """Host loads by residency (issue 48, bench/NOTES.md §31): ferry's mapped route, its read route,
-its default (auto) and safetensors.torch.load_file, each in a fresh process, rounds alternating
-the order, on one safetensors file resident in the page cache and dropped from it (fdatasync +
-posix_fadvise DONTNEED before each cold run). Two times per run: until load_file returns, and
-until every page of every tensor has been read (one byte per 4 KiB page, so a lazy mapping
-faults its pages in; memory a read filled is only read back).
+its default (auto: resident files mapped, cold ones mapped and populated) and
+safetensors.torch.load_file, each in a fresh process, rounds alternating the order, on one
+safetensors file resident in the page cache and dropped from it (fdatasync + posix_fadvise
+DONTNEED before each cold run). Two times per run: until load_file returns, and until every page
+of every tensor has been read (one byte per 4 KiB page, so a lazy mapping faults its pages in;
+memory a read filled is only read back).
+
+Beside them, on the cold file, the machine's own routes without ferry or torch ("raw", each
+until every byte is in memory): 16 threads of O_DIRECT preads of 4 MiB into reused aligned
+buffers (the disk's parallel ceiling), the same into one fresh anonymous mapping (what a read
+into fresh memory can reach: the kernel zeroes each page first), 16 threads of MADV_WILLNEED +
+MADV_POPULATE_READ over a private mapping 4 MiB at a time (the populated route without ferry),
+one thread touching a private mapping (safetensors' faults without torch), and one thread of
+buffered 4 MiB preads. Where the bytes stay in memory, "touched" adds one read of each page.
 
     python bench/host_map_bench.py DIR [--size-mib 2048] [--rounds 5] [--states resident,cold]
+                                       [--no-raw]
 
 The file (DIR/model.safetensors: BF16 layers of 4 matrices and 2 vectors each, about the given
 size) is made when DIR lacks it. safetensors is imported where installed; else its column is
@@ -22,6 +32,78 @@ import statistics
 import struct
 import subprocess
 import sys
+
+RAW = r"""
+import ctypes, json, mmap, os, sys, threading, time
+case, path = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.pread.restype = ctypes.c_ssize_t
+libc.pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
+CHUNK, THREADS = 4 << 20, 16
+size = os.path.getsize(path)
+claimed = iter(range(0, size, CHUNK))
+lock = threading.Lock()
+def parallel(each):  # each(offset, length) over the file's 4 MiB chunks, from 16 threads
+    def work():
+        while True:
+            with lock:
+                off = next(claimed, None)
+            if off is None:
+                return
+            each(off, min(CHUNK, size - off))
+    threads = [threading.Thread(target=work) for _ in range(THREADS)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+def direct_into(address_of):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    def each(off, n):
+        want = (n + 4095) // 4096 * 4096
+        if libc.pread(fd, address_of(off), want, off) < n:
+            raise OSError(ctypes.get_errno(), f"pread(O_DIRECT) {path} offset={off}")
+    parallel(each)
+t0 = time.perf_counter()
+if case == "raw direct":
+    buffers = threading.local()
+    def mine(off):
+        if not hasattr(buffers, "m"):
+            buffers.m = mmap.mmap(-1, CHUNK)
+            buffers.at = ctypes.addressof(ctypes.c_char.from_buffer(buffers.m))
+        return buffers.at
+    direct_into(mine)
+elif case == "raw direct fresh":
+    base = libc.mmap(None, size + CHUNK, 3, 0x22, -1, 0)  # PROT_READ|WRITE, PRIVATE|ANONYMOUS
+    direct_into(lambda off: base + off)
+elif case == "raw populate":
+    fd = os.open(path, os.O_RDONLY)
+    base = libc.mmap(None, size, 3, 0x02, fd, 0)  # MAP_PRIVATE, as ferry maps
+    def each(off, n):
+        libc.madvise(base + off, n, 3)  # MADV_WILLNEED
+        if libc.madvise(base + off, n, 22):  # MADV_POPULATE_READ
+            raise OSError(ctypes.get_errno(), f"MADV_POPULATE_READ {path} offset={off}")
+    parallel(each)
+elif case == "raw mmap touch":
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+    import numpy
+    int(numpy.frombuffer(m, dtype=numpy.uint8)[::4096].sum())
+elif case == "raw buffered":
+    fd = os.open(path, os.O_RDONLY)
+    buf = bytearray(CHUNK)
+    off = 0
+    while (n := os.preadv(fd, [buf], off)) > 0:
+        off += n
+t = time.perf_counter() - t0
+if case in ("raw direct fresh", "raw populate"):  # then every page read, as the ferry cases do
+    import numpy
+    int(numpy.ctypeslib.as_array(ctypes.cast(base, ctypes.POINTER(ctypes.c_uint8)),
+                                 (size,))[::4096].sum())
+print(json.dumps({"return_s": t, "touch_s": time.perf_counter() - t0, "route": "", "bytes": size,
+                  "checksum": 0}))
+"""
 
 CHILD = r"""
 import json, os, sys, time
@@ -43,9 +125,10 @@ for t in tensors.values():
     if flat.numel():
         seen += int(flat[::4096].sum())
 t2 = time.perf_counter()
-route = "" if case == "safetensors" else ",".join(r.path for r in
-                                                  ferry.last_load_report().host_routes)
-print(json.dumps({"return_s": t1 - t0, "touch_s": t2 - t0, "route": route,
+routes = [] if case == "safetensors" else ferry.last_load_report().host_routes
+print(json.dumps({"return_s": t1 - t0, "touch_s": t2 - t0,
+                  "route": ",".join(r.path for r in routes),
+                  "reason": "; ".join(r.reason for r in routes),
                   "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
                   "checksum": seen}))
 """
@@ -98,6 +181,7 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--states", default="resident,cold")
+    ap.add_argument("--no-raw", action="store_true", help="skip the routes without ferry")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     path = os.path.join(a.dir, "model.safetensors")
@@ -108,13 +192,16 @@ def main() -> int:
         print("safetensors column skipped: safetensors is not installed here "
               "(pip install safetensors to compare)", flush=True)
         cases.remove("safetensors")
+    raw = [] if a.no_raw else ["raw direct", "raw direct fresh", "raw populate",
+                               "raw mmap touch", "raw buffered"]
     rows = []
     for state in a.states.split(","):
+        run = cases + (raw if state == "cold" else [])
         for r in range(a.rounds):
-            for case in cases if r % 2 == 0 else cases[::-1]:
+            for case in run if r % 2 == 0 else run[::-1]:
                 resident = set_state(path, state)
-                out = subprocess.run([sys.executable, "-c", CHILD, case, path],
-                                     capture_output=True, text=True)
+                out = subprocess.run([sys.executable, "-c", RAW if case in raw else CHILD, case,
+                                      path], capture_output=True, text=True)
                 row = ({"error": out.stderr.strip()[-300:]} if out.returncode else
                        json.loads(out.stdout.strip().splitlines()[-1]))
                 row.update({"case": case, "state": state, "round": r,
@@ -124,7 +211,7 @@ def main() -> int:
     base = "safetensors" if "safetensors" in cases else "ferry read"
     for state in a.states.split(","):
         med = {}
-        for case in cases:
+        for case in cases + raw:
             rs = [x for x in rows if x["case"] == case and x["state"] == state and "touch_s" in x]
             if rs:
                 med[case] = (statistics.median(x["return_s"] for x in rs),
@@ -135,7 +222,7 @@ def main() -> int:
             if base in med and case != base:  # > 1: faster than the base
                 vs = (f"  vs {base}: return {med[base][0] / ret:.2f}x, "
                       f"touch {med[base][1] / touch:.2f}x")
-            print(f"{state:9} {case:12} return {ret:.4f} s, touched {touch:.4f} s "
+            print(f"{state:9} {case:16} return {ret:.4f} s, touched {touch:.4f} s "
                   f"({n / touch / 1e9:.2f} GB/s) route {route or '-'}, n={count}{vs}")
     return 0
 

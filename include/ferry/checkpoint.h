@@ -101,15 +101,17 @@ struct TensorTarget {
 };
 
 // How a load into pageable host memory served one shard (settings' host_load): "mapped", its
-// tensors views of a private mapping of the file (LoadResult::mappings), or "read" by ferry's
-// parallel read (the shard's requests in LoadReport::routes); `reason` says why in words.
+// tensors views of a private mapping of the file (LoadResult::mappings) that fault in on first
+// touch; "populated", mapped so and every page read in by parallel faults before the load
+// returns (a cold shard); or "read" by ferry's parallel read (the shard's requests in
+// LoadReport::routes); `reason` says why in words.
 struct HostRoute {
   std::string file;
-  std::string path;  // "mapped" or "read"
+  std::string path;  // "mapped", "populated" or "read"
   std::string reason;
   PageCacheResidency page_cache;  // of the shard's chosen bytes, where measured
-  std::size_t tensors = 0;        // mapped: the tensors that are views of the mapping
-  std::uint64_t bytes = 0;        // mapped: their bytes
+  std::size_t tensors = 0;        // mapped or populated: the tensors that are views of the mapping
+  std::uint64_t bytes = 0;        // mapped or populated: their bytes
   // Mapped: tensors whose offset in the file is not a multiple of their dtype's size, which no
   // framework can view in place: read into memory of their own instead (in `routes`).
   std::size_t copied = 0;
@@ -282,7 +284,8 @@ class Checkpoint {
   // Allocates and reads: the tensors named in `options` (all when none), in file order, a part
   // (a shard's tensors, cut at 1 GiB) at a time: each part's read starts once its memory exists.
   // Pageable host memory is allocated before the first read; at most 4 parts are in flight.
-  // Into pageable host memory, a shard resident in the page cache is mapped instead (host_load).
+  // Into pageable host memory, a local shard is mapped instead, and read in before the return
+  // when cold (host_load).
   LoadResult load(const LoadOptions& options = {}) const;
 
  private:

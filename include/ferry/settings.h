@@ -23,9 +23,10 @@ enum class CompatMode { kAuto, kOn, kOff };
 // fallback to POSIX; gds also refuses cuFile's compatibility path.
 enum class Require { kAny, kCufile, kGds };
 
-// How a checkpoint load into pageable host memory gets a shard's bytes: auto maps a shard whose
-// bytes are resident in the page cache (its tensors are views of a private mapping) and reads the
-// rest; map always maps a local file; read always reads (docs/checkpoints.md, "Host loads").
+// How a checkpoint load into pageable host memory gets a shard's bytes: auto maps a local shard
+// (its tensors are views of a private mapping), reading a cold one's pages in by parallel faults
+// before the load returns, and reads a remote one; map maps a local file and leaves its pages to
+// fault in; read always reads (docs/checkpoints.md, "Host loads").
 enum class HostLoad { kAuto, kMap, kRead };
 
 enum class SettingSource { kDefault, kEnvironment, kCode };

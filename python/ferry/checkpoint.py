@@ -10,8 +10,9 @@ before the first read. By default
 each tensor has its own allocation, so a user can free or replace any of them (and
 ``load_state_dict`` copies anyway); ``one_allocation=True`` puts every tensor in one backing
 allocation instead, which saves allocator calls but frees nothing until every tensor is gone.
-Into host memory, a shard resident in the page cache is mapped instead of read (the setting
-``host_load``): its tensors are views of a private copy-on-write mapping, as safetensors' are.
+Into host memory, a local shard is mapped instead of read (the setting ``host_load``): its
+tensors are views of a private copy-on-write mapping, as safetensors' are; a cold one's pages are
+read in by parallel faults before the load returns.
 
 Dtypes without a counterpart in the framework come back as raw bits of the same width, as
 documented in docs/checkpoints.md: in NumPy (and CuPy) BF16 is uint16 and the F8 kinds uint8; in
@@ -415,9 +416,9 @@ class Checkpoint:
         """The `chosen` tensors' bytes, one framework array each (views of one with
         one_allocation), read by the C++ loader that ``ferry load`` runs (Checkpoint::load): it
         calls fw.raw from this thread as it needs memory, the GIL released in between, and every
-        read it started has finished when it returns or raises. Into host memory, a shard
-        resident in the page cache (host_load) comes back as views of a private mapping of it,
-        which fw.wrap makes an array of: writes to them never reach the file."""
+        read it started has finished when it returns or raises. Into host memory, a local shard
+        (host_load) comes back as views of a private mapping of it, which fw.wrap makes an array
+        of (a cold one's pages read in first): writes to them never reach the file."""
         names = [] if len(chosen) == len(self.entries) else [e.name for e in chosen]
         report, allocations, places = self._c.load(fw.raw, names, fw.host, one_allocation,
                                                     progress, fw.wrap if fw.host else None)

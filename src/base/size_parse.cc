@@ -117,7 +117,7 @@ HostLoad parse_host_load(std::string_view text, std::string_view setting) {
   if (s == "map") return HostLoad::kMap;
   if (s == "read") return HostLoad::kRead;
   bad(setting, text, "unknown host load route",
-      "auto (map files resident in the page cache, read the rest), map or read");
+      "auto (map files resident in the page cache, map and read in the rest), map or read");
 }
 
 std::string to_string(HostLoad mode) {

@@ -159,7 +159,8 @@ void add_routes(LoadReport& report, const checkpoint::GatheredRead& read) {
 }
 
 // The host route of each shard of `chosen` (indices into `tensors`, so shard by shard in file
-// order), recorded in result's report, and its mapping in result.mappings when mapped. Returns,
+// order), recorded in result's report, and its mapping in result.mappings when mapped (and in
+// `to_populate` too when the route is "populated"). Returns,
 // for each chosen tensor, the index of the mapping it is a view of, or -1 when it is to be read:
 // an empty tensor, or one no framework could view in place (host_route.h).
 std::vector<int> route_host_shards(HostLoad mode, bool direct,
@@ -167,7 +168,8 @@ std::vector<int> route_host_shards(HostLoad mode, bool direct,
                                    const std::vector<std::size_t>& chosen,
                                    const std::vector<std::string>& names,
                                    const std::vector<fs::path>& paths,
-                                   const std::vector<std::uint64_t>& sizes, LoadResult& result) {
+                                   const std::vector<std::uint64_t>& sizes, LoadResult& result,
+                                   std::vector<const FileMapping*>& to_populate) {
   std::vector<int> in_mapping(chosen.size(), -1);
   for (std::size_t first = 0, last = 0; first < chosen.size(); first = last) {
     const std::size_t shard = tensors[chosen[first]].shard;
@@ -193,6 +195,7 @@ std::vector<int> route_host_shards(HostLoad mode, bool direct,
         ++m.route.tensors;
         m.route.bytes += t.nbytes;
       }
+      if (m.route.path == "populated") to_populate.push_back(m.mapping.get());
       result.mappings.push_back(std::move(m.mapping));
     }
     result.report.host_routes.push_back(std::move(m.route));
@@ -430,12 +433,17 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   // Into pageable host memory, a mapped shard's tensors are views of its mapping: neither
   // allocated nor read (host_route.h).
   std::vector<int> in_mapping(chosen.size(), -1);
+  std::vector<const FileMapping*> to_populate;  // cold shards' mappings, read in below
+  std::uint64_t populated = 0;                  // their tensors' bytes
+  const Settings settings = settings_with(s.options.settings);
   // A DCP folder's tensors are pieces of torch.save blobs, read into place (not mapped).
   if (options.memory == MemoryKind::kHostPageable && s.pieces.empty()) {
-    const HostLoad mode = options.host_load.value_or(settings_with(s.options.settings).host_load);
-    in_mapping = route_host_shards(mode, s.options.direct, s.tensors, chosen, s.shard_names,
-                                   s.shard_paths, s.shard_sizes, result);
-    for (const HostRoute& r : report.host_routes) report.bytes += r.bytes;
+    in_mapping = route_host_shards(options.host_load.value_or(settings.host_load), s.options.direct,
+                                   s.tensors, chosen, s.shard_names, s.shard_paths, s.shard_sizes,
+                                   result, to_populate);
+    for (const HostRoute& r : report.host_routes) {
+      (r.path == "populated" ? populated : report.bytes) += r.bytes;
+    }
   }
   std::vector<std::uint64_t> offsets;  // in the one allocation
   std::uint64_t packed = 0;
@@ -551,6 +559,12 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
     }
   }
   submit();
+  if (!to_populate.empty()) {  // while the reads of tensors not viewable in place run
+    checkpoint::populate(
+        to_populate, settings.host_nthreads, settings.task_size,
+        [&](std::uint64_t done) { meter.report(landed() + std::min(done, populated)); });
+    report.bytes += populated;
+  }
   while (!in_flight.empty()) finish_oldest();
   meter.finish();
   // The allocations are part of what a user waits for.
@@ -564,7 +578,7 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
 
 std::string HostRoute::describe() const {
   std::string text = fmt::format("{}: {}: {}", fs::path(file).filename().string(), path, reason);
-  if (path != "mapped") return text;
+  if (path == "read") return text;
   text += fmt::format(" ({} tensors, {} B in place", tensors, bytes);
   if (copied > 0) {
     text += fmt::format("; {} read, their offsets not multiples of their dtype's size", copied);

@@ -1,20 +1,23 @@
 // The host routes of Checkpoint::load (ferry::HostRoute): whether a shard's bytes bound for
-// pageable host memory are mapped (its tensors views of a private mapping, as safetensors' are)
-// or read by ferry's parallel read, decided from host_load and the page cache. Thread-safe.
+// pageable host memory are mapped (its tensors views of a private mapping, as safetensors' are),
+// mapped and populated (read in by parallel faults before the load returns) or read by ferry's
+// parallel read, decided from host_load and the page cache. Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ferry/checkpoint.h"
 
 namespace ferry::checkpoint {
 
-// Under host_load=auto, a shard is mapped when at least this fraction of its chosen bytes is in
-// the page cache: the few cold pages then fault in from the disk on first touch, as safetensors'
-// do, where reading would copy every resident byte (bench/NOTES.md §31).
+// Under host_load=auto, a shard at least this resident in the page cache is mapped and left to
+// fault in on first touch, as safetensors' files are; a colder one is mapped and populated
+// (bench/NOTES.md §31).
 constexpr double kMapResident = 0.9;
 
 // The route of `mode` for bytes of a shard: remote or local, opened with O_DIRECT or not, and
@@ -33,6 +36,16 @@ struct MappedShard {
 MappedShard route_shard(HostLoad mode, bool direct, const std::string& name,
                         const std::filesystem::path& path, std::uint64_t size, std::uint64_t begin,
                         std::uint64_t end);
+
+// Reads every page of `mappings` into the page cache and maps it, from `nthreads` threads that
+// take `chunk` bytes at a time: MADV_WILLNEED (one large read-ahead, whatever the disk's
+// read_ahead_kb), then MADV_POPULATE_READ (the faults), then a read of each page (its first
+// access, which a VM may charge apart). Calls `progress(bytes done)`
+// from this thread about every 10 ms. Throws IoError naming the file, offset and length of the
+// first failure (a file cut short: EFAULT), once every thread has stopped; an exception from
+// `progress` stops the threads too.
+void populate(const std::vector<const FileMapping*>& mappings, std::size_t nthreads,
+              std::size_t chunk, const std::function<void(std::uint64_t)>& progress);
 
 // Whether a tensor can be a view of a page-aligned mapping of its file in every framework: its
 // offset is a multiple of its dtype's size (1 for the packed kinds, which come back as bytes).

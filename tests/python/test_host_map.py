@@ -1,7 +1,8 @@
 """Host loads by residency (issue 48): a file resident in the page cache loads into host memory
 as views of a private mapping, byte for byte what the read route gives (odd dtypes, unaligned
-offsets), writes never reaching the file, the tensors outliving the file; the report names the
-route; the setting forces each route, for load_checkpoint, ferry.safetensors and `ferry load`."""
+offsets), writes never reaching the file, the tensors outliving the file; a cold file is mapped
+too and read in by parallel faults before the load returns; the report names the route; the
+setting forces each route, for load_checkpoint, ferry.safetensors and `ferry load`."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def test_the_setting_forces_each_route_and_the_report_says_why(tmp_path):
         ferry.load_checkpoint(path, host_load="mmap")
 
 
-def test_a_file_dropped_from_the_page_cache_is_read(tmp_path):
+def test_a_file_dropped_from_the_page_cache_is_mapped_and_read_in_before_the_return(tmp_path):
+    # Parallel faults into the mapping outran ferry's read into fresh memory (NOTES §31, round 2).
     tensors = every_dtype()
     path = tmp_path / "m.safetensors"
     path.write_bytes(encode(tensors))
@@ -100,7 +102,10 @@ def test_a_file_dropped_from_the_page_cache_is_read(tmp_path):
         pytest.skip("this file system keeps the pages (tmpfs?)")
     check_numpy(ckpt.load("numpy"), tensors)
     (route,) = ferry.last_load_report().host_routes
-    assert route.path == "read" and "not resident in the page cache" in route.reason
+    assert route.path == "populated" and "not resident in the page cache" in route.reason
+    assert "read in by parallel faults before the load returns" in route.reason
+    assert ferry.page_cache_residency(str(path)).fraction == 1.0
+    assert "populated: not resident" in repr(ferry.last_load_report())
 
 
 def test_cli_load_host_maps_a_resident_file_and_checksums_the_same(tmp_path):

@@ -180,8 +180,9 @@ void add_load_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_flag("--one-allocation", args->one_allocation,
                 "One allocation behind every tensor instead of one each");
   cmd->add_option("--host-load", args->host_load,
-                  "Into host memory: map shards resident in the page cache (auto), map every "
-                  "local shard (map) or read them all (read); default: the host_load setting")
+                  "Into host memory: map local shards, reading cold ones in before returning "
+                  "(auto), map every local shard lazily (map) or read them all (read); default: "
+                  "the host_load setting")
       ->check(CLI::IsMember({"auto", "map", "read"}));
   cmd->add_flag("--list", args->list, "Print every tensor loaded: name, dtype, shape, bytes");
   cmd->add_flag("--checksum", args->checksum,
