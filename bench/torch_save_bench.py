@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ferry.torch.save/load against torch.save + fsync and torch.load, with the disk's ceiling
-(issue 51 item 7; bench/NOTES.md section 34 has the prediction).
+(issue 51 item 7; bench/NOTES.md §39 has the prediction).
 
     PYTHONPATH=python python3 bench/torch_save_bench.py OUT_DIR              # the GPU machine
     PYTHONPATH=python python3 bench/torch_save_bench.py OUT_DIR --tiny       # logic check, CPU
