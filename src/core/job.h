@@ -1,7 +1,7 @@
 // One request on the pool: its tasks, the jobs that take them (each with a worker of the
 // request's backend), the first failure, and the completion that builds the report and completes
-// the future (docs/architecture.md, "A read, step by step", steps 3 to 5). Made by core::submit
-// (request.cc) from a request's plan.
+// the future (docs/internals.md, "A read, step by step (the long form)", steps 3 to 5). Made by
+// core::submit (request.cc) from a request's plan.
 #pragma once
 
 #include <atomic>
