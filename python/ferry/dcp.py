@@ -28,6 +28,7 @@ try:
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
     from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+    from torch.distributed.checkpoint.staging import AsyncStager
     from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
     from torch.futures import Future
 except Exception as e:  # absent in torch 1.x; torch.distributed._shard fails on Python 3.11
@@ -37,8 +38,9 @@ except Exception as e:  # absent in torch 1.x; torch.distributed._shard fails on
 
 from . import _ferry
 from ._save import _TORCH_FORMAT
+from ._stager import Stager as _Stager
 
-__all__ = ["FileSystemWriter", "FileSystemReader"]
+__all__ = ["FileSystemWriter", "FileSystemReader", "Stager"]
 
 _METADATA = ".metadata"
 
@@ -208,3 +210,29 @@ class FileSystemReader(_StockReader):
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+def _async_save_takes_futures() -> bool:
+    # torch's async_save accepts a Future from stage() where it returns an AsyncSaveResponse.
+    from torch.distributed.checkpoint import state_dict_saver
+    return hasattr(state_dict_saver, "AsyncSaveResponse")
+
+
+class Stager(_Stager, AsyncStager):
+    """torch's ``AsyncStager`` over ferry's pinned pool (``ferry._stager.Stager``)::
+
+        stager = ferry.dcp.Stager()          # kept for the whole run; its pool is reused
+        response = dcp.async_save(sd, storage_writer=ferry.dcp.FileSystemWriter(path),
+                                  async_stager=stager)
+        response.staging_completion.result()  # from here the tensors may change again
+        response.upload_completion.result()   # the checkpoint is committed
+        stager.close()                        # after the last save
+
+    ``stage()`` returns a Future, so ``async_save`` returns at once with an
+    ``AsyncSaveResponse``. A torch whose ``async_save`` takes no Future gets the staged state
+    dict itself, after the copies landed.
+    """
+
+    def stage(self, state_dict: Any) -> Any:
+        future = super().stage(state_dict)
+        return future if _async_save_takes_futures() else future.result()

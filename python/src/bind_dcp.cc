@@ -1,6 +1,7 @@
 // _ferry.dcp_write_file, _ferry.DcpSaveLock and _ferry.dcp_commit: ferry's DCP writing core
 // (ferry/dcp_writer.h) for python/ferry/dcp.py, which only gathers DCP's items and pickles its
-// Metadata. Writes and the commit run with the GIL released; errors become ferry's Python errors.
+// Metadata; _ferry.AsyncStagingPool (ferry/async_staging.h) for its Stager. Writes, the commit
+// and waits run with the GIL released; errors become ferry's Python errors.
 #include <pybind11/stl.h>
 
 #include <map>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "ferry/async_staging.h"
 #include "ferry/dcp_writer.h"
 
 namespace ferry::python {
@@ -46,6 +48,89 @@ std::vector<DcpWriteItem> dcp_items(const py::list& rows) {
     out.push_back(std::move(item));
   }
   return out;
+}
+
+// One staged tensor's bytes, exported by the buffer protocol: the tensor torch.frombuffer makes
+// of it keeps the stage (and so the pool's hold) alive.
+struct StagedBytes {
+  std::shared_ptr<AsyncStaging> staging;
+  std::size_t index;
+  std::size_t nbytes;
+};
+
+void bind_async_staging(py::module_& m) {
+  using py::arg;
+  py::class_<StagedBytes>(m, "StagedBytes", py::buffer_protocol())
+      .def_buffer([](const StagedBytes& b) {
+        return py::buffer_info(b.staging->place(b.index), 1, "B",
+                               static_cast<py::ssize_t>(b.nbytes),
+                               /*readonly=*/false);
+      });
+  py::class_<AsyncStaging, std::shared_ptr<AsyncStaging>>(m, "AsyncStaging")
+      .def(
+          "wait",
+          [](const AsyncStaging& s) {
+            py::gil_scoped_release release;
+            s.wait();
+          },
+          "Blocks until every copy has landed; raises naming the first tensor that failed.")
+      .def("done", &AsyncStaging::done)
+      .def(
+          "bytes",
+          [](const std::shared_ptr<AsyncStaging>& s, std::size_t i, std::size_t nbytes) {
+            if (i >= s->size()) throw py::index_error("staged item " + std::to_string(i));
+            return StagedBytes{s, i, nbytes};
+          },
+          arg("index"), arg("nbytes"), "Item `index`'s staged bytes (a buffer).");
+  py::class_<AsyncStagingPool>(m, "AsyncStagingPool")
+      .def(py::init<>())
+      .def(
+          "stage",
+          [](AsyncStagingPool& pool, const py::list& rows, const py::list& after, double wait_s) {
+            std::vector<StageItem> items;
+            items.reserve(rows.size());
+            for (const py::handle& row : rows) {
+              auto t = row.cast<py::tuple>();
+              items.push_back({t[0].cast<std::string>(),
+                               reinterpret_cast<const void*>(t[1].cast<std::uintptr_t>()),
+                               t[2].cast<std::uint64_t>()});
+            }
+            std::vector<StageAfter> streams;
+            for (const py::handle& a : after) {
+              auto t = a.cast<py::tuple>();
+              streams.push_back({t[0].cast<int>(), t[1].cast<std::uintptr_t>()});
+            }
+            py::gil_scoped_release release;
+            return pool.stage(items, streams,
+                              std::chrono::milliseconds(static_cast<std::int64_t>(wait_s * 1000)));
+          },
+          arg("items"), arg("after") = py::list(), arg("wait_s") = 0.0,
+          "Stages [(name, ptr, nbytes), ...] (AsyncStagingPool::stage), the GPU copies after "
+          "the work on [(device, stream handle), ...]; waits up to `wait_s` for the previous "
+          "stage's tensors to be released.")
+      .def(
+          "close",
+          [](AsyncStagingPool& pool) {
+            py::gil_scoped_release release;
+            pool.close();
+          },
+          "Frees the pinned memory; raises while staged tensors are still referenced.")
+      .def("report", [](const AsyncStagingPool& pool) {
+        const AsyncStagingReport r = pool.report();
+        py::dict d;
+        d["pinned"] = r.pinned;
+        d["pinned_bytes"] = r.pinned_bytes;
+        d["chunks"] = r.chunks;
+        d["allocations"] = r.allocations;
+        d["growths"] = r.growths;
+        d["stages"] = r.stages;
+        d["last_bytes"] = r.last_bytes;
+        d["last_gpu_bytes"] = r.last_gpu_bytes;
+        d["last_batches"] = r.last_batches;
+        d["last_queue_seconds"] = r.last_queue_seconds;
+        d["last_staged_seconds"] = r.last_staged_seconds;
+        return d;
+      });
 }
 
 }  // namespace
@@ -94,6 +179,7 @@ void bind_dcp(py::module_& m) {
       arg("settings") = std::map<std::string, std::string>{},
       "Commits `metadata` as .metadata of the folder `path` and removes the .distcp files "
       "`files` does not name (commit_dcp_metadata).");
+  bind_async_staging(m);
 }
 
 }  // namespace ferry::python

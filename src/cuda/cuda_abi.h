@@ -98,6 +98,7 @@ using EventCreateFn = Result (*)(Event* event, unsigned int flags);
 using EventDestroyFn = Result (*)(Event event);
 using EventRecordFn = Result (*)(Event event, Stream stream);
 using EventSynchronizeFn = Result (*)(Event event);
+using StreamWaitEventFn = Result (*)(Stream stream, Event event, unsigned int flags);
 using StreamGetCtxFn = Result (*)(Stream stream, Context* context);
 // CUstreamCaptureStatus: only "not capturing" is named.
 enum StreamCaptureStatus : unsigned int { kStreamCaptureStatusNone = 0 };
@@ -149,6 +150,7 @@ using MemHostGetDevicePointerFn = Result (*)(DevicePtr* device_ptr, void* host_p
   X(EventDestroy, cuEventDestroy, "cuEventDestroy_v2")                                  \
   X(EventRecord, cuEventRecord, "cuEventRecord")                                        \
   X(EventSynchronize, cuEventSynchronize, "cuEventSynchronize")                         \
+  X(StreamWaitEvent, cuStreamWaitEvent, "cuStreamWaitEvent")                            \
   X(StreamGetCtx, cuStreamGetCtx, "cuStreamGetCtx")                                     \
   X(StreamIsCapturing, cuStreamIsCapturing, "cuStreamIsCapturing")                      \
   X(LaunchHostFunc, cuLaunchHostFunc, "cuLaunchHostFunc")                               \

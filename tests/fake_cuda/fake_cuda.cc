@@ -633,6 +633,10 @@ FAKE_API Result cuMemFree_v2(abi::DevicePtr ptr) {
   return abi::kSuccess;
 }
 
+// cuMemHostAlloc calls that succeeded, for the tests (dlsym): pinned memory allocated per save.
+std::atomic<unsigned long long> host_allocs{0};
+FAKE_API unsigned long long ferry_fake_cuda_host_allocs() { return host_allocs.load(); }
+
 FAKE_API Result cuMemHostAlloc(void** ptr, std::size_t bytes, unsigned int) {
   FAKE_ENTER();
   if (current_ctx() == nullptr) return kInvalidContext;
@@ -640,6 +644,7 @@ FAKE_API Result cuMemHostAlloc(void** ptr, std::size_t bytes, unsigned int) {
   void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (p == nullptr) return abi::kErrorOutOfMemory;
   *ptr = p;
+  host_allocs.fetch_add(1);
   return host_allocation(p, bytes, false);
 }
 
@@ -795,6 +800,22 @@ FAKE_API Result cuEventSynchronize(abi::Event event) {
   std::unique_lock lock(state->mu);
   auto* e = reinterpret_cast<Event*>(event);
   if (e->stream != nullptr) wait_done(lock, e->stream, e->seq);
+  return abi::kSuccess;
+}
+
+// The stream's later work waits for the event's work: a mark queued after it.
+FAKE_API Result cuStreamWaitEvent(abi::Stream stream, abi::Event event, unsigned int flags) {
+  FAKE_ENTER();
+  if (flags != 0) return kInvalidValue;
+  std::unique_lock lock(state->mu);
+  Result r = abi::kSuccess;
+  Stream* s = resolve(stream, &r);
+  if (s == nullptr) return r;
+  auto* e = reinterpret_cast<Event*>(event);
+  Op op;
+  op.kind = Op::kMark;
+  if (e->stream != nullptr) op.after.emplace_back(e->stream, e->seq);
+  enqueue(lock, s, std::move(op));
   return abi::kSuccess;
 }
 

@@ -1,0 +1,126 @@
+"""dcp.save and dcp.async_save side by side on the GPU machine (issue 51 items 5 and 6): stock
+FileSystemWriter (thread_count 1 and 8), stock async_save (its default staging, and DefaultStager
+with pinned, async staging), ferry's writer synchronous, and ferry's writer with ferry.dcp.Stager.
+For each: the call's return time (the training stall), the staging time (until the tensors may
+change), the total (until committed), over --saves saves into one folder; then host RSS and
+ferry's pinned pool over the saves. The pinned device-to-host bandwidth is measured in the same
+run: ferry's staging goal is <= 1.2x bytes / that bandwidth (bench/NOTES.md).
+
+  python3 bench/dcp_async_bench.py --gib 8 --dir /data/bench --saves 20 [--modes ferry_async,...]
+"""
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+import ferry.dcp
+
+MODES = ["stock_t1", "stock_t8", "stock_async", "stock_async_pinned", "ferry_sync", "ferry_async"]
+
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def state(gib):
+    n = max(1, int(gib * 4))  # 256 MiB tensors, bf16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sd = {"model": {f"layers.{i}.w": torch.randn(128 << 20, device="cuda", generator=g,
+                                                  dtype=torch.bfloat16) for i in range(n)}}
+    torch.cuda.synchronize()
+    return sd, n * (256 << 20)
+
+
+def d2h_bandwidth(nbytes):
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    return nbytes / (time.perf_counter() - t0)
+
+
+def one(mode, sd, path, stager):
+    t0 = time.perf_counter()
+    if mode in ("stock_t1", "stock_t8"):
+        w = dcp.FileSystemWriter(path, thread_count=1 if mode == "stock_t1" else 8)
+        dcp.save(sd, storage_writer=w)
+        t = time.perf_counter() - t0
+        return t, t, t
+    if mode == "ferry_sync":
+        dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(path))
+        t = time.perf_counter() - t0
+        return t, t, t
+    writer = (ferry.dcp.FileSystemWriter(path) if mode == "ferry_async"
+              else dcp.FileSystemWriter(path))
+    out = dcp.async_save(sd, storage_writer=writer, async_stager=stager)
+    returned = time.perf_counter() - t0
+    if hasattr(out, "staging_completion"):
+        out.staging_completion.result()
+        staged = time.perf_counter() - t0
+        out.upload_completion.result()
+    else:
+        staged = returned
+        out.result()
+    return returned, staged, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=8)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--saves", type=int, default=20)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    sd, nbytes = state(args.gib)
+    bw = d2h_bandwidth(min(nbytes, 2 << 30))
+    print(f"{nbytes / 2**30:.2f} GiB in GPU memory; pinned D2H {bw / 1e9:.2f} GB/s -> ferry's "
+          f"staging goal {1.2 * nbytes / bw:.3f} s; torch {torch.__version__}")
+    results = {"bytes": nbytes, "d2h_bytes_per_s": bw, "torch": torch.__version__, "modes": {}}
+    for mode in args.modes.split(","):
+        path = Path(args.dir) / f"dcp_{mode}"
+        shutil.rmtree(path, ignore_errors=True)
+        stager = None
+        if mode == "stock_async_pinned":
+            stager = DefaultStager(StagingOptions(use_pinned_memory=True, use_shared_memory=False,
+                                                  use_async_staging=True,
+                                                  use_non_blocking_copy=True))
+        elif mode == "ferry_async":
+            stager = ferry.dcp.Stager()
+        rows, rss_seen = [], []
+        for _ in range(args.saves):
+            rows.append(one(mode, sd, path, stager))
+            rss_seen.append(rss())
+        pool = stager.report() if isinstance(stager, ferry.dcp.Stager) else None
+        if stager is not None:
+            stager.close()
+        best = min(rows, key=lambda r: r[2])
+        later = rows[1:] or rows
+        r = {"first": rows[0], "best": best,
+             "median_return_s": sorted(x[0] for x in later)[len(later) // 2],
+             "median_staged_s": sorted(x[1] for x in later)[len(later) // 2],
+             "gib_per_s": nbytes / 2**30 / best[2],
+             "rss_mib": [x >> 20 for x in rss_seen], "pool": pool}
+        results["modes"][mode] = r
+        print(f"{mode:>19}: return {r['median_return_s'] * 1e3:8.1f} ms  staged "
+              f"{r['median_staged_s']:.3f} s  total {best[2]:.2f} s ({r['gib_per_s']:.2f} GiB/s)"
+              f"  first {rows[0][0] * 1e3:.0f} ms  RSS {rss_seen[0] >> 20}->{rss_seen[-1] >> 20}"
+              f" MiB" + (f"  pool {pool['pinned_bytes'] >> 20} MiB, {pool['allocations']} "
+                         f"allocation(s)" if pool else ""))
+        shutil.rmtree(path, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
