@@ -25,7 +25,9 @@ and by s3rver (scripts/install-s3rver, read through s3:// and SigV4), both start
 (a fresh process: --repeat loads, the first and the warm median), and parallel curl reading the
 same file whole in task_size ranges at ferry's worker count, the bytes thrown away (the
 ceiling) and landed in memory. Reported: GETs per load (the load report's, and nginx's count)
-against ceil(bytes / task_size) + 3, and ferry / parallel curl.
+against ceil(bytes / task_size) + 3, and ferry / parallel curl; and per case, the counts that a
+loaded machine cannot fake: the server process's CPU-seconds per GB served (/proc/PID/stat), the
+client's (its rusage), and the client's page faults per load.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import contextlib
 import json
 import math
 import os
+import re
+import resource
 import shutil
 import signal
 import statistics
@@ -99,7 +103,8 @@ for _ in range(repeat):
     times.append(time.perf_counter() - t0)
     r = ferry.last_load_report()
     reports.append({"gets": r.gets, "retries": r.retries, "connections": r.connections,
-                    "bytes": r.bytes, "workers": max(x.workers for x in r.routes)})
+                    "bytes": r.bytes,
+                    "workers": max((x.workers for x in r.routes), default=0)})
 print(json.dumps({"times": times, "reports": reports}))
 """
 
@@ -163,12 +168,16 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                                              "local": []}
                     gets, seen = [], []
                     workers = 0
+                    # The server's CPU and the client's, per GB moved, and the client's page
+                    # faults per load: counts a loaded machine cannot fake, unlike the rates.
+                    costs: dict[str, list] = {"ferry": [], "curl": [], "curl_memory": []}
+                    server_pid = _listening_pid(plain)
                     for rnd in range(a.rounds + 1):  # round 0 warms the server up
                         before = len(_requests(log))
-                        r = subprocess.run(
+                        r, cost = _costed(server_pid, lambda: subprocess.run(
                             [sys.executable, "-c", _LOAD, url, str(a.repeat)], text=True,
                             capture_output=True, timeout=600,
-                            env={**os.environ, **env, "PYTHONPATH": str(REPO / "python")})
+                            env={**os.environ, **env, "PYTHONPATH": str(REPO / "python")}))
                         if r.returncode != 0:
                             raise RuntimeError(f"ferry load of {url}: {r.stderr.strip()}")
                         got = json.loads(r.stdout)
@@ -182,6 +191,7 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                         rows["ferry"].append(
                             (total / got["times"][0] / 1e9,
                              total / statistics.median(got["times"][1:] or got["times"]) / 1e9))
+                        costs["ferry"].append(_per_load(cost, total, a.repeat))
                         # The same loader on the same file from local tmpfs: what the loader's
                         # own per-tensor work (allocations, page faults) allows.
                         r = subprocess.run([sys.executable, "-c", _LOAD, str(root / name),
@@ -193,11 +203,12 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                                               total / statistics.median(t[1:] or t) / 1e9))
                         for case, label in (("curl_parallel", "curl"),
                                             ("curl_memory", "curl_memory")):
-                            c = subprocess.run(
+                            c, cost = _costed(server_pid, lambda: subprocess.run(
                                 [str(bench), "--url", plain, "--case", case, "--repeat",
                                  str(a.repeat), "--size", str(total), "--threads", str(workers),
                                  "--task-size", str(task)],
-                                capture_output=True, text=True, timeout=600)
+                                capture_output=True, text=True, timeout=600))
+                            costs[label].append(_per_load(cost, total, a.repeat + 1))
                             if c.returncode != 0:
                                 raise RuntimeError(f"{case} {plain}: {c.stderr.strip()}")
                             row = json.loads(c.stdout)
@@ -212,7 +223,9 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                             "curl_memory_gbps": med["curl_memory"],
                             "local_load_gbps": med["local"],
                             "ratio_to_curl": med["ferry"][1] / med["curl"][1],
-                            "ratio_to_curl_memory": med["ferry"][1] / med["curl_memory"][1]}
+                            "ratio_to_curl_memory": med["ferry"][1] / med["curl_memory"][1],
+                            "costs": {k: {m: statistics.median(c[m] for c in v) for m in v[0]}
+                                      for k, v in costs.items() if v}}
                     summary.append(line)
                     if out:
                         out.write(json.dumps(line) + "\n")
@@ -225,7 +238,44 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                           f"({'meets' if line['ratio_to_curl'] >= 0.9 else 'MISSES'} 0.9x); the same load "
                           f"from local tmpfs {med['local'][1]:.2f} GB/s",
                           flush=True)
+                    for k, c in line["costs"].items():
+                        print(f"{'':>12} {k:12s} server {c['server_cpu_s_per_gb']:.2f} CPU-s/GB, "
+                              f"client {c['client_cpu_s_per_gb']:.2f} CPU-s/GB, "
+                              f"{c['client_faults_per_load']:.0f} page faults a load", flush=True)
     return 0
+
+
+def _listening_pid(url: str) -> int | None:
+    """The process listening on url's port on this machine (ss), or None."""
+    port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[-1]
+    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True,
+                         text=True).stdout
+    found = re.search(r"pid=(\d+)", out)
+    return int(found.group(1)) if found else None
+
+
+def _process_cpu(pid: int | None) -> float:
+    if pid is None:
+        return math.nan
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _costed(server_pid: int | None, run):
+    """run()'s result and (client CPU-s, client page faults, server CPU-s) while it ran; the
+    client is the child process run() waited for."""
+    before, server = resource.getrusage(resource.RUSAGE_CHILDREN), _process_cpu(server_pid)
+    result = run()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                    after.ru_minflt - before.ru_minflt, _process_cpu(server_pid) - server)
+
+
+def _per_load(cost: tuple, total: int, loads: int) -> dict:
+    client, faults, server = cost
+    gb = total * loads / 1e9
+    return {"server_cpu_s_per_gb": server / gb, "client_cpu_s_per_gb": client / gb,
+            "client_faults_per_load": faults / loads}
 
 
 def _requests(log: Path | None) -> list[str]:
