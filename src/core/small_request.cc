@@ -69,7 +69,7 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, void* buffer, Sm
       const std::size_t effective =
           offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
       route.page_cache = route.host->residency(file.fd(), offset, effective);
-      context.residency = route.page_cache;
+      context.residency = *route.page_cache;
     }
     bytes = route.host->run_inline(context, Task{offset, 0, size});
   } catch (...) {
@@ -123,7 +123,7 @@ OpenFile::Lane* start_small(OpenFile& file, Op op, void* buffer, std::size_t siz
     return nullptr;
   }
   route.layer1 = reason_code(walk.rule, route.memory.noted());
-  route.compat_why = std::move(walk.why);
+  if (!walk.why.empty()) route.compat_why = std::move(walk.why);
   return file.begin_small();
 }
 
@@ -178,7 +178,7 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   report.workers = 1;
   report.posix_tasks = 1;
   report.seconds = static_cast<double>(r.nanoseconds) / 1e9;
-  report.page_cache = r.page_cache;
+  if (r.page_cache) report.page_cache = *r.page_cache;
   if (!report.page_cache.known && report.page_cache.why_not.empty()) {
     report.page_cache.why_not = r.op == Op::kRead ? kSmallNotMeasured : "not measured for writes";
   }
@@ -189,7 +189,8 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   struct Replay final : Layer1Asks {
     explicit Replay(const SmallRoute& route) : r(route) {}
     std::optional<std::optional<std::string>> compat_only() override {
-      if (r.layer1 == ReasonCode::kCufileCompatOnly) return std::optional(r.compat_why);
+      if (r.layer1 == ReasonCode::kCufileCompatOnly)
+        return std::optional(r.compat_why.value_or(std::string()));
       return std::optional<std::string>();
     }
     std::optional<bool> resident() override { return false; }
