@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <vector>
@@ -81,7 +82,12 @@ std::size_t RequestState::get() const {
 void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
                                      const SmallRoute& route) {
   bytes_ = bytes;
-  small_path_ = path;
+  if (path.size() <= sizeof(small_path_inline_)) {
+    small_path_size_ = static_cast<std::uint16_t>(path.size());
+    std::memcpy(small_path_inline_, path.data(), path.size());
+  } else {
+    small_path_ = path;
+  }
   small_ = route;
   done_ = true;
   finished_.store(true, std::memory_order_release);
@@ -99,7 +105,10 @@ bool RequestState::cancel() {
 RouteReport RequestState::route() const {
   wait();
   if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
-  if (small_) return small_report(small_path_, *small_);
+  if (small_) {
+    if (!small_path_.empty()) return small_report(small_path_, *small_);
+    return small_report(std::string(small_path_inline_, small_path_size_), *small_);
+  }
   return *report_;
 }
 

@@ -81,8 +81,13 @@ class RequestState {
   // malloc's per-thread cache (glibc's tcache: up to 1032 B; with the report inline the state
   // was larger and every future paid malloc's slow path, bench/NOTES.md §30).
   std::unique_ptr<const RouteReport> report_;
-  std::string small_path_;  // set with small_ by complete_unshared()
+  // Set by complete_unshared(): the route, and its File's path, inline where it fits, so that a
+  // small request's future allocates its state alone (a copy in a std::string was a second
+  // allocation and its free, 170 instructions, bench/NOTES.md); longer paths in small_path_.
   std::optional<SmallRoute> small_;
+  std::string small_path_;
+  std::uint16_t small_path_size_ = 0;
+  char small_path_inline_[160];
 };
 
 // Starts the request. Errors found before any I/O (bad range, strict mode) complete the future
