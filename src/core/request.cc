@@ -48,8 +48,8 @@ void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteRe
     report_ = std::move(made);
     done_ = true;
     finished_.store(true, std::memory_order_release);
+    if (cv_) cv_->notify_all();
   }
-  cv_.notify_all();
 }
 
 bool RequestState::ready() const {
@@ -62,13 +62,17 @@ void RequestState::wait() const {
   if (finished_.load(std::memory_order_acquire) || orphaned()) return;
   if (helper_) helper_();
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
+  if (done_) return;
+  if (!cv_) cv_.emplace();
+  cv_->wait(lock, [this] { return done_; });
 }
 
 bool RequestState::wait_for(double seconds) const {
   if (finished_.load(std::memory_order_acquire) || orphaned()) return true;
   std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; });
+  if (done_) return true;
+  if (!cv_) cv_.emplace();
+  return cv_->wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; });
 }
 
 std::size_t RequestState::get() const {
