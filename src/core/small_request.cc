@@ -94,9 +94,8 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, void* buffer, Sm
   const int device = !is_gpu(memory.kind) ? -1
                      : memory.device >= 0 ? memory.device
                                           : statistics::kDeviceNotRecorded;
-  env.record_small_request(route.op, bytes, route.nanoseconds, route.layer1, route.cold_direct,
-                           device);
-  env.note_request_ended(size);
+  env.end_small_request(route.op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device,
+                        size);
   const auto ended = start + std::chrono::nanoseconds(route.nanoseconds);
   file.set_last_route(
       lane, route,
