@@ -71,8 +71,8 @@ class RequestState {
   std::function<void()> helper_;  // likewise
   mutable std::mutex mu_;
   // Made by the first wait that must block, under mu_: most futures (a small request's, born
-  // finished) never wait, and making and destroying one was 45 of their instructions
-  // (bench/NOTES.md §40).
+  // finished) never wait, and making and destroying one was 30 of their instructions
+  // (bench/NOTES.md, "Small requests on one thread, round 2").
   mutable std::optional<std::condition_variable> cv_;
   bool done_ = false;  // under mu_
   // Set (release) once the result below is complete and will not change: waits that find it
