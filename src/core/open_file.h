@@ -22,7 +22,8 @@ class HostPath;
 
 // A one-task request that ran in its caller's thread on ferry's POSIX path, kept in this compact
 // form so that its report (and the text of its reasons) is built only when someone asks for it.
-// Strings stay empty (no allocation) except for GPU requests that cuFile could not accelerate.
+// Its text is optional and absent for most requests, so that copying one (into its File's lane,
+// into its future) copies no string (bench/NOTES.md).
 struct SmallRoute {
   Op op = Op::kRead;
   std::uint64_t offset = 0;
@@ -32,10 +33,12 @@ struct SmallRoute {
   cuda::QuickMemory memory;
   Settings settings;                            // the request's snapshot
   ReasonCode layer1 = ReasonCode::kHostBuffer;  // ferry's choice of its POSIX path
-  std::string compat_why;                       // for kCufileCompatOnly: why cuFile could not help
+  // For kCufileCompatOnly: why cuFile could not help (GPU requests only).
+  std::optional<std::string> compat_why;
   bool cold_direct = false;   // read with O_DIRECT because its pages were not cached
   bool cold_refused = false;  // cold, but the file system refused O_DIRECT
-  PageCacheResidency page_cache;
+  // Measured for reads of at least the POSIX path's cold_task_min(); absent: not measured.
+  std::optional<PageCacheResidency> page_cache;
   const HostPath* host = nullptr;  // the path that ran it (its runtime's environment's)
 };
 

@@ -117,10 +117,15 @@ struct Environment {
   void record_request(const RouteReport& report, bool failed) const {
     ambient ? ambient->record_request(report, failed) : statistics::record_request(report, failed);
   }
-  void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
-                            ReasonCode layer1, bool cold_direct, int device) const {
-    ambient ? ambient->record_small_request(op, bytes, nanoseconds, layer1, cold_direct, device)
-            : statistics::record_small_request(op, bytes, nanoseconds, layer1, cold_direct, device);
+  // A small request that ended well: its record and the end of the `started` bytes.
+  void end_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds, ReasonCode layer1,
+                         bool cold_direct, int device, std::uint64_t started) const {
+    if (ambient == nullptr) {
+      statistics::end_small_request(op, bytes, nanoseconds, layer1, cold_direct, device, started);
+      return;
+    }
+    ambient->record_small_request(op, bytes, nanoseconds, layer1, cold_direct, device);
+    ambient->note_request_ended(started);
   }
   void note_request_started(std::uint64_t bytes) const {
     ambient ? ambient->note_request_started(bytes) : statistics::note_request_started(bytes);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <vector>
@@ -47,8 +48,8 @@ void RequestState::complete(std::size_t bytes, std::exception_ptr error, RouteRe
     report_ = std::move(made);
     done_ = true;
     finished_.store(true, std::memory_order_release);
+    if (cv_) cv_->notify_all();
   }
-  cv_.notify_all();
 }
 
 bool RequestState::ready() const {
@@ -61,13 +62,17 @@ void RequestState::wait() const {
   if (finished_.load(std::memory_order_acquire) || orphaned()) return;
   if (helper_) helper_();
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
+  if (done_) return;
+  if (!cv_) cv_.emplace();
+  cv_->wait(lock, [this] { return done_; });
 }
 
 bool RequestState::wait_for(double seconds) const {
   if (finished_.load(std::memory_order_acquire) || orphaned()) return true;
   std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; });
+  if (done_) return true;
+  if (!cv_) cv_.emplace();
+  return cv_->wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; });
 }
 
 std::size_t RequestState::get() const {
@@ -81,7 +86,12 @@ std::size_t RequestState::get() const {
 void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
                                      const SmallRoute& route) {
   bytes_ = bytes;
-  small_path_ = path;
+  if (path.size() <= sizeof(small_path_inline_)) {
+    small_path_size_ = static_cast<std::uint16_t>(path.size());
+    std::memcpy(small_path_inline_, path.data(), path.size());
+  } else {
+    small_path_ = path;
+  }
   small_ = route;
   done_ = true;
   finished_.store(true, std::memory_order_release);
@@ -99,7 +109,10 @@ bool RequestState::cancel() {
 RouteReport RequestState::route() const {
   wait();
   if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
-  if (small_) return small_report(small_path_, *small_);
+  if (small_) {
+    if (!small_path_.empty()) return small_report(small_path_, *small_);
+    return small_report(std::string(small_path_inline_, small_path_size_), *small_);
+  }
   return *report_;
 }
 

@@ -70,7 +70,10 @@ class RequestState {
   bool stream_ordered_ = false;   // set before the future is handed out
   std::function<void()> helper_;  // likewise
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
+  // Made by the first wait that must block, under mu_: most futures (a small request's, born
+  // finished) never wait, and making and destroying one was 30 of their instructions
+  // (bench/NOTES.md, "Small requests on one thread, round 2").
+  mutable std::optional<std::condition_variable> cv_;
   bool done_ = false;  // under mu_
   // Set (release) once the result below is complete and will not change: waits that find it
   // read the result without the lock.
@@ -81,8 +84,13 @@ class RequestState {
   // malloc's per-thread cache (glibc's tcache: up to 1032 B; with the report inline the state
   // was larger and every future paid malloc's slow path, bench/NOTES.md §30).
   std::unique_ptr<const RouteReport> report_;
-  std::string small_path_;  // set with small_ by complete_unshared()
+  // Set by complete_unshared(): the route, and its File's path, inline where it fits, so that a
+  // small request's future allocates its state alone (a copy in a std::string was a second
+  // allocation and its free, 170 instructions, bench/NOTES.md); longer paths in small_path_.
   std::optional<SmallRoute> small_;
+  std::string small_path_;
+  std::uint16_t small_path_size_ = 0;
+  char small_path_inline_[160];
 };
 
 // Starts the request. Errors found before any I/O (bad range, strict mode) complete the future

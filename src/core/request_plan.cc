@@ -7,27 +7,30 @@
 namespace ferry::core {
 namespace {
 
-// The facts of a File, asked at most once each; `cheap`: never the residency or the probe.
-struct FileFacts final : Layer1Asks {
-  FileFacts(bool c, OpenFile& f, const Settings& s, const PageCacheResidency& r,
-            AcceleratedProbe& p)
-      : cheap(c), file(f), settings(s), residency(r), probed(p) {}
+// The cheap facts of a File: never the residency or the probe.
+struct CheapFacts : Layer1Asks {
+  explicit CheapFacts(OpenFile& f) : file(f) {}
   bool remote() override { return file.remote(); }
   std::optional<std::optional<std::string>> compat_only() override {
     return file.runtime().env().accelerated->compat_only(file.fd());
   }
+  std::optional<bool> resident() override { return std::nullopt; }
+  std::optional<std::optional<std::string>> probe() override { return std::nullopt; }
+  OpenFile& file;
+};
+
+// All the facts of a File, asked at most once each.
+struct FileFacts final : CheapFacts {
+  FileFacts(OpenFile& f, const Settings& s, const PageCacheResidency& r, AcceleratedProbe& p)
+      : CheapFacts(f), settings(s), residency(r), probed(p) {}
   std::optional<bool> resident() override {
-    if (cheap) return std::nullopt;
     return residency.known && residency.fraction() >= kPageCacheFirst;
   }
   std::optional<std::optional<std::string>> probe() override {
-    if (cheap) return std::nullopt;
     probed = file.runtime().env().accelerated->probe(file, settings);
     if (probed.backend) return std::optional<std::string>();
     return probed.why_not;
   }
-  bool cheap;
-  OpenFile& file;
   const Settings& settings;
   const PageCacheResidency& residency;
   AcceleratedProbe& probed;
@@ -144,7 +147,7 @@ RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::
     residency.why_not = "not measured for writes";
   }
   AcceleratedProbe probe;
-  FileFacts asks(false, file, settings, residency, probe);
+  FileFacts asks(file, settings, residency, probe);
   RequestPlan p = plan_route(settings, memory, size, asks, residency);
   p.residency = std::move(residency);
   p.probe = std::move(probe);
@@ -152,9 +155,7 @@ RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::
 }
 
 Layer1Walk cheap_walk(const Settings& settings, bool gpu_memory, std::size_t size, OpenFile& file) {
-  const PageCacheResidency unknown;
-  AcceleratedProbe none;
-  FileFacts asks(true, file, settings, unknown, none);
+  CheapFacts asks(file);
   return walk_layer1(settings, gpu_memory, size, asks);
 }
 

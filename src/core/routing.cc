@@ -2,42 +2,53 @@
 
 #include <fmt/format.h>
 
+#include <tuple>
+#include <utility>
+
 namespace ferry::core {
 
-Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t size,
-                       Layer1Asks& asks) {
-  Layer1Walk w;
-  auto stop = [&w](Layer1Rule rule, bool decided) {
-    w.rule = rule;
-    w.decided = decided;
-    return w;
-  };
-  if (asks.remote()) return stop(Layer1Rule::kRemoteSource, true);
-  if (settings.compat_mode == CompatMode::kOn) return stop(Layer1Rule::kCompatModeOn, true);
+namespace {
+
+// The rule that decided (true) or the one that could not (false); `why` gets compat_only's or
+// the probe's words where those decided. Apart from the Layer1Walk, which is returned once and
+// never copied: a copy per rule was a third of a small request's walk (bench/NOTES.md).
+std::pair<Layer1Rule, bool> walk(const Settings& settings, bool gpu_memory, std::size_t size,
+                                 Layer1Asks& asks, std::string& why) {
+  if (asks.remote()) return {Layer1Rule::kRemoteSource, true};
+  if (settings.compat_mode == CompatMode::kOn) return {Layer1Rule::kCompatModeOn, true};
   // cuFile is only worth calling for GPU memory; host buffers are read straight in.
-  if (!gpu_memory) return stop(Layer1Rule::kHostMemory, true);
+  if (!gpu_memory) return {Layer1Rule::kHostMemory, true};
   const bool automatic = settings.compat_mode == CompatMode::kAuto;
-  if (automatic && size < settings.gds_threshold) return stop(Layer1Rule::kBelowThreshold, true);
+  if (automatic && size < settings.gds_threshold) return {Layer1Rule::kBelowThreshold, true};
   // The speed rules apply in auto mode without strict mode: compat_mode=off and require=cufile
   // or gds are the user's ways to insist on cuFile.
   if (automatic && settings.require == Require::kAny) {
     std::optional<std::optional<std::string>> compat = asks.compat_only();
-    if (!compat) return stop(Layer1Rule::kCompatOnly, false);
+    if (!compat) return {Layer1Rule::kCompatOnly, false};
     if (*compat) {
-      w.why = std::move(**compat);
-      return stop(Layer1Rule::kCompatOnly, true);
+      why = std::move(**compat);
+      return {Layer1Rule::kCompatOnly, true};
     }
     std::optional<bool> resident = asks.resident();
-    if (!resident) return stop(Layer1Rule::kPageCacheResident, false);
-    if (*resident) return stop(Layer1Rule::kPageCacheResident, true);
+    if (!resident) return {Layer1Rule::kPageCacheResident, false};
+    if (*resident) return {Layer1Rule::kPageCacheResident, true};
   }
   std::optional<std::optional<std::string>> probe = asks.probe();
-  if (!probe) return stop(Layer1Rule::kCufileUnavailable, false);
+  if (!probe) return {Layer1Rule::kCufileUnavailable, false};
   if (*probe) {
-    w.why = std::move(**probe);
-    return stop(Layer1Rule::kCufileUnavailable, true);
+    why = std::move(**probe);
+    return {Layer1Rule::kCufileUnavailable, true};
   }
-  return stop(Layer1Rule::kCufile, true);
+  return {Layer1Rule::kCufile, true};
+}
+
+}  // namespace
+
+Layer1Walk walk_layer1(const Settings& settings, bool gpu_memory, std::size_t size,
+                       Layer1Asks& asks) {
+  Layer1Walk w;
+  std::tie(w.rule, w.decided) = walk(settings, gpu_memory, size, asks, w.why);
+  return w;
 }
 
 std::string cufile_required_by(const Settings& settings) {

@@ -20,47 +20,41 @@ namespace {
 constexpr const char* kSmallNotMeasured =
     "not measured: a read under 1 MiB is read buffered whatever its residency";
 
-// What a small request needs, checked without side effects; nullopt when it does not qualify.
-std::optional<Settings> small_settings(OpenFile& file, Op op, const void* buffer, std::size_t size,
-                                       std::uint64_t offset, std::size_t max_size) {
-  if (buffer == nullptr || size == 0 || size > max_size || file.direct_requested()) return {};
+// Whether a request may take the small path, checked without side effects: `route` gets its
+// settings (the rest of it is the caller's to fill).
+bool small_settings(OpenFile& file, Op op, const void* buffer, std::size_t size,
+                    std::uint64_t offset, std::size_t max_size, SmallRoute& route) {
+  if (buffer == nullptr || size == 0 || size > max_size || file.direct_requested()) return false;
   if (offset > static_cast<std::uint64_t>(LLONG_MAX) ||
       size > static_cast<std::uint64_t>(LLONG_MAX) - offset) {
-    return {};
+    return false;
   }
-  if (op == Op::kRead ? !file.readable() : !file.writable()) return {};
-  if (file.runtime().env().layer1_memory) return {};
-  Settings settings;
+  if (op == Op::kRead ? !file.readable() : !file.writable()) return false;
+  if (file.runtime().env().layer1_memory) return false;
   try {
-    settings = file.settings();
+    route.settings = file.settings();
   } catch (const Error&) {
-    return {};  // submit() reports the bad setting
+    return false;  // submit() reports the bad setting
   }
-  if (size > settings.task_size || settings.require != Require::kAny) return {};
-  return settings;
+  return size <= route.settings.task_size && route.settings.require == Require::kAny;
 }
 
-// Runs a qualifying request; `route` gets its compact report. Throws the request's error after
-// recording it.
-std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buffer,
-                          std::size_t size, std::uint64_t offset, const Settings& settings,
-                          const cuda::QuickMemory& memory, SmallRoute& route) {
+// Runs a qualifying request, whose `route` start_small() filled; `route` gets the rest of its
+// compact report. Throws the request's error after recording it.
+std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, void* buffer, SmallRoute& route) {
   const Environment& env = file.runtime().env();
   const Clock::time_point start = env.now();
-  route.op = op;
-  route.offset = offset;
-  route.requested = size;
-  route.memory = memory;
-  route.settings = settings;
+  const std::uint64_t offset = route.offset;
+  const std::size_t size = route.requested;
   route.host = env.host;
   std::atomic<bool> cancelled{false};
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};
   RequestContext context{file,
-                         op,
+                         route.op,
                          static_cast<char*>(buffer),
-                         {memory.kind, memory.device, {}},
-                         settings,
+                         {route.memory.kind, route.memory.device, {}},
+                         route.settings,
                          cancelled,
                          1,
                          {},
@@ -69,13 +63,13 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buf
   std::size_t bytes = 0;
   env.note_request_started(size);
   try {
-    if (op == Op::kRead && size >= route.host->cold_task_min()) {
+    if (route.op == Op::kRead && size >= route.host->cold_task_min()) {
       // Large enough for the cold rule: measure, as submit() does.
       const std::uint64_t file_size = file.size();
       const std::size_t effective =
           offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
       route.page_cache = route.host->residency(file.fd(), offset, effective);
-      context.residency = route.page_cache;
+      context.residency = *route.page_cache;
     }
     bytes = route.host->run_inline(context, Task{offset, 0, size});
   } catch (...) {
@@ -96,11 +90,12 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buf
   route.nanoseconds = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(env.now() - start).count());
   // The same bucket record_request() picks: host memory, a GPU's, or a GPU not known.
+  const cuda::QuickMemory& memory = route.memory;
   const int device = !is_gpu(memory.kind) ? -1
                      : memory.device >= 0 ? memory.device
                                           : statistics::kDeviceNotRecorded;
-  env.record_small_request(op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device);
-  env.note_request_ended(size);
+  env.end_small_request(route.op, bytes, route.nanoseconds, route.layer1, route.cold_direct, device,
+                        size);
   const auto ended = start + std::chrono::nanoseconds(route.nanoseconds);
   file.set_last_route(
       lane, route,
@@ -109,64 +104,52 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, Op op, void* buf
   return bytes;
 }
 
-}  // namespace
-
-namespace {
-
-// The checks every small request makes before it runs; null (and nothing done) when it does
-// not qualify or the file is closing (submit() reports that). Otherwise the request is counted
-// in the returned lane, and the caller owes file.end_small(lane).
+// The checks every small request makes before it runs, filling `route` with what it knows
+// before the I/O; null (and nothing done) when it does not qualify or the file is closing
+// (submit() reports that). Otherwise the request is counted in the returned lane, and the caller
+// owes file.end_small(lane).
 OpenFile::Lane* start_small(OpenFile& file, Op op, void* buffer, std::size_t size,
-                            std::uint64_t offset, std::size_t max_size, Settings* settings,
-                            cuda::QuickMemory* memory, SmallRoute* route) {
-  std::optional<Settings> s = small_settings(file, op, buffer, size, offset, max_size);
-  if (!s) return nullptr;
-  *memory = cuda::classify_quick(buffer);
+                            std::uint64_t offset, std::size_t max_size, SmallRoute& route) {
+  if (!small_settings(file, op, buffer, size, offset, max_size, route)) return nullptr;
+  route.op = op;
+  route.offset = offset;
+  route.requested = size;
+  route.memory = cuda::classify_quick(buffer);
   // The plan's walk over the cheap facts: a remote object, cuFile, or a rule that needs the
   // residency or cuFile's driver, goes to submit().
-  Layer1Walk walk = cheap_walk(*s, is_gpu(memory->kind), size, file);
+  Layer1Walk walk = cheap_walk(route.settings, is_gpu(route.memory.kind), size, file);
   if (!walk.decided || walk.rule == Layer1Rule::kCufile || walk.rule == Layer1Rule::kRemoteSource) {
     return nullptr;
   }
-  route->layer1 = reason_code(walk.rule, memory->noted());
-  route->compat_why = std::move(walk.why);
-  OpenFile::Lane* lane = file.begin_small();
-  if (lane == nullptr) return nullptr;
-  *settings = *s;
-  return lane;
+  route.layer1 = reason_code(walk.rule, route.memory.noted());
+  if (!walk.why.empty()) route.compat_why = std::move(walk.why);
+  return file.begin_small();
 }
 
 }  // namespace
 
 bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint64_t offset,
                std::size_t max_size, std::size_t* bytes) {
-  Settings settings;
-  cuda::QuickMemory memory;
   SmallRoute route;
-  OpenFile::Lane* lane =
-      start_small(file, op, buffer, size, offset, max_size, &settings, &memory, &route);
+  OpenFile::Lane* lane = start_small(file, op, buffer, size, offset, max_size, route);
   if (lane == nullptr) return false;
   struct End {
     OpenFile& f;
     OpenFile::Lane* lane;
     ~End() { f.end_small(lane); }
   } end{file, lane};
-  *bytes = run_small_now(file, lane, op, buffer, size, offset, settings, memory, route);
+  *bytes = run_small_now(file, lane, buffer, route);
   return true;
 }
 
 IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
                       std::uint64_t offset, std::size_t max_size) {
-  Settings settings;
-  cuda::QuickMemory memory;
   SmallRoute route;
-  OpenFile::Lane* lane =
-      start_small(*file, op, buffer, size, offset, max_size, &settings, &memory, &route);
+  OpenFile::Lane* lane = start_small(*file, op, buffer, size, offset, max_size, route);
   if (lane == nullptr) return IoFuture();
   auto state = std::make_shared<RequestState>();
   try {
-    std::size_t bytes =
-        run_small_now(*file, lane, op, buffer, size, offset, settings, memory, route);
+    std::size_t bytes = run_small_now(*file, lane, buffer, route);
     file->end_small(lane);
     // Asynchronous small requests are at most 64 KiB: never cold (cold_task_min is 1 MiB), so
     // their report needs no word from the File beyond its path.
@@ -194,7 +177,7 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   report.workers = 1;
   report.posix_tasks = 1;
   report.seconds = static_cast<double>(r.nanoseconds) / 1e9;
-  report.page_cache = r.page_cache;
+  if (r.page_cache) report.page_cache = *r.page_cache;
   if (!report.page_cache.known && report.page_cache.why_not.empty()) {
     report.page_cache.why_not = r.op == Op::kRead ? kSmallNotMeasured : "not measured for writes";
   }
@@ -205,7 +188,8 @@ RouteReport small_report(const std::string& path, const SmallRoute& r,
   struct Replay final : Layer1Asks {
     explicit Replay(const SmallRoute& route) : r(route) {}
     std::optional<std::optional<std::string>> compat_only() override {
-      if (r.layer1 == ReasonCode::kCufileCompatOnly) return std::optional(r.compat_why);
+      if (r.layer1 == ReasonCode::kCufileCompatOnly)
+        return std::optional(r.compat_why.value_or(std::string()));
       return std::optional<std::string>();
     }
     std::optional<bool> resident() override { return false; }

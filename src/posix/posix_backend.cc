@@ -45,6 +45,41 @@ class Backoff {
   int tries_ = 0;
 };
 
+// Reads until `len` bytes or end of file; returns the count. A buffered read of 0 bytes is the
+// end of the file. A short O_DIRECT read is the end of the file only where the file's size says
+// so: NFS and FUSE may return short counts before it. Then the read goes on where the count is
+// block-aligned, and fails where it is not (an O_DIRECT read cannot start mid-block): never a
+// silent truncation. `moved`: the bytes its task moved before, which an error reports.
+std::size_t read_range(io::IoSeam& io, const std::string& path, int fd, char* buf, std::size_t len,
+                       std::uint64_t off, bool direct, std::size_t moved) {
+  std::size_t done = 0;
+  Backoff again;
+  while (done < len) {
+    ssize_t n = io.pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0) {
+      if (errno == EINTR || (errno == EAGAIN && again.wait())) continue;
+      throw IoError(errno, direct ? "pread(O_DIRECT)" : "pread", path, off + done, len - done,
+                    moved);
+    }
+    done += static_cast<std::size_t>(n);
+    // Buffered, 0 is the end of the file whatever fstat said: sysfs attributes report 4096 B
+    // and end sooner (issue 30, finding 15), a file cut short mid-read ends at the cut.
+    if (n == 0 && !direct) break;
+    if (n == 0 || (direct && done < len)) {
+      struct stat st {};
+      if (io.fstat(fd, &st) != 0) throw IoError(errno, "fstat", path, off + done, 0);
+      const auto file_size = static_cast<std::uint64_t>(st.st_size);
+      if (off + done >= file_size) break;  // the end of the file
+      if (n > 0 && (!direct || (off + done) % kAlignment == 0)) continue;
+      throw IoError(EIO, direct ? "pread(O_DIRECT)" : "pread", path, off + done, len - done, moved,
+                    fmt::format("short read of {} B before the end of the file ({} B): not an "
+                                "end of file, and O_DIRECT cannot resume mid-block",
+                                n, file_size));
+    }
+  }
+  return done;
+}
+
 class PosixWorker final : public core::Worker {
  public:
   explicit PosixWorker(const core::RequestContext& c)
@@ -106,39 +141,8 @@ class PosixWorker final : public core::Worker {
     return c_.buffer + task.buffer_offset + (file_offset - task.file_offset);
   }
 
-  // Reads until `len` bytes or end of file; returns the count. A buffered read of 0 bytes is the
-  // end of the file. A short O_DIRECT read is the end of the file only where the file's size says
-  // so: NFS and FUSE may return short counts before it. Then the read goes on where the count is
-  // block-aligned, and fails where it is not (an O_DIRECT read cannot start mid-block): never a
-  // silent truncation.
   std::size_t read_full(int fd, char* buf, std::size_t len, std::uint64_t off, bool direct) {
-    std::size_t done = 0;
-    Backoff again;
-    while (done < len) {
-      ssize_t n = io_.pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
-      if (n < 0) {
-        if (errno == EINTR || (errno == EAGAIN && again.wait())) continue;
-        throw IoError(errno, direct ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
-                      len - done, moved_);
-      }
-      done += static_cast<std::size_t>(n);
-      // Buffered, 0 is the end of the file whatever fstat said: sysfs attributes report 4096 B
-      // and end sooner (issue 30, finding 15), a file cut short mid-read ends at the cut.
-      if (n == 0 && !direct) break;
-      if (n == 0 || (direct && done < len)) {
-        struct stat st {};
-        if (io_.fstat(fd, &st) != 0) throw IoError(errno, "fstat", c_.file.path(), off + done, 0);
-        const auto file_size = static_cast<std::uint64_t>(st.st_size);
-        if (off + done >= file_size) break;  // the end of the file
-        if (n > 0 && (!direct || (off + done) % kAlignment == 0)) continue;
-        throw IoError(EIO, direct ? "pread(O_DIRECT)" : "pread", c_.file.path(), off + done,
-                      len - done, moved_,
-                      fmt::format("short read of {} B before the end of the file ({} B): not an "
-                                  "end of file, and O_DIRECT cannot resume mid-block",
-                                  n, file_size));
-      }
-    }
-    return done;
+    return read_range(io_, c_.file.path(), fd, buf, len, off, direct, moved_);
   }
 
   void write_full(int fd, const char* buf, std::size_t len, std::uint64_t off) {
@@ -466,6 +470,16 @@ std::unique_ptr<core::Worker> PosixBackend::make_worker(const core::RequestConte
 
 std::size_t PosixBackend::run_inline(const core::RequestContext& context,
                                      const core::Task& task) const {
+  // A read into host memory on a buffered descriptor, too small to be read cold: the one pread,
+  // without a worker (its making and finishing were 120 of a small request's instructions,
+  // bench/NOTES.md).
+  const core::OpenFile& file = context.file;
+  if (context.op == Op::kRead && !is_gpu(context.memory.kind) && file.direct_fd() < 0 &&
+      task.size < kColdTaskMin) {
+    const io::CancelScope cancel(&context.cancelled);
+    return read_range(file.io(), file.path(), file.fd(), context.buffer + task.buffer_offset,
+                      task.size, task.file_offset, false, 0);
+  }
   PosixWorker worker(context);
   std::size_t n = worker.run(task);
   worker.finish();

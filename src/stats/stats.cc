@@ -361,8 +361,12 @@ void record_request(const RouteReport& report, bool failed) {
   });
 }
 
-void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds, ReasonCode layer1,
-                          bool cold_direct, int device) {
+namespace {
+
+// record_small_request(), and with `end` the end of the `started` bytes in the same update.
+FERRY_STATS_INLINE void record_small(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
+                                     ReasonCode layer1, bool cold_direct, int device, bool end,
+                                     std::uint64_t started) {
   std::size_t bucket;
   if (device != kDeviceNotRecorded) {
     bucket = L::device_bucket(device);
@@ -392,7 +396,23 @@ void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds,
     add(s, engine_w, 1);
     if (cold_direct) add(s, cold_w, 1);
     add(s, hist_w, 1);
+    if (end) {
+      add(s, L::kSlotEndedRequests, 1);
+      add(s, L::kSlotEndedBytes, started);
+    }
   });
+}
+
+}  // namespace
+
+void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds, ReasonCode layer1,
+                          bool cold_direct, int device) {
+  record_small(op, bytes, nanoseconds, layer1, cold_direct, device, false, 0);
+}
+
+void end_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds, ReasonCode layer1,
+                       bool cold_direct, int device, std::uint64_t started) {
+  record_small(op, bytes, nanoseconds, layer1, cold_direct, device, true, started);
 }
 
 void note_request_started(std::uint64_t bytes) {

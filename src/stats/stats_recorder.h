@@ -20,6 +20,11 @@ void record_request(const RouteReport& report, bool failed);
 // as host memory and the others as memory not recorded.
 void record_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds, ReasonCode layer1,
                           bool cold_direct, int device = kDeviceNotRecorded);
+// record_small_request() and note_request_ended(started) in one update of the thread's counters:
+// the small path's end (two updates were 35 of its instructions, bench/NOTES.md, "Small requests on
+// one thread, round 2").
+void end_small_request(Op op, std::uint64_t bytes, std::uint64_t nanoseconds, ReasonCode layer1,
+                       bool cold_direct, int device, std::uint64_t started);
 
 // Bytes in flight: a request's start and its end, in any threads, each exactly once per request
 // (the end after record_request or record_small_request). Until the first start is noted, readers

@@ -79,6 +79,30 @@ TEST(FileRead, RouteReportCountsTasksAndSaysPosix) {
   EXPECT_EQ(file.last_route().bytes, buffer.size());
 }
 
+// A small request's future keeps its File's path for its report: inline up to 160 bytes, in a
+// string beyond (the second path is exactly 160 bytes). Each names the file, after the File is
+// gone too.
+TEST(FileRead, SmallFutureReportNamesItsFileWhateverThePathLength) {
+  TempDir dir;
+  const std::filesystem::path deep = dir / std::string(100, 'd') / std::string(100, 'e');
+  std::filesystem::create_directories(deep);
+  for (const std::filesystem::path& path :
+       {dir / "a.bin", dir / std::string(159 - dir.path().string().size(), 'p'), deep / "b.bin"}) {
+    test::write_file(path, test::random_bytes(8192, 4));
+    std::vector<unsigned char> buffer(4096);
+    IoFuture f;
+    {
+      File file(path, "r");
+      f = file.pread(buffer.data(), buffer.size(), 4096);
+      EXPECT_EQ(file.last_route().file, path.string());
+    }
+    EXPECT_EQ(f.get(), buffer.size());
+    RouteReport r = f.route();
+    EXPECT_EQ(r.file, path.string()) << path.string().size() << " bytes";
+    EXPECT_EQ(r.bytes, buffer.size());
+  }
+}
+
 TEST(FileRead, ManyConcurrentPreadsOnOneFile) {
   TempDir dir;
   const std::size_t size = 8 << 20;
