@@ -4,13 +4,14 @@ with pinned, async staging), ferry's writer synchronous, and ferry's writer with
 For each: the call's return time (the training stall), the staging time (until the tensors may
 change), the total (until committed), over --saves saves into one folder; then host RSS and
 ferry's pinned pool over the saves. The pinned device-to-host bandwidth is measured in the same
-run: ferry's staging goal is <= 1.2x bytes / that bandwidth (bench/NOTES.md).
+run: ferry's staging goal is <= 1.2x bytes / that bandwidth (bench/NOTES.md). The state dict is
+the one tests/python/test_dcp_async.py checks (bench/dcp_state.py): bf16 layers of 256 MiB and a
+small optimizer state.
 
   python3 bench/dcp_async_bench.py --gib 8 --dir /data/bench --saves 20 [--modes ferry_async,...]
 """
 import argparse
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -20,33 +21,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 import ferry.dcp
+import dcp_state
 
 MODES = ["stock_t1", "stock_t8", "stock_async", "stock_async_pinned", "ferry_sync", "ferry_async"]
-
-
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def state(gib):
-    n = max(1, int(gib * 4))  # 256 MiB tensors, bf16
-    g = torch.Generator(device="cuda").manual_seed(0)
-    sd = {"model": {f"layers.{i}.w": torch.randn(128 << 20, device="cuda", generator=g,
-                                                  dtype=torch.bfloat16) for i in range(n)}}
-    torch.cuda.synchronize()
-    return sd, n * (256 << 20)
-
-
-def d2h_bandwidth(nbytes):
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    return nbytes / (time.perf_counter() - t0)
 
 
 def one(mode, sd, path, stager):
@@ -82,8 +59,9 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    sd, nbytes = state(args.gib)
-    bw = d2h_bandwidth(min(nbytes, 2 << 30))
+    sd = dcp_state.state(args.gib * (1 << 30))
+    nbytes = dcp_state.nbytes(sd)
+    bw = dcp_state.pinned_d2h_bandwidth(min(nbytes, 2 << 30))
     print(f"{nbytes / 2**30:.2f} GiB in GPU memory; pinned D2H {bw / 1e9:.2f} GB/s -> ferry's "
           f"staging goal {1.2 * nbytes / bw:.3f} s; torch {torch.__version__}")
     results = {"bytes": nbytes, "d2h_bytes_per_s": bw, "torch": torch.__version__, "modes": {}}
@@ -100,7 +78,7 @@ def main():
         rows, rss_seen = [], []
         for _ in range(args.saves):
             rows.append(one(mode, sd, path, stager))
-            rss_seen.append(rss())
+            rss_seen.append(dcp_state.rss())
         pool = stager.report() if isinstance(stager, ferry.dcp.Stager) else None
         if stager is not None:
             stager.close()

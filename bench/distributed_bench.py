@@ -42,7 +42,8 @@ from typing import Any, Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-import checkpoint_bench as cb  # noqa: E402  (page-cache tools, the synthetic checkpoint)
+import checkpoint_bench as cb  # noqa: E402  (the synthetic checkpoint, its reader)
+import page_cache  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -102,7 +103,7 @@ def one_process_case(variant: str, path: str, half: int, cold: bool, gpus: int) 
                 f.read(torch.empty(64 * MIB, dtype=torch.uint8, device=f"cuda:{d}"))
     result: Dict[str, Any] = {"variant": variant}
     if cold:
-        result["resident_single"] = cb.drop_pages([path])
+        result["resident_single"] = page_cache.drop_pages([path])
     buf = torch.empty(half, dtype=torch.uint8, device="cuda:0")
     io0 = proc_io()
     start = time.perf_counter()
@@ -114,7 +115,7 @@ def one_process_case(variant: str, path: str, half: int, cold: bool, gpus: int) 
     result["single"] = {"bytes": got, "seconds": single, "gbps": got / single / 1e9,
                         "route": route.verdict, "io": io_delta(io0)}
     if cold:
-        result["resident_split"] = cb.drop_pages([path])
+        result["resident_split"] = page_cache.drop_pages([path])
     io0 = proc_io()
     split = fd.read_split(path, devices, 0, half * gpus, prepare=variant == "python-prepared")
     result["split"] = {"bytes": split.bytes, "seconds": split.wall, "gbps": split.gbps,
@@ -132,7 +133,7 @@ def cli_case(path: str, half: int, cold: bool, gpus: int, env: Dict[str, str]) -
 
     def run(args: List[str]) -> Dict[str, Any]:
         if cold:
-            cb.drop_pages([path])
+            page_cache.drop_pages([path])
         p = subprocess.run([cli, "read", path, "--json"] + args, env=env, capture_output=True,
                            text=True)
         if p.returncode != 0:
@@ -430,7 +431,7 @@ def main() -> int:
             for temp in temps:
                 for variant in ("python-default", "python-prepared", "cli"):
                     if temp == "hot":
-                        cb.warm_pages([raw])
+                        page_cache.warm_pages([raw])
                     try:
                         if variant == "cli":
                             r = cli_case(raw, half, temp == "cold", 2, env)
@@ -458,7 +459,7 @@ def main() -> int:
     shards = cb.shard_files(synthetic)
     for temp in temps:
         for part, case in cases:
-            left = cb.drop_pages(shards) if temp == "cold" else cb.warm_pages(shards)
+            left = page_cache.drop_pages(shards) if temp == "cold" else page_cache.warm_pages(shards)
             verify = not a.no_verify and case.startswith("ferry") and \
                 (case == "ferry-sharded" or temp == "hot")
             r = launch(case, synthetic, world, os.path.join(a.out, f"rank-{case}.json"), verify,

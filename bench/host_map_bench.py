@@ -1,7 +1,7 @@
 """Host loads by residency (issue 48, bench/NOTES.md §31): ferry's mapped route, its read route,
 its default (auto: resident files mapped, cold ones mapped and populated) and
 safetensors.torch.load_file, each in a fresh process, rounds alternating the order, on one
-safetensors file resident in the page cache and dropped from it (fdatasync + posix_fadvise
+safetensors file resident in the page cache and dropped from it (fsync + posix_fadvise
 DONTNEED before each cold run). Two times per run: until load_file returns, and until every page
 of every tensor has been read (one byte per 4 KiB page, so a lazy mapping faults its pages in;
 memory a read filled is only read back).
@@ -32,6 +32,8 @@ import statistics
 import struct
 import subprocess
 import sys
+
+from page_cache import drop_pages, warm_pages
 
 RAW = r"""
 import ctypes, json, mmap, os, sys, threading, time
@@ -161,18 +163,7 @@ def make(path: str, size_mib: int) -> None:
 
 def set_state(path: str, state: str) -> float:
     """Makes the file resident or cold; returns the fraction resident afterwards."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if state == "cold":
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        else:
-            while os.read(fd, 64 << 20):
-                pass
-    finally:
-        os.close(fd)
-    import ferry
-    return ferry.page_cache_residency(path).fraction
+    return drop_pages([path]) if state == "cold" else warm_pages([path])
 
 
 def main() -> int:

@@ -31,6 +31,8 @@ import sys
 import time
 from typing import Any, Dict, List
 
+from page_cache import drop_pages
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 1 << 30
 MIB = 1 << 20
@@ -65,15 +67,6 @@ def fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def drop_pages(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
 
@@ -123,7 +116,7 @@ def run_case(case: str, work: str, tiny: bool) -> List[Dict[str, Any]]:
     size = os.path.getsize(source)
     for call in ("cold", "warm"):
         if call == "cold":
-            drop_pages(source)
+            drop_pages([source])
         sync("cuda:0" if torch.cuda.is_available() else "cpu")
         where = "cuda:0" if torch.cuda.is_available() and not tiny else "cpu"
         t0 = time.perf_counter()

@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -22,7 +21,6 @@
 #include "checkpoint/progress_meter.h"
 #include "checkpoint/temp_file.h"
 #include "ferry/atomic_file.h"
-#include "ferry/memory.h"
 
 namespace ferry {
 
@@ -74,13 +72,9 @@ void submit(ShardWrite& s) {
   File& f = s.out->file();
   try {
     s.requests.push_back(f.pwrite(s.layout.header.data(), s.layout.header.size(), 0));
-    std::map<std::pair<int, int>, std::vector<WriteRange>> groups;
+    checkpoint::WriteGroups groups;
     for (std::size_t i : s.layout.order) {
-      const TensorSource& t = s.tensors[i];
-      if (t.nbytes == 0) continue;
-      const MemoryInfo m = classify_memory(t.data);
-      groups[{static_cast<int>(m.kind), m.device}].push_back(
-          {s.layout.offset[i], static_cast<std::size_t>(t.nbytes), t.data});
+      checkpoint::add_write(groups, s.layout.offset[i], s.tensors[i].data, s.tensors[i].nbytes);
     }
     for (const auto& [kind, ranges] : groups) s.requests.push_back(f.pwrite_scatter(ranges));
   } catch (const IoError&) {

@@ -8,14 +8,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <set>
 
 #include "checkpoint/folder_commit.h"
-#include "checkpoint/temp_file.h"
 #include "checkpoint/torch_save_writer.h"
 #include "ferry/atomic_file.h"
-#include "ferry/memory.h"
 
 namespace ferry {
 
@@ -41,17 +38,12 @@ std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items, co
   std::vector<DcpItemPlace> places;
   std::vector<std::string> records;  // the blobs' heads and tails, alive until written
   records.reserve(2 * items.size());
-  std::map<std::pair<int, int>, std::vector<WriteRange>> groups;  // by kind of memory, device
-  auto add = [&](std::uint64_t at, const void* data, std::uint64_t n) {
-    if (n == 0) return;
-    const MemoryInfo m = classify_memory(data);
-    groups[{static_cast<int>(m.kind), m.device}].push_back({at, static_cast<std::size_t>(n), data});
-  };
+  checkpoint::WriteGroups groups;
   std::uint64_t at = 0;
   for (const DcpWriteItem& item : items) {
     if (item.is_bytes) {
       places.push_back({at, item.bytes.size()});
-      add(at, item.bytes.data(), item.bytes.size());
+      checkpoint::add_write(groups, at, item.bytes.data(), item.bytes.size());
       at += item.bytes.size();
       continue;
     }
@@ -72,36 +64,16 @@ std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items, co
     }
     places.push_back({at, blob.length});
     records.push_back(std::move(blob.head));
-    add(at, records.back().data(), records.back().size());
-    add(blob.data_offset, t.data, t.nbytes);
+    checkpoint::add_write(groups, at, records.back().data(), records.back().size());
+    checkpoint::add_write(groups, blob.data_offset, t.data, t.nbytes);
     records.push_back(std::move(blob.tail));
-    add(blob.data_offset + t.nbytes, records.back().data(), records.back().size());
+    checkpoint::add_write(groups, blob.data_offset + t.nbytes, records.back().data(),
+                          records.back().size());
     at += blob.length;
   }
 
   AtomicFile out(file, file_options(options));
-  std::vector<IoFuture> requests;
-  std::exception_ptr failed;
-  try {
-    for (const auto& [kind, ranges] : groups) requests.push_back(out.file().pwrite_scatter(ranges));
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  // Every request is waited for, also after a failure: they read the caller's memory.
-  for (IoFuture& r : requests) {
-    try {
-      r.get();
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) {
-    try {
-      std::rethrow_exception(failed);
-    } catch (const IoError&) {
-      checkpoint::rethrow_naming(file, out.temp());
-    }
-  }
+  checkpoint::write_groups(out, groups, nullptr, nullptr);
   out.commit(options.durable);
   return places;
 }

@@ -12,11 +12,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <vector>
 
+#include "checkpoint/progress_meter.h"
 #include "checkpoint/temp_file.h"
 #include "ferry/atomic_file.h"
 #include "ferry/error.h"
+#include "ferry/memory.h"
 
 namespace ferry::checkpoint {
 
@@ -115,6 +118,44 @@ void rethrow_after_commit(const fs::path& dir, const std::string& how) {
                   fmt::format("{}; the new checkpoint is already committed in {} ({}), so a "
                               "load gives the new tensors; nothing of it was removed",
                               std::strerror(e.error_code()), dir.string(), how));
+  }
+}
+
+void add_write(WriteGroups& groups, std::uint64_t offset, const void* data, std::uint64_t n) {
+  if (n == 0) return;
+  const MemoryInfo m = classify_memory(data);
+  groups[{static_cast<int>(m.kind), m.device}].push_back(
+      {offset, static_cast<std::size_t>(n), data});
+}
+
+void write_groups(AtomicFile& out, const WriteGroups& groups, ProgressMeter* meter,
+                  std::vector<RouteReport>* routes) {
+  std::vector<IoFuture> requests;
+  std::exception_ptr failed;
+  try {
+    for (const auto& [kind, ranges] : groups) requests.push_back(out.file().pwrite_scatter(ranges));
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const auto written = [&requests] {
+    std::uint64_t n = 0;
+    for (const IoFuture& r : requests) n += r.progress();
+    return n;
+  };
+  for (IoFuture& r : requests) {
+    try {
+      if (meter != nullptr) meter->wait(r, written);
+      r.get();
+      if (routes != nullptr) routes->push_back(r.route());
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (!failed) return;
+  try {
+    std::rethrow_exception(failed);
+  } catch (const IoError&) {
+    rethrow_naming(out.dest(), out.temp());
   }
 }
 

@@ -1,17 +1,28 @@
 // The commit protocol of ferry's checkpoint folders (safetensors shards with their index, DCP's
 // .distcp files with their .metadata): the folder made durably, a lock against a second writer,
-// the one file whose rename is the commit point, and errors after that point restated. Shared by
-// save_checkpoint and the DCP writer (docs/checkpoints.md "Saving", docs/training.md). A
-// FolderLock has one owner; the functions are thread-safe.
+// the one file whose rename is the commit point, and errors after that point restated; and the
+// writes of one file of a save. Shared by save_checkpoint, the DCP writer and ferry.torch.save
+// (docs/checkpoints.md "Saving", docs/training.md). A FolderLock has one owner; the functions are
+// thread-safe, each on objects of its caller's.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ferry/file.h"
 
+namespace ferry {
+class AtomicFile;
+}  // namespace ferry
+
 namespace ferry::checkpoint {
+
+class ProgressMeter;
 
 // mkdir -p, and (when durable) an fsync of the parent of every folder it made: a new folder's
 // name is an entry in its parent, lost in a crash unless the parent is synced. Throws IoError
@@ -47,5 +58,19 @@ void write_commit_file(const std::filesystem::path& path, std::string_view text,
 // the new checkpoint, whatever failed afterwards (so no caller may read "unchanged" into it).
 // `how` says what failed. Call only from a catch block of IoError.
 [[noreturn]] void rethrow_after_commit(const std::filesystem::path& dir, const std::string& how);
+
+// The pieces of one file's save, grouped by kind of memory and device: a scattered write's buffers
+// must be of one kind.
+using WriteGroups = std::map<std::pair<int, int>, std::vector<WriteRange>>;
+
+// Adds `n` bytes from `data` at `offset` to its group; an empty piece is left out.
+void add_write(WriteGroups& groups, std::uint64_t offset, const void* data, std::uint64_t n);
+
+// Writes `groups` to `out`'s file, one pwrite_scatter each, and waits for every request, also after
+// a failure (they read the caller's memory): through `meter` (the bytes written so far) when given,
+// each route appended to `routes` when given. Then rethrows the first failure, an IoError restated
+// to name out.dest() rather than its temporary file.
+void write_groups(AtomicFile& out, const WriteGroups& groups, ProgressMeter* meter,
+                  std::vector<RouteReport>* routes);
 
 }  // namespace ferry::checkpoint

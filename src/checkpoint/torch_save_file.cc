@@ -14,9 +14,9 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/folder_commit.h"
 #include "checkpoint/pickle_reader.h"
 #include "checkpoint/progress_meter.h"
-#include "checkpoint/temp_file.h"
 #include "checkpoint/torch_save_blob.h"
 #include "checkpoint/torch_save_writer.h"
 #include "ferry/atomic_file.h"
@@ -35,15 +35,6 @@ constexpr std::uint64_t kMaxDataPkl = 1u << 30;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// One scattered write per kind of memory and device: a request's buffers must be of one kind.
-using Groups = std::map<std::pair<int, int>, std::vector<WriteRange>>;
-
-void add(Groups& groups, std::uint64_t at, const void* data, std::uint64_t n) {
-  if (n == 0) return;
-  const MemoryInfo m = classify_memory(data);
-  groups[{static_cast<int>(m.kind), m.device}].push_back({at, static_cast<std::size_t>(n), data});
 }
 
 // What torch.load(weights_only=True) loads a state dict or optimizer state with.
@@ -113,11 +104,11 @@ SaveReport save_torch_file(std::string_view data_pkl, std::span<const TorchStora
   entries.push_back({"archive/version", "3\n"});
   const checkpoint::ZipLayout z = checkpoint::torch_zip_layout(entries, 0);
 
-  Groups groups;
+  checkpoint::WriteGroups groups;
   for (const checkpoint::ZipPiece& p : z.pieces)
-    add(groups, p.offset, p.bytes.data(), p.bytes.size());
+    checkpoint::add_write(groups, p.offset, p.bytes.data(), p.bytes.size());
   for (std::size_t i = 0; i < storages.size(); ++i) {
-    add(groups, z.data_offset[i + 2], storages[i].data, storages[i].nbytes);
+    checkpoint::add_write(groups, z.data_offset[i + 2], storages[i].data, storages[i].nbytes);
   }
 
   SaveReport report;
@@ -125,36 +116,8 @@ SaveReport save_torch_file(std::string_view data_pkl, std::span<const TorchStora
   FileOptions file_options = options.file;
   file_options.write_behind = file_options.write_behind || options.durable;
   AtomicFile out(file, file_options);
-  std::vector<IoFuture> requests;
-  std::exception_ptr failed;
-  try {
-    for (const auto& [kind, ranges] : groups) requests.push_back(out.file().pwrite_scatter(ranges));
-  } catch (...) {
-    failed = std::current_exception();
-  }
   checkpoint::ProgressMeter meter(options.progress, z.length);
-  const auto written = [&requests] {
-    std::uint64_t n = 0;
-    for (const IoFuture& r : requests) n += r.progress();
-    return n;
-  };
-  // Every request is waited for, also after a failure: they read the caller's memory.
-  for (IoFuture& r : requests) {
-    try {
-      meter.wait(r, written);
-      r.get();
-      report.routes.push_back(r.route());
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) {
-    try {
-      std::rethrow_exception(failed);
-    } catch (const IoError&) {
-      checkpoint::rethrow_naming(file, out.temp());
-    }
-  }
+  checkpoint::write_groups(out, groups, &meter, &report.routes);
   meter.finish();  // before the rename: a callback that throws leaves `file` as it was
   out.commit(options.durable);
   report.files.push_back(file.string());

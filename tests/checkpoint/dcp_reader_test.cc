@@ -2,7 +2,6 @@
 // loader's DCP branch, over the golden folders stock torch 2.11 wrote (tests/data/dcp).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,15 +11,14 @@
 #include "checkpoint/pickle_reader.h"
 #include "checkpoint/torch_save_blob.h"
 #include "ferry/checkpoint.h"
+#include "test_data.h"
 
 namespace ferry::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path golden(const char* name) {
-  return fs::path(std::getenv("FERRY_TEST_DATA")) / "dcp" / name;
-}
+fs::path golden(const char* name) { return test::test_data("dcp") / name; }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "test_data.h"
+
 namespace ferry::test {
 
 CliRun run_cli(const std::string& args, const std::string& env, bool merge_stderr) {
@@ -34,9 +36,6 @@ bool has(const std::string& text, const std::string& what) {
 
 std::string fake_gpu_env() { return "FERRY_CUDA_LIBRARY=" FERRY_FAKE_CUDA_PATH; }
 
-std::string platform_data() {
-  const char* d = std::getenv("FERRY_TEST_DATA");
-  return std::string(d ? d : "tests/data") + "/platform";
-}
+std::string platform_data() { return test_data("platform").string(); }
 
 }  // namespace ferry::test

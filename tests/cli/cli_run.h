@@ -23,7 +23,7 @@ bool has(const std::string& text, const std::string& what);
 // "FERRY_CUDA_LIBRARY=<the test double of libcuda>": one GPU, for a command that must see one.
 std::string fake_gpu_env();
 
-// tests/data/platform (FERRY_TEST_DATA).
+// tests/data/platform (test_data.h).
 std::string platform_data();
 
 }  // namespace ferry::test

@@ -25,16 +25,12 @@
 #include "ferry/runtime.h"
 #include "ferry/settings.h"
 #include "io/io_seam.h"
+#include "test_data.h"
 #include "test_hooks.h"
 #include "test_runtime.h"
 #include "test_util.h"
 
 namespace ferry::test {
-
-inline std::filesystem::path test_data() {
-  const char* d = std::getenv("FERRY_TEST_DATA");
-  return d ? std::filesystem::path(d) : std::filesystem::path(FERRY_SOURCE_DIR "/tests/data");
-}
 
 // The machine the cuFile tests run on, as an environment (core/paths.h) of a runtime of their own
 // (fake_gpu_runtime()): the cuFile path reads its facts from a captured tree, layer 1 sees host

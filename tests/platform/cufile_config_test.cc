@@ -6,13 +6,16 @@
 
 #include "platform/fake_tree.h"
 #include "platform/text_file.h"
+#include "test_data.h"
 
 namespace ferry::platform {
 namespace {
 
 using testing::FakeTree;
 
-std::string stock_text() { return read_text_file(testing::data_dir() / "cufile/stock.json").text; }
+std::string stock_text() {
+  return read_text_file(test::test_data("platform") / "cufile/stock.json").text;
+}
 
 TEST(CufileConfig, StockFileWithCommentsGivesTheMachineValuesFromTheFile) {
   auto c = parse_cufile_config(stock_text(), {});
@@ -44,7 +47,7 @@ TEST(CufileConfig, AbsentKeysTakeDocumentedDefaults) {
 }
 
 TEST(CufileConfig, ReportsLineAndColumnOfSyntaxError) {
-  auto text = read_text_file(testing::data_dir() / "cufile/bad_syntax.json").text;
+  auto text = read_text_file(test::test_data("platform") / "cufile/bad_syntax.json").text;
   auto c = parse_cufile_config(text, {});
   ASSERT_EQ(c.state, CufileFileState::kMalformed);
   ASSERT_TRUE(c.parse_error);
@@ -72,7 +75,7 @@ TEST(CufileConfig, LineAndColumnCountFromOne) {
 }
 
 TEST(CufileConfig, WrongValueTypesAreNamedByKey) {
-  auto text = read_text_file(testing::data_dir() / "cufile/wrong_types.json").text;
+  auto text = read_text_file(test::test_data("platform") / "cufile/wrong_types.json").text;
   auto c = parse_cufile_config(text, {});
   EXPECT_EQ(c.state, CufileFileState::kLoaded);
   ASSERT_EQ(c.problems.size(), 3u);
@@ -122,7 +125,7 @@ TEST(CufileConfig, ForceCompatFromEnvironmentOverridesTheFile) {
 }
 
 TEST(CufileConfig, SlabLayoutLeavesMaxDirectIoSizeToCufile) {
-  auto text = read_text_file(testing::data_dir() / "cufile/slab_config.json").text;
+  auto text = read_text_file(test::test_data("platform") / "cufile/slab_config.json").text;
   auto c = parse_cufile_config(text, {});
   EXPECT_FALSE(c.max_direct_io_size_kb.value);
   EXPECT_NE(c.max_direct_io_size_kb.problem.find("slab"), std::string::npos);

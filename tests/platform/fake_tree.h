@@ -1,5 +1,5 @@
 // Test helper: a throw-away directory tree standing in for "/" (files, directories and relative
-// symlinks, as sysfs has), and the path of the committed captures in tests/data/platform.
+// symlinks, as sysfs has). The committed captures are test_data("platform") (test_data.h).
 #pragma once
 
 #include <unistd.h>
@@ -11,11 +11,6 @@
 #include <string_view>
 
 namespace ferry::platform::testing {
-
-inline std::filesystem::path data_dir() {
-  const char* d = std::getenv("FERRY_TEST_DATA");
-  return std::filesystem::path(d ? d : "tests/data") / "platform";
-}
 
 class FakeTree {
  public:

@@ -4,6 +4,7 @@
 
 #include "platform/fake_tree.h"
 #include "platform/p2pdma.h"
+#include "test_data.h"
 
 namespace ferry::platform {
 namespace {
@@ -66,12 +67,12 @@ TEST(Iommu, KernelArgumentsParse) {
 }
 
 TEST(Acs, ComesFromNvidiaFsBridges) {
-  auto on = acs_from_nvfs(read_nvfs(testing::data_dir() / "nvfs_rw_on"));
+  auto on = acs_from_nvfs(read_nvfs(test::test_data("platform") / "nvfs_rw_on"));
   EXPECT_EQ(on.any_enabled, true);
   EXPECT_EQ(on.bridges, std::vector<std::string>{"0000:3a:00.0"});
-  auto off = acs_from_nvfs(read_nvfs(testing::data_dir() / "nvfs_rw_off"));
+  auto off = acs_from_nvfs(read_nvfs(test::test_data("platform") / "nvfs_rw_off"));
   EXPECT_EQ(off.any_enabled, false);
-  auto unknown = acs_from_nvfs(read_nvfs(testing::data_dir() / "nvfs_absent"));
+  auto unknown = acs_from_nvfs(read_nvfs(test::test_data("platform") / "nvfs_absent"));
   EXPECT_FALSE(unknown.any_enabled);
   EXPECT_NE(unknown.how.find("not loaded"), std::string::npos);
 }

@@ -5,12 +5,14 @@
 #include "platform/fake_tree.h"
 #include "platform/fs_type.h"
 #include "platform/text_file.h"
+#include "test_data.h"
 
 namespace ferry::platform {
 namespace {
 
 std::vector<MountEntry> server(std::vector<std::string>* errors = nullptr) {
-  return parse_mountinfo(read_text_file(testing::data_dir() / "mountinfo/server.txt").text, errors);
+  return parse_mountinfo(read_text_file(test::test_data("platform") / "mountinfo/server.txt").text,
+                         errors);
 }
 
 TEST(Mountinfo, ParsesFieldsAroundTheSeparator) {
@@ -65,14 +67,16 @@ TEST(Mountinfo, FallsBackToPrefixWhenTheDeviceIsNotMounted) {
 }
 
 TEST(Mountinfo, LaterMountOnTheSamePointHidesTheEarlierOne) {
-  auto m = parse_mountinfo(read_text_file(testing::data_dir() / "mountinfo/gpu_vm.txt").text);
+  auto m =
+      parse_mountinfo(read_text_file(test::test_data("platform") / "mountinfo/gpu_vm.txt").text);
   auto r = find_mount(m, "/dev/shm/x", std::nullopt);
   ASSERT_TRUE(r.mount);
   EXPECT_EQ(r.mount->mount_id, 31);
 }
 
 TEST(Mountinfo, GpuMachineRootIsExt4OnVda) {
-  auto m = parse_mountinfo(read_text_file(testing::data_dir() / "mountinfo/gpu_vm.txt").text);
+  auto m =
+      parse_mountinfo(read_text_file(test::test_data("platform") / "mountinfo/gpu_vm.txt").text);
   auto r = find_mount(m, "/root/data.bin", DeviceNumber{254, 0});
   ASSERT_TRUE(r.mount);
   EXPECT_EQ(r.mount->source, "/dev/vda");

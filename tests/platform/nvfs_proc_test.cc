@@ -4,14 +4,13 @@
 
 #include "platform/fake_tree.h"
 #include "platform/text_file.h"
+#include "test_data.h"
 
 namespace ferry::platform {
 namespace {
 
-using testing::data_dir;
-
 TEST(NvfsProc, ReadsEverythingWithRwStatsOn) {
-  auto s = read_nvfs(data_dir() / "nvfs_rw_on");
+  auto s = read_nvfs(test::test_data("platform") / "nvfs_rw_on");
   ASSERT_TRUE(s.loaded);
   EXPECT_TRUE(s.problems.empty()) << s.reason;
   EXPECT_EQ(s.version, "2.28");
@@ -37,7 +36,8 @@ TEST(NvfsProc, ReadsEverythingWithRwStatsOn) {
 }
 
 TEST(NvfsProc, BothReadsLinesAreKeptAndTheCountsComeFromTheFirst) {
-  auto text = read_text_file(data_dir() / "nvfs_rw_on/proc/driver/nvidia-fs/stats").text;
+  auto text =
+      read_text_file(test::test_data("platform") / "nvfs_rw_on/proc/driver/nvidia-fs/stats").text;
   auto s = parse_nvfs_stats(text);
   int reads = 0;
   for (const auto& l : s.lines)
@@ -47,7 +47,8 @@ TEST(NvfsProc, BothReadsLinesAreKeptAndTheCountsComeFromTheFirst) {
 }
 
 TEST(NvfsProc, PerGpuLinesParseBusIdUuidAndMiB) {
-  auto text = read_text_file(data_dir() / "nvfs_rw_on/proc/driver/nvidia-fs/stats").text;
+  auto text =
+      read_text_file(test::test_data("platform") / "nvfs_rw_on/proc/driver/nvidia-fs/stats").text;
   auto s = parse_nvfs_stats(text);
   ASSERT_EQ(s.gpus.size(), 2u);
   EXPECT_EQ(s.gpus[0].bus_id, "0000:3b:00.0");
@@ -59,7 +60,7 @@ TEST(NvfsProc, PerGpuLinesParseBusIdUuidAndMiB) {
 }
 
 TEST(NvfsProc, RwStatsOffPrintsNoCounts) {
-  auto s = read_nvfs(data_dir() / "nvfs_rw_off");
+  auto s = read_nvfs(test::test_data("platform") / "nvfs_rw_off");
   ASSERT_TRUE(s.loaded);
   EXPECT_EQ(s.rw_stats_enabled, false);
   ASSERT_TRUE(s.stats);
@@ -72,7 +73,7 @@ TEST(NvfsProc, RwStatsOffPrintsNoCounts) {
 }
 
 TEST(NvfsProc, ModuleAbsentIsNotLoadedWithReason) {
-  auto s = read_nvfs(data_dir() / "nvfs_absent");
+  auto s = read_nvfs(test::test_data("platform") / "nvfs_absent");
   EXPECT_FALSE(s.loaded);
   EXPECT_NE(s.reason.find("not loaded"), std::string::npos);
 }
@@ -88,7 +89,7 @@ TEST(NvfsProc, TokensAreFoundWhateverTheirOrderAndSpacing) {
 }
 
 TEST(NvfsProc, DeltaCountsReadsBetweenSnapshots) {
-  auto before = read_nvfs(data_dir() / "nvfs_rw_on");
+  auto before = read_nvfs(test::test_data("platform") / "nvfs_rw_on");
   auto after = before;
   after.stats->reads->n += 256;
   after.stats->reads->ok += 256;
@@ -101,19 +102,19 @@ TEST(NvfsProc, DeltaCountsReadsBetweenSnapshots) {
 }
 
 TEST(NvfsProc, DeltaIsUnknownWithRwStatsOff) {
-  auto s = read_nvfs(data_dir() / "nvfs_rw_off");
+  auto s = read_nvfs(test::test_data("platform") / "nvfs_rw_off");
   auto d = delta(s, s);
   EXPECT_FALSE(d.known);
   EXPECT_NE(d.reason.find("rw_stats_enabled=0"), std::string::npos);
 }
 
 TEST(NvfsProc, DeltaIsUnknownWithoutTheModule) {
-  auto s = read_nvfs(data_dir() / "nvfs_absent");
+  auto s = read_nvfs(test::test_data("platform") / "nvfs_absent");
   EXPECT_FALSE(delta(s, s).known);
 }
 
 TEST(NvfsProc, DeltaIsUnknownWhenCountersWereReset) {
-  auto before = read_nvfs(data_dir() / "nvfs_rw_on");
+  auto before = read_nvfs(test::test_data("platform") / "nvfs_rw_on");
   auto after = before;
   after.stats->reads->n = 3;
   auto d = delta(after, before);

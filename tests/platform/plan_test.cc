@@ -7,6 +7,7 @@
 #include "platform/cufile_config.h"
 #include "platform/fake_tree.h"
 #include "platform/text_file.h"
+#include "test_data.h"
 
 namespace ferry {
 namespace {
@@ -204,7 +205,7 @@ TEST(Plan, EmptyRequestReadsNothing) {
 TEST(Plan, SchedulingComesFromTheStockCufileJson) {
   platform::testing::FakeTree t;
   t.write("etc/cufile.json",
-          platform::read_text_file(platform::testing::data_dir() / "cufile/stock.json").text);
+          platform::read_text_file(test::test_data("platform") / "cufile/stock.json").text);
   auto s = diagnostics::scheduling_from_config(platform::read_cufile_config(t.root(), {}));
   EXPECT_EQ(s.parallel_io, true);
   EXPECT_EQ(s.min_io_threshold_size_kb, 8192u);

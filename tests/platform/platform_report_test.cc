@@ -7,6 +7,7 @@
 #include "ferry/platform.h"
 #include "platform/fake_tree.h"
 #include "platform/text_file.h"
+#include "test_data.h"
 
 namespace ferry {
 namespace {
@@ -24,7 +25,7 @@ void gpu_machine(const FakeTree& t) {
   t.pci("pci0000:00/0000:00:06.0", "0x10de", "0x030200", -1);
   t.pci("pci0000:00/0000:00:01.0", "0x1af4", "0x018000", -1);
   t.write("etc/cufile.json",
-          platform::read_text_file(platform::testing::data_dir() / "cufile/stock.json").text);
+          platform::read_text_file(test::test_data("platform") / "cufile/stock.json").text);
 }
 
 TEST(PlatformReport, GpuMachineWithoutNvidiaFs) {
@@ -48,7 +49,7 @@ TEST(PlatformReport, GpuMachineWithoutNvidiaFs) {
 }
 
 TEST(PlatformReport, WithNvidiaFsRwStatsOn) {
-  auto r = read_platform(platform::testing::data_dir() / "nvfs_rw_on");
+  auto r = read_platform(test::test_data("platform") / "nvfs_rw_on");
   EXPECT_TRUE(r.nvfs.loaded);
   EXPECT_EQ(r.nvfs.nvme_registered, true);
   EXPECT_EQ(r.nvfs.reads_n, 256u);

@@ -6,7 +6,9 @@ the pinned device-to-host bandwidth measured here, and over 20 saves no pinned m
 allocated and host RSS stays flat. FERRY_ASYNC_TEST_GIB sets the big state dict (default 8).
 Run: PYTHONPATH=python python3 -m pytest -q -s tests/python/test_dcp_async.py"""
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,46 +25,10 @@ if not torch.cuda.is_available():
 
 import ferry.dcp  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import dcp_state  # noqa: E402  (the state dicts, shared with bench/dcp_async_bench.py)
+
 GIB = float(os.environ.get("FERRY_ASYNC_TEST_GIB", "8"))
-
-
-def _rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _state(total_bytes, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    n = max(1, int(total_bytes // (256 << 20)))
-    each = int(total_bytes // n) // 2
-    sd = {"model": {f"layers.{i}.w": torch.randn(each, device="cuda", generator=g,
-                                                  dtype=torch.bfloat16) for i in range(n)},
-          "optim": {"state": {0: {"step": torch.tensor(3.0), "exp_avg":
-                                  torch.randn(1000, device="cuda", generator=g)}},
-                    "param_groups": [{"lr": 1e-3, "params": [0]}]}}
-    torch.cuda.synchronize()
-    return sd
-
-
-def _nbytes(sd):
-    out = 0
-    for v in sd.values():
-        if isinstance(v, dict):
-            out += _nbytes(v)
-        elif isinstance(v, torch.Tensor):
-            out += v.numel() * v.element_size()
-    return out
-
-
-def _pinned_d2h_bandwidth(nbytes):
-    src = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
-    dst = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=True)
-    dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    return nbytes / (time.perf_counter() - t0)
 
 
 def _save(sd, path, stager):
@@ -83,9 +49,9 @@ def _load_stock(template, path):
 
 
 def test_async_save_returns_at_once_and_loads_bit_exact(tmp_path):
-    sd = _state(GIB * (1 << 30))
-    nbytes = _nbytes(sd)
-    bandwidth = _pinned_d2h_bandwidth(min(nbytes, 2 << 30))
+    sd = dcp_state.state(GIB * (1 << 30))
+    nbytes = dcp_state.nbytes(sd)
+    bandwidth = dcp_state.pinned_d2h_bandwidth(min(nbytes, 2 << 30))
     stager = ferry.dcp.Stager()
     try:
         first, r0, s0 = _save(sd, tmp_path / "a", stager)
@@ -111,20 +77,20 @@ def test_async_save_returns_at_once_and_loads_bit_exact(tmp_path):
 
 
 def test_pinned_and_rss_flat_over_twenty_saves(tmp_path):
-    sd = _state(512 << 20, seed=1)
+    sd = dcp_state.state(512 << 20, seed=1)
     stager = ferry.dcp.Stager()
     try:
         rss = []
         for i in range(20):
             response, _, _ = _save(sd, tmp_path / "ckpt", stager)
             response.upload_completion.result()
-            rss.append(_rss())
+            rss.append(dcp_state.rss())
             r = stager.report()
             assert r["allocations"] == 1 and r["growths"] == 1, (i, r)
         pinned = stager.report()["pinned_bytes"]
         print(f"\nRSS over 20 saves (MiB): {[x >> 20 for x in rss]}; pinned {pinned >> 20} MiB")
         assert max(rss[2:]) - rss[1] <= 64 << 20, [x >> 20 for x in rss]
-        assert pinned >= _nbytes(sd)
+        assert pinned >= dcp_state.nbytes(sd)
     finally:
         stager.close()
 
