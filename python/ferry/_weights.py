@@ -215,9 +215,13 @@ def _box(shape: Tuple[int, ...], index: Any, where: str) -> Optional[Tuple[Any, 
             picked = range(start, stop, step)
             spans.append([(start, picked[-1] + 1)] if picked else [])
             local.append(slice(0, len(picked) and picked[-1] + 1 - start, step))
-        elif isinstance(i, (list, range)) and not any(isinstance(v, bool) for v in i):
+        else:  # an int, or a list of them (a bool is a mask, not an int)
+            many = isinstance(i, (list, range))
+            values = list(i) if many else [i]
+            if any(isinstance(v, bool) for v in values):
+                return None
             try:
-                values = [operator.index(v) for v in i]
+                values = [operator.index(v) for v in values]
             except TypeError:
                 return None
             for v in values:
@@ -226,21 +230,8 @@ def _box(shape: Tuple[int, ...], index: Any, where: str) -> Optional[Tuple[Any, 
                                      f"{len(spans)} (size {size})")
             values = [v % size for v in values]
             spans.append(_join((v, v + 1) for v in values))
-            packed, at = {}, 0
-            for a, b in spans[-1]:
-                packed.update((v, at + v - a) for v in range(a, b))
-                at += b - a
-            local.append([packed[v] for v in values])
-        else:
-            try:
-                v = operator.index(i)
-            except TypeError:
-                return None
-            if not -size <= v < size:
-                raise IndexError(f"{where}: index {v} is out of range for dimension "
-                                 f"{len(spans)} (size {size})")
-            spans.append([(v % size, v % size + 1)])
-            local.append(0)
+            at = {v: k for k, v in enumerate(sorted(set(values)))}  # its place in the box
+            local.append([at[v] for v in values] if many else 0)
     return spans, tuple(local)
 
 

@@ -893,7 +893,7 @@ def test_safetensors_slices_read_only_the_box_of_each_index_form(tp_checkpoint):
     t = tp_weights()["down.weight"]  # (64, 403) float32
     forms = [(slice(8, 24),), (slice(None), slice(101, 202)), (Ellipsis, slice(300, None)),
              ([3, 4, 5, 40, 41],), (slice(None), [0, 1, 200, 201]), (2, slice(5, 9)),
-             (None, slice(0, 2)), (slice(60, 99),), (Ellipsis,), ()]
+             (None, slice(0, 2)), (slice(60, 99),), (Ellipsis,), (), (True,)]
     with safe_open(os.path.join(tp_checkpoint, "model-00001-of-00002.safetensors"), "pt") as f:
         for index in forms + [(Ellipsis, slice(0, 9, 2))]:
             before = ferry.stats().bytes_read
