@@ -245,7 +245,6 @@ class _Handle:
                  report: FileReport, on_demand: bool = False) -> None:
         self.ckpt, self.tensors, self.device = ckpt, tensors, device
         self.report, self.on_demand = report, on_demand
-        self.fw = _framework("pt", device)
         self.lock = threading.Lock()
 
     def __enter__(self) -> "_Handle":
@@ -274,7 +273,7 @@ class _Handle:
         if index is Ellipsis:
             tensor, nbytes = self.ckpt.load("pt", self.device, names=[name])[name], entry.nbytes
         else:
-            tensor, nbytes = read_index(self.ckpt, self.fw, entry, index)
+            tensor, nbytes = read_index(self.ckpt, _framework("pt", self.device), entry, index)
             tensor = tensor.contiguous()  # as safetensors' slices are
         if self.on_demand:
             with self.lock:
