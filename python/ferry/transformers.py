@@ -408,10 +408,14 @@ class _ServedFiles:
     def _sliced(self, key: str, device: Any) -> Optional[_Handle]:
         """A tensor-parallel load's handle: nothing read up front; each slice reads the part
         transformers indexes, into `device`."""
+        entry = self.files[key]
+        device, why = _device_name(device)
+        if device is None:
+            entry.reason = f"safe_open was asked for it on another device: {why}"
+            return None
         ckpt = self._open(key)
         if ckpt is None:
             return None
-        entry = self.files[key]
         entry.taken, entry.bytes, entry.seconds, entry.route = "ferry", 0, 0.0, _SLICED
         entry.reason = (f"{self.mesh}: read by ferry into {device}, only the part of each tensor "
                         f"transformers' tensor parallelism takes")

@@ -184,7 +184,8 @@ def make_modeling_utils(state):
                     if file.endswith(".bin"):
                         merged.update(torch.load(file))
                         continue
-                    pointer = mu.safe_open(file, framework="pt", device="cpu", backend="mmap")
+                    pointer = mu.safe_open(file, framework="pt", device=state["open_on"],
+                                           backend="mmap")
                     pointers.append(pointer)
                     for k in pointer.keys():
                         merged[k] = pointer.get_slice(k)
@@ -226,7 +227,7 @@ def make_modeling_utils(state):
 
 def stand_in(setitem):
     """The stand-in transformers package, put into sys.modules with `setitem`; its state."""
-    state = {"zero3": False, "warmups": [], "build": lambda: None}
+    state = {"zero3": False, "warmups": [], "build": lambda: None, "open_on": "cpu"}
     package = types.ModuleType("transformers")
     package.__version__ = "5.0.stand-in"
     mu = make_modeling_utils(state)
@@ -905,3 +906,17 @@ def test_safetensors_slices_read_only_the_box_of_each_index_form(tp_checkpoint):
             assert box <= read <= 1.1 * box + 4096, (index, read, box)
         with pytest.raises(ValueError):  # a negative step: torch's own error, as on a tensor
             f.get_slice("down.weight")[::-1]
+
+
+def test_a_tensor_parallel_file_opened_for_a_device_ferry_cannot_fill_is_read_by_stock(
+        fake_transformers, tp_checkpoint):
+    fake_transformers.state["open_on"] = "mps"
+    with ft.loading():
+        shards = fake_transformers.mu.PreTrainedModel.from_pretrained(
+            tp_checkpoint, tp_plan="auto", device_mesh=Mesh(0, 2)).tp_shards
+    want = expected_parts(0, 2)
+    assert all(torch.equal(shards[k], want[k]) for k in want)
+    report = ft.last_load_report()
+    assert report.taken == "stock" and len(stock_safe_open.opened) == 2
+    assert all("on another device: device mps: ferry reads into host or CUDA memory only"
+               in f.reason for f in report.files), str(report)
