@@ -16,6 +16,7 @@ docs/engines.md has the guarantees and a loader sketch.
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from collections import deque
@@ -102,6 +103,58 @@ def _where(ckpt: Checkpoint, entry: _Entry) -> str:
     return f"ferry: {_ferry.shown_path(ckpt.shards[entry.shard])}: tensor '{entry.name}'"
 
 
+def _runs(shape: Tuple[int, ...], itemsize: int,
+          spans: List[List[Tuple[int, int]]]) -> List[Tuple[int, int]]:
+    """The runs (begin, length) of a tensor's bytes that hold the box `spans` picks (per
+    dimension, sorted disjoint index ranges), in the box's row-major order. Trailing dimensions
+    taken whole fold into one run; a dim-1 slice of a (4096, 4096) tensor is 4096 runs."""
+    unit, d = itemsize, len(shape)
+    while d and spans[d - 1] == [(0, shape[d - 1])]:
+        unit *= shape[d - 1]
+        d -= 1
+    if not unit or any(not s for s in spans):
+        return []
+    if d == 0:
+        return [(0, unit)]
+    inner = [(a * unit, (b - a) * unit) for a, b in spans[d - 1]]
+    bases, stride = [0], unit * shape[d - 1]
+    for k in range(d - 2, -1, -1):
+        bases = [i * stride + b for a, z in spans[k] for i in range(a, z) for b in bases]
+        stride *= shape[k]
+    runs = [(b + at, n) for b in bases for at, n in inner]
+    if len(bases) > 1 and inner[0][0] == 0 and sum(inner[-1]) == unit * shape[d - 1]:
+        joined: List[Tuple[int, int]] = []  # a row's last run meets the next row's first
+        for at, n in runs:
+            if joined and sum(joined[-1]) == at:
+                joined[-1] = (joined[-1][0], joined[-1][1] + n)
+            else:
+                joined.append((at, n))
+        runs = joined
+    return runs
+
+
+def _join(spans: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Sorted `spans` without the empty ones, those that meet joined."""
+    out: List[Tuple[int, int]] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if out and out[-1][1] >= a:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _part(ckpt: Checkpoint, e: _Entry, spans: List[List[Tuple[int, int]]]) -> _Item:
+    """The box `spans` picks of `e`, as an item: its runs and the box's shape."""
+    numel = 1
+    for d in e.shape:
+        numel *= d
+    runs = _runs(e.shape, e.nbytes // numel if numel else 0, spans)
+    shape = tuple(sum(b - a for a, b in s) for s in spans)
+    nbytes = sum(length for _, length in runs)
+    return _Item(_Entry(e.index, (e.name, e.dtype, shape, e.file_offset, nbytes, e.shard)), runs)
+
+
 def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
     """The runs of bytes of `rule`'s slice of `e`, in the slice's own (row-major) order."""
     bad = _where(ckpt, e)
@@ -127,37 +180,75 @@ def _slice(ckpt: Checkpoint, e: _Entry, rule: Shard) -> _Item:
         cut = split_points(b, rule.world)
         spans.append((base + cut[rule.rank], base + cut[rule.rank + 1]))
         base += b
-    outer = 1
-    for d in e.shape[:dim]:
-        outer *= d
-    numel = outer * size
-    for d in e.shape[dim + 1:]:
-        numel *= d
-    inner = e.nbytes // numel * (numel // (outer * size)) if numel else 0
-    row = inner * size
-    # The runs within one row (dimension `dim` and those after it), adjacent spans joined; the
-    # slice repeats them once per index of the dimensions before `dim` (a dim-1 slice of a
-    # (4096, 4096) tensor: 4096 runs, made by one comprehension rather than a loop that joins).
-    pattern: List[Tuple[int, int]] = []
-    for a, b in spans:
-        if b > a and inner and pattern and sum(pattern[-1]) == a * inner:
-            pattern[-1] = (pattern[-1][0], pattern[-1][1] + (b - a) * inner)
-        elif b > a and inner:
-            pattern.append((a * inner, (b - a) * inner))
-    if pattern and (pattern[0][0] > 0 or sum(pattern[-1]) < row):
-        runs = [(o * row + at, n) for o in range(outer) for at, n in pattern]
-    else:  # the runs of one row meet those of the next (a whole row: dim 0, or world 1)
-        runs = []
-        for o in range(outer if pattern else 0):
-            for at, n in pattern:
-                if runs and sum(runs[-1]) == o * row + at:
-                    runs[-1] = (runs[-1][0], runs[-1][1] + n)
-                else:
-                    runs.append((o * row + at, n))
-    shape = e.shape[:dim] + (sum(b - a for a, b in spans),) + e.shape[dim + 1:]
-    nbytes = sum(length for _, length in runs)
-    part = _Entry(e.index, (e.name, e.dtype, shape, e.file_offset, nbytes, e.shard))
-    return _Item(part, runs)
+    box = [[(0, n)] for n in e.shape]
+    box[dim] = _join(spans)
+    return _part(ckpt, e, box)
+
+
+def _box(shape: Tuple[int, ...], index: Any, where: str) -> Optional[Tuple[Any, Any]]:
+    """(per dimension the sorted ranges `index` touches, the index that picks the result out of
+    that box) for an index of ints, slices of positive step, lists of ints, Ellipsis and None;
+    None for any other index (a tensor, a mask, a negative step), which the caller applies to
+    the whole tensor so that the framework gives its own answer or error."""
+    index = index if isinstance(index, tuple) else (index,)
+    ellipses = sum(i is Ellipsis for i in index)
+    real = sum(i is not None and i is not Ellipsis for i in index)
+    if ellipses > 1 or real > len(shape):
+        return None
+    whole = (slice(None),) * (len(shape) - real)
+    if ellipses:
+        at = next(k for k, i in enumerate(index) if i is Ellipsis)
+        index = index[:at] + whole + index[at + 1:]
+    else:
+        index = index + whole
+    spans: List[List[Tuple[int, int]]] = []
+    local: List[Any] = []
+    for i in index:
+        if i is None:
+            local.append(None)
+            continue
+        size = shape[len(spans)]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step < 0:
+                return None
+            picked = range(start, stop, step)
+            spans.append([(start, picked[-1] + 1)] if picked else [])
+            local.append(slice(0, len(picked) and picked[-1] + 1 - start, step))
+        else:  # an int, or a list of them (a bool is a mask, not an int)
+            many = isinstance(i, (list, range))
+            values = list(i) if many else [i]
+            if any(isinstance(v, bool) for v in values):
+                return None
+            try:
+                values = [operator.index(v) for v in values]
+            except TypeError:
+                return None
+            for v in values:
+                if not -size <= v < size:
+                    raise IndexError(f"{where}: index {v} is out of range for dimension "
+                                     f"{len(spans)} (size {size})")
+            values = [v % size for v in values]
+            spans.append(_join((v, v + 1) for v in values))
+            at = {v: k for k, v in enumerate(sorted(set(values)))}  # its place in the box
+            local.append([at[v] for v in values] if many else 0)
+    return spans, tuple(local)
+
+
+def read_index(ckpt: Checkpoint, fw: Any, e: _Entry, index: Any) -> Tuple[Any, int]:
+    """``tensor[index]`` of `e`, reading only the box of bytes the index touches (one gathered
+    request of its runs), and the bytes read. Ranges, ints and lists of ints on any dimension,
+    Ellipsis and None are read so; any other index reads the whole tensor and applies it."""
+    where = _where(ckpt, e)
+    if e.dtype in _PACKED:
+        raise TypeError(f"{where} is {e.dtype} (packed): slice its bytes after get_tensor")
+    box = _box(e.shape, index, where) if e.shape else None
+    spans, local = box if box is not None else ([[(0, n)] for n in e.shape], index)
+    item = _part(ckpt, e, spans)
+    raw = fw.raw(item.entry.nbytes)
+    if item.runs:
+        ckpt.start_read_into([(e.name, raw, item.runs)]).result()
+    return fw.view(raw, item.entry)[local], item.entry.nbytes
 
 
 def _choose(ckpt: Checkpoint, names: Names, shard: Optional[ShardRule]) -> List[_Item]:

@@ -426,16 +426,6 @@ class Checkpoint:
         return [allocations[a] if o == 0 and len(allocations[a]) == e.nbytes
                 else allocations[a][o:o + e.nbytes] for e, (a, o) in zip(chosen, places)]
 
-    def read_rows(self, fw: _Framework, entry: _Entry, first: int, stop: int) -> Any:
-        """Rows [first, stop) of dimension 0 of `entry`, as an array of shape (stop-first, ...)."""
-        row = entry.nbytes // entry.shape[0] if entry.shape and entry.shape[0] else 0
-        raw = fw.raw(row * (stop - first))
-        if row * (stop - first):
-            self.start_read_into([(entry.name, raw, row * first, row * (stop - first))]).result()
-        part = _Entry(entry.index, (entry.name, entry.dtype, (stop - first,) + entry.shape[1:],
-                                    entry.file_offset, row * (stop - first), entry.shard))
-        return fw.view(raw, part)
-
 
 def load_checkpoint(path_or_index: PathLike, device: Any = "cpu", framework: str = "pt",
                     dtype: Any = None, names: Optional[Iterable[str]] = None,

@@ -10,11 +10,17 @@ checkpoint_files, load_config)``: it opens each shard with ``safe_open`` (the na
 ``transformers.modeling_utils``), takes a lazy slice of every tensor, and materialises each slice
 (``slice[...]``, then ``.to(device, dtype)``) before renaming keys, converting weights, casting,
 tying and initialising what is missing. ferry changes only where those bytes come from: when a
-load is one it can serve (local safetensors files, one CPU or CUDA device, no quantizer, no tensor
-parallelism), ferry reads every shard straight into the target device, and each slice hands
-transformers that tensor; everything after the read is transformers' own code, so the model comes
-out as stock's. A load ferry cannot serve runs stock, and ``last_load_report()`` says why, file by
-file.
+load is one it can serve (local safetensors files, one CPU or CUDA device, no quantizer), ferry
+reads every shard straight into the target device, and each slice hands transformers that tensor;
+everything after the read is transformers' own code, so the model comes out as stock's. A load
+ferry cannot serve runs stock, and ``last_load_report()`` says why, file by file.
+
+Under tensor parallelism (``tp_plan``, a device mesh), transformers cuts each rank's part out of
+every lazy slice (``slice[start:stop]`` on the split dimension, lists of rows for fused gate-up
+blocks, ``slice[...]`` for what it replicates). There ferry reads nothing up front: its slice
+reads, for each index transformers gives, only the bytes of that rank's part, into the device
+``safe_open`` was asked for, so the rank's shards are stock's by construction and each rank reads
+about its share of the checkpoint.
 
 The reads start early: ``from_pretrained`` knows the files and the dtype (``_get_dtype``) before it
 builds the model, so there ferry starts reading in a thread, and the model's construction and
@@ -39,7 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .checkpoint import _DTYPES, _PACKED, Checkpoint
+from ._weights import read_index
+from .checkpoint import _DTYPES, _PACKED, Checkpoint, _framework
 
 # The leading parameters of the seam, as transformers 5 names them.
 _SEAM_PARAMS = ("model", "state_dict", "checkpoint_files", "load_config")
@@ -128,6 +135,18 @@ def last_load_report() -> Optional[TransformersLoadReport]:
 # --------------------------------------------------------------------------------- decisions
 
 
+# decide's device for a tensor-parallel load: each slice reads the rank's part when indexed.
+SLICES = "per-rank slices"
+
+
+def _mesh_words(mesh: Any) -> str:
+    """"rank R of N" for a torch DeviceMesh, or what it is where it is not one."""
+    try:
+        return f"rank {mesh.get_rank()} of {mesh.size()}"
+    except Exception:  # noqa: BLE001 - a mesh of another shape: the report says what it was
+        return f"device mesh {type(mesh).__name__}"
+
+
 def _device_name(value: Any) -> Tuple[Optional[str], str]:
     """("cpu" | "cuda:N", "") for a device_map value ferry can read into, else (None, reason)."""
     if isinstance(value, str) and value in ("disk", "meta"):
@@ -148,8 +167,9 @@ def _device_name(value: Any) -> Tuple[Optional[str], str]:
 def decide(state_dict: Any, checkpoint_files: Optional[Sequence[str]], load_config: Any,
            deepspeed_zero3: bool = False,
            on_hf_mount: Optional[Callable[[str], bool]] = None) -> Tuple[Optional[str], str]:
-    """Whether ferry can read this load: (device, "") or (None, why stock reads it). Cheapest
-    facts first; every refusal names what it saw."""
+    """Whether ferry can read this load: (device, "") or (None, why stock reads it); under tensor
+    parallelism (a device mesh) the device is ``SLICES``. Cheapest facts first; every refusal
+    names what it saw."""
     if state_dict is not None:
         return None, "the caller gave a state_dict (or a GGUF file was converted into one)"
     if not checkpoint_files:
@@ -159,15 +179,16 @@ def decide(state_dict: Any, checkpoint_files: Optional[Sequence[str]], load_conf
         return None, f"{os.path.basename(str(pickles[0]))} is not safetensors (torch.load reads it)"
     if getattr(load_config, "hf_quantizer", None) is not None:
         return None, "quantized model: the quantizer reads and converts the tensors"
-    if getattr(load_config, "device_mesh", None) is not None:
-        return None, "tensor parallelism: the device mesh shards tensors as they are read"
     if deepspeed_zero3:
         return None, "DeepSpeed ZeRO-3 partitions the weights as they load"
     if getattr(load_config, "disable_mmap", None):
         return None, "disable_mmap=True: transformers reads whole files itself"
-    if not hasattr(load_config, "device_map"):
+    if getattr(load_config, "device_mesh", None) is not None:
+        device, why = SLICES, ""
+    elif not hasattr(load_config, "device_map"):
         return None, f"transformers' {type(load_config).__name__} has no device_map"
-    device, why = _one_device(load_config.device_map)
+    else:
+        device, why = _one_device(load_config.device_map)
     if device is None:
         return None, why
     for f in checkpoint_files:
@@ -198,7 +219,8 @@ def _one_device(device_map: Any) -> Tuple[Optional[str], str]:
 class _Slice:
     """What ``safe_open(...).get_slice(name)`` gives transformers: the shape and dtype from the
     header, and on the first ``[...]`` the tensor ferry read (handed over, so a cast copy does not
-    keep the original alive); a second access reads the tensor again."""
+    keep the original alive); a second access, or one of a handle that reads on demand, reads
+    only the bytes the index asks for (a tensor-parallel rank's part)."""
 
     __slots__ = ("_handle", "_name")
 
@@ -212,7 +234,7 @@ class _Slice:
         return str(self._handle.ckpt.entry(self._name).dtype)
 
     def __getitem__(self, index: Any) -> Any:
-        return self._handle.take(self._name)[index]
+        return self._handle.take(self._name, index)
 
 
 class _Handle:
@@ -240,15 +262,22 @@ class _Handle:
     def metadata(self) -> Optional[Dict[str, str]]:
         return self.ckpt.metadata(0) or None
 
-    def take(self, name: str) -> Any:
+    def take(self, name: str, index: Any = Ellipsis) -> Any:
+        """``tensor[index]``: of the tensor read up front (handed over), else read now, only the
+        bytes of `index`'s box where it picks a part."""
         tensor = self.tensors.pop(name, None)
         if tensor is not None:
-            return tensor
+            return tensor[index]
         start = time.perf_counter()
-        tensor = self.ckpt.load("pt", self.device, names=[name])[name]
+        entry = self.ckpt.entry(name)
+        if index is Ellipsis:
+            tensor, nbytes = self.ckpt.load("pt", self.device, names=[name])[name], entry.nbytes
+        else:
+            tensor, nbytes = read_index(self.ckpt, _framework("pt", self.device), entry, index)
+            tensor = tensor.contiguous()  # as safetensors' slices are
         if self.on_demand:
             with self.lock:
-                self.report.bytes += self.ckpt.entry(name).nbytes
+                self.report.bytes += nbytes
                 self.report.seconds = (self.report.seconds or 0.0) + time.perf_counter() - start
         return tensor
 
@@ -265,6 +294,7 @@ _CAST = ("F64", "F32", "F16", "BF16")
 
 
 _ON_DEMAND = "on demand: one gathered request per tensor"
+_SLICED = "on demand: one gathered request per slice transformers takes"
 
 
 def _shrinking_cast(ckpts: Sequence[Checkpoint], dtype: Any) -> bool:
@@ -296,6 +326,7 @@ class _ServedFiles:
         self.planned = threading.Event()
         self.up_front = False
         self.started_at: Optional[float] = None
+        self.mesh = ""  # a tensor-parallel load's "rank R of N"
 
     def matches(self, files: Sequence[str], device: str, dtype: Any) -> str:
         """"" where this load wants what these reads read, else what differs."""
@@ -349,8 +380,11 @@ class _ServedFiles:
         except TypeError:
             return False
 
-    def handle(self, filename: Any) -> Optional[_Handle]:
-        """ferry's handle for `filename`, or None where ferry could not read it."""
+    def handle(self, filename: Any, device: Any = "cpu") -> Optional[_Handle]:
+        """ferry's handle for `filename`, or None where ferry could not read it. `device`: the
+        one safe_open was asked for, where a tensor-parallel load's slices read into."""
+        if self.device == SLICES:
+            return self._sliced(os.path.realpath(os.fspath(filename)), device)
         self.wait()
         if self.handles is None:
             self._read_all()
@@ -370,6 +404,22 @@ class _ServedFiles:
                             f"as raw bytes and safetensors as a typed tensor")
             return None
         return ckpt
+
+    def _sliced(self, key: str, device: Any) -> Optional[_Handle]:
+        """A tensor-parallel load's handle: nothing read up front; each slice reads the part
+        transformers indexes, into `device`."""
+        entry = self.files[key]
+        device, why = _device_name(device)
+        if device is None:
+            entry.reason = f"safe_open was asked for it on another device: {why}"
+            return None
+        ckpt = self._open(key)
+        if ckpt is None:
+            return None
+        entry.taken, entry.bytes, entry.seconds, entry.route = "ferry", 0, 0.0, _SLICED
+        entry.reason = (f"{self.mesh}: read by ferry into {device}, only the part of each tensor "
+                        f"transformers' tensor parallelism takes")
+        return _Handle(ckpt, {}, device, entry, on_demand=True)
 
     def _read_one(self, key: str, ckpt: Checkpoint) -> Optional[_Handle]:
         entry = self.files[key]
@@ -418,7 +468,7 @@ class _ServedFiles:
             if entry.taken == "stock" and not entry.reason:
                 entry.reason = ("transformers did not open it through modeling_utils.safe_open "
                                 "(this transformers version loads it another way)")
-        if any(f.route == _ON_DEMAND for f in self.files.values()):
+        if any(f.route in (_ON_DEMAND, _SLICED) for f in self.files.values()):
             self.report.read_seconds = sum(f.seconds or 0.0 for f in self.files.values())
         self.report.files = list(self.files.values())
         self.handles = None
@@ -521,7 +571,8 @@ def _early_device(kwargs: Dict[str, Any], module: Any) -> Tuple[Optional[str], s
     or (None, why not)."""
     for key in _PARALLEL_KWARGS:
         if kwargs.get(key) is not None:
-            return None, f"{key}= asks for tensor parallelism, which shards tensors as it reads"
+            return None, (f"{key}= asks for tensor parallelism: each rank reads its slices as "
+                          f"transformers cuts them")
     device_map = kwargs.get("device_map")
     if device_map is None:
         probe = getattr(module, "get_torch_context_manager_or_global_device", None)
@@ -598,8 +649,9 @@ def _ferry_safe_open(*args: Any, **kwargs: Any) -> Any:
     served: Optional[_ServedFiles] = getattr(_patch.local, "served", None)
     filename = args[0] if args else kwargs.get("filename")
     framework = args[1] if len(args) > 1 else kwargs.get("framework", "pt")
+    device = args[2] if len(args) > 2 else kwargs.get("device", "cpu")
     if served is not None and framework in ("pt", "torch") and served.serves(filename):
-        handle = served.handle(filename)
+        handle = served.handle(filename, device)
         if handle is not None:
             return handle
     return _patch.originals["safe_open"](*args, **kwargs)
@@ -641,6 +693,9 @@ def _ferry_load_pretrained_model(model: Any, state_dict: Any, checkpoint_files: 
             report.load_seconds = time.perf_counter() - start
             _last[0] = report
     served = early or _ServedFiles(checkpoint_files, device, report, dtype)
+    if device == SLICES:
+        served.mesh = _mesh_words(load_config.device_mesh)
+        report.device = f"{SLICES}, {served.mesh}"
     outer = getattr(_patch.local, "served", None)
     _patch.local.served = served
     try:
@@ -761,5 +816,5 @@ def from_pretrained(model_class: Any, pretrained_model_name_or_path: Any, *args:
         return model_class.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 
-__all__ = ["FileReport", "TransformersLoadReport", "decide", "disable", "enable",
+__all__ = ["SLICES", "FileReport", "TransformersLoadReport", "decide", "disable", "enable",
            "from_pretrained", "is_enabled", "last_load_report", "loading"]

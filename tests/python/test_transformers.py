@@ -113,6 +113,48 @@ class TinyModel(torch.nn.Module):
         self.head.weight = self.embed.weight
 
 
+# The stand-in's tensor-parallel plan, by checkpoint name, and how transformers cuts each style
+# out of a lazy slice (integrations/tensor_parallel.py: get_tensor_shard's ceil-sized range on
+# one dimension, empty past the end; get_packed_weights' row lists for a fused gate-up block;
+# slice[...] for what it replicates).
+TP_PLAN = {"embed.weight": "colwise", "proj.gamma": "colwise", "proj.bias": "colwise",
+           "gate_up.weight": "packed_colwise", "down.weight": "rowwise", "norm.weight": None}
+
+
+def tp_part(slice_, style, rank, world):
+    shape = slice_.get_shape()
+    if style is None:
+        return slice_[...]
+    if style == "packed_colwise":
+        half = shape[0] // 2
+        rows = [b + i for b in (0, half) for i in range(rank * (half // world),
+                                                         (rank + 1) * (half // world))]
+        return slice_[rows, ...]
+    dim = 0 if style == "colwise" else len(shape) - 1
+    step = -(-shape[dim] // world)
+    start, end = rank * step, min(rank * step + step, shape[dim])
+    if start >= shape[dim]:
+        return torch.empty([0 if d == dim else n for d, n in enumerate(shape)])
+    if style == "rowwise":
+        return slice_[..., start:end]
+    index = [slice(None)] * len(shape)
+    index[dim] = slice(start, end)
+    return slice_[tuple(index)]
+
+
+class Mesh:
+    """What the loaders ask of a torch DeviceMesh: this rank and the mesh's size."""
+
+    def __init__(self, rank, world):
+        self.rank, self.world = rank, world
+
+    def get_rank(self):
+        return self.rank
+
+    def size(self):
+        return self.world
+
+
 def make_modeling_utils(state):
     mu = types.ModuleType("transformers.modeling_utils")
     mu.safe_open = stock_safe_open
@@ -142,10 +184,17 @@ def make_modeling_utils(state):
                     if file.endswith(".bin"):
                         merged.update(torch.load(file))
                         continue
-                    pointer = mu.safe_open(file, framework="pt", device="cpu", backend="mmap")
+                    pointer = mu.safe_open(file, framework="pt", device=state["open_on"],
+                                           backend="mmap")
                     pointers.append(pointer)
                     for k in pointer.keys():
                         merged[k] = pointer.get_slice(k)
+            mesh = load_config.device_mesh
+            if mesh is not None:  # each rank keeps its part (the model's TP hooks are not here)
+                model.tp_shards = {
+                    name: tp_part(value, TP_PLAN[name], mesh.get_rank(), mesh.size()).to(
+                        load_config.dtype) for name, value in sorted(merged.items())}
+                return {"loaded": sorted(merged)}, None
             device = (load_config.device_map or {"": "cpu"})[""]
             for name, value in sorted(merged.items()):
                 renamed = name.replace(".gamma", ".weight")  # a key rename, as transformers does
@@ -158,7 +207,8 @@ def make_modeling_utils(state):
             return {"loaded": sorted(merged)}, None
 
         @classmethod
-        def from_pretrained(cls, path, device_map=None, dtype=torch.float32):
+        def from_pretrained(cls, path, device_map=None, dtype=torch.float32, tp_plan=None,
+                            device_mesh=None):
             files = sorted(os.path.join(path, f) for f in os.listdir(path)
                            if f.endswith((".safetensors", ".bin")))
             _, dtype = mu._get_dtype(dtype, files, None, None, None, True, None)
@@ -166,7 +216,8 @@ def make_modeling_utils(state):
             model = TinyModel()
             if isinstance(device_map, str):
                 device_map = {"": device_map}
-            config = LoadStateDictConfig(device_map=device_map, dtype=dtype)
+            config = LoadStateDictConfig(device_map=device_map, dtype=dtype,
+                                         device_mesh=device_mesh)
             cls._load_pretrained_model(model, None, files, config)
             return model
 
@@ -174,17 +225,23 @@ def make_modeling_utils(state):
     return mu
 
 
-@pytest.fixture
-def fake_transformers(monkeypatch):
-    """A stand-in transformers package in sys.modules; the test fails if ferry's patch is
-    still installed when it ends."""
-    state = {"zero3": False, "warmups": [], "build": lambda: None}
+def stand_in(setitem):
+    """The stand-in transformers package, put into sys.modules with `setitem`; its state."""
+    state = {"zero3": False, "warmups": [], "build": lambda: None, "open_on": "cpu"}
     package = types.ModuleType("transformers")
     package.__version__ = "5.0.stand-in"
     mu = make_modeling_utils(state)
     package.modeling_utils = mu
-    monkeypatch.setitem(sys.modules, "transformers", package)
-    monkeypatch.setitem(sys.modules, "transformers.modeling_utils", mu)
+    setitem(sys.modules, "transformers", package)
+    setitem(sys.modules, "transformers.modeling_utils", mu)
+    return mu, state
+
+
+@pytest.fixture
+def fake_transformers(monkeypatch):
+    """A stand-in transformers package in sys.modules; the test fails if ferry's patch is
+    still installed when it ends."""
+    mu, state = stand_in(monkeypatch.setitem)
     stock_safe_open.opened = []
     yield types.SimpleNamespace(mu=mu, state=state)
     assert not ft.is_enabled(), "a test left ferry's patch installed"
@@ -293,8 +350,6 @@ def test_decide_names_why_each_load_stays_stock(tmp_path):
               load_config=cfg()), "pytorch_model.bin is not safetensors"),
         (dict(state_dict=None, checkpoint_files=files, load_config=cfg(hf_quantizer=object())),
          "quantized"),
-        (dict(state_dict=None, checkpoint_files=files, load_config=cfg(device_mesh=object())),
-         "tensor parallelism"),
         (dict(state_dict=None, checkpoint_files=files, load_config=cfg(), deepspeed_zero3=True),
          "ZeRO-3"),
         (dict(state_dict=None, checkpoint_files=files, load_config=cfg(disable_mmap=True)),
@@ -662,3 +717,206 @@ def test_a_get_dtype_of_another_shape_reads_at_the_seam(fake_transformers, shard
     assert report.taken == "ferry" and report.read_started_s is None
     assert report.early.startswith("started when transformers asked, not before: _get_dtype "
                                    "takes (dtype, files, config")
+
+
+# ------------------------------------------------------------------ tensor parallelism
+
+def tp_weights(seed=0):
+    """Sizes no world size of 2 or 4 divides evenly (ceil-sized parts, a short last one)."""
+    g = torch.Generator().manual_seed(seed)
+    return {"embed.weight": torch.randn(1030, 64, generator=g),
+            "proj.gamma": torch.randn(701, 64, generator=g).to(torch.bfloat16),
+            "proj.bias": torch.randn(701, generator=g),
+            "gate_up.weight": torch.randn(2 * 400, 64, generator=g).to(torch.float16),
+            "down.weight": torch.randn(64, 403, generator=g),
+            "norm.weight": torch.randn(64, generator=g)}
+
+
+@pytest.fixture
+def tp_checkpoint(tmp_path):
+    w = tp_weights()
+    names = sorted(w)
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {k: w[k] for k in names[:3]})
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {k: w[k] for k in names[3:]})
+    return str(tmp_path)
+
+
+class Whole:
+    """A lazy slice over a tensor already in memory: the reference cut of a full read."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def get_shape(self):
+        return list(self.tensor.shape)
+
+    def __getitem__(self, index):
+        return self.tensor[index]
+
+
+def expected_parts(rank, world):
+    return {name: tp_part(Whole(t), TP_PLAN[name], rank, world).to(torch.float32)
+            for name, t in tp_weights().items()}
+
+
+def share(parts, dtypes):
+    """Bytes of a rank's parts as stored (before the stand-in's cast)."""
+    return sum(t.numel() * torch.empty((), dtype=dtypes[name]).element_size()
+               for name, t in parts.items())
+
+
+def test_decide_serves_a_device_mesh_with_per_rank_slices(tmp_path):
+    f = tmp_path / "model.safetensors"
+    f.write_bytes(b"")
+    files, cfg = [str(f)], LoadStateDictConfig
+    assert ft.decide(None, files, cfg(device_mesh=Mesh(0, 2))) == (ft.SLICES, "")
+    for config, why in [(cfg(device_mesh=Mesh(0, 2), hf_quantizer=object()), "quantized"),
+                        (cfg(device_mesh=Mesh(0, 2), disable_mmap=True), "disable_mmap")]:
+        device, reason = ft.decide(None, files, config)
+        assert device is None and why in reason
+    device, reason = ft.decide(None, [str(tmp_path / "gone.safetensors")],
+                               cfg(device_mesh=Mesh(0, 2)))
+    assert device is None and "is not a local file" in reason
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_ranks_read_only_their_parts_and_get_stock_shards(
+        fake_transformers, tp_checkpoint, world):
+    import ferry
+    mu = fake_transformers.mu
+    dtypes = {k: t.dtype for k, t in tp_weights().items()}
+    whole = sum(t.numel() * t.element_size() for t in tp_weights().values())
+    total = 0
+    for rank in range(world):
+        mesh = Mesh(rank, world)
+        stock = mu.PreTrainedModel.from_pretrained(tp_checkpoint, tp_plan="auto",
+                                                   device_mesh=mesh).tp_shards
+        before = ferry.stats().bytes_read
+        with ft.loading():
+            served = mu.PreTrainedModel.from_pretrained(tp_checkpoint, tp_plan="auto",
+                                                        device_mesh=mesh).tp_shards
+        storage = ferry.stats().bytes_read - before
+        report = ft.last_load_report()
+        want = expected_parts(rank, world)
+        assert sorted(served) == sorted(stock) == sorted(want)
+        for name in want:
+            assert served[name].dtype == stock[name].dtype, name
+            assert torch.equal(served[name], stock[name]) and torch.equal(served[name], want[name])
+        assert report.taken == "ferry", str(report)
+        assert report.device == f"per-rank slices, rank {rank} of {world}"
+        assert all(f"rank {rank} of {world}: read by ferry into cpu" in f.reason
+                   for f in report.files), str(report)
+        assert report.early.startswith("started when transformers asked, not before: tp_plan=")
+        mine = share(want, dtypes)
+        assert report.bytes == mine, (report.bytes, mine)
+        assert storage <= 1.1 * mine + 2 * 4096, (storage, mine)
+        total += report.bytes
+    replicated = tp_weights()["norm.weight"].numel() * 4
+    assert total - world * replicated <= 1.01 * (whole - replicated)
+
+
+def test_a_tensor_parallel_file_ferry_cannot_slice_is_read_by_stock(fake_transformers, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setattr(ft, "_PACKED", ("BF16",))  # as if BF16 were a packed sub-byte type
+    w = tp_weights()
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors",
+                      {"proj.gamma": w["proj.gamma"]})
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors",
+                      {k: w[k] for k in w if k != "proj.gamma"})
+    with ft.loading():
+        shards = fake_transformers.mu.PreTrainedModel.from_pretrained(
+            str(tmp_path), tp_plan="auto", device_mesh=Mesh(1, 2)).tp_shards
+    want = expected_parts(1, 2)
+    assert all(torch.equal(shards[k], want[k]) for k in want)
+    report = ft.last_load_report()
+    assert report.taken == "mixed"
+    first, second = report.files
+    assert first.taken == "stock" and "'proj.gamma' is BF16" in first.reason
+    assert second.taken == "ferry" and "rank 1 of 2" in second.reason
+
+
+# The gloo test's rank: the stand-in's tensor-parallel load, stock's and ferry's, at once on
+# every rank (each its own process, as torchrun starts them).
+TP_WORKER = r'''
+import datetime, os, pickle, sys
+sys.path.insert(0, sys.argv[3])
+import torch, torch.distributed as dist
+import ferry, ferry.transformers as ft
+import test_transformers as tt
+
+out_dir, path = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+rank, world = dist.get_rank(), dist.get_world_size()
+mu, _ = tt.stand_in(lambda d, k, v: d.__setitem__(k, v))
+mesh = tt.Mesh(rank, world)
+stock = mu.PreTrainedModel.from_pretrained(path, tp_plan="auto", device_mesh=mesh).tp_shards
+dist.barrier()
+before = ferry.stats().bytes_read
+with ft.loading():
+    served = mu.PreTrainedModel.from_pretrained(path, tp_plan="auto", device_mesh=mesh).tp_shards
+storage = ferry.stats().bytes_read - before
+read = torch.tensor([ft.last_load_report().bytes])
+dist.all_reduce(read)  # the group's bytes, as each rank sees them
+with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+    pickle.dump({"stock": stock, "ferry": served, "storage": storage, "group": int(read),
+                 "report": ft.last_load_report().to_dict()}, f)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_ranks_load_their_tensor_parallel_shards_through_slices(tp_checkpoint, tmp_path,
+                                                                     world):
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip(f"torch {torch.__version__} has no gloo backend")
+    from test_distributed import launch
+    here = os.path.dirname(os.path.abspath(__file__))
+    results = launch(tmp_path, world, [tp_checkpoint, here], worker=TP_WORKER)
+    dtypes = {k: t.dtype for k, t in tp_weights().items()}
+    shares = []
+    for rank, got in enumerate(results):
+        want = expected_parts(rank, world)
+        for name in want:
+            assert torch.equal(got["ferry"][name], got["stock"][name]), (rank, name)
+            assert torch.equal(got["ferry"][name], want[name]), (rank, name)
+        shares.append(share(want, dtypes))
+        assert got["report"]["bytes"] == shares[-1]
+        assert got["storage"] <= 1.1 * shares[-1] + 2 * 4096, (rank, got["storage"], shares[-1])
+    assert all(got["group"] == sum(shares) for got in results)
+
+
+def test_safetensors_slices_read_only_the_box_of_each_index_form(tp_checkpoint):
+    """ferry.safetensors' get_slice, the same reads: every index form tensor parallelism uses
+    gives torch's answer and reads (ferry's count of storage bytes) only its box."""
+    import ferry
+    from ferry.safetensors import safe_open
+    t = tp_weights()["down.weight"]  # (64, 403) float32
+    forms = [(slice(8, 24),), (slice(None), slice(101, 202)), (Ellipsis, slice(300, None)),
+             ([3, 4, 5, 40, 41],), (slice(None), [0, 1, 200, 201]), (2, slice(5, 9)),
+             (None, slice(0, 2)), (slice(60, 99),), (Ellipsis,), (), (True,)]
+    with safe_open(os.path.join(tp_checkpoint, "model-00001-of-00002.safetensors"), "pt") as f:
+        for index in forms + [(Ellipsis, slice(0, 9, 2))]:
+            before = ferry.stats().bytes_read
+            got = f.get_slice("down.weight")[index]
+            read = ferry.stats().bytes_read - before
+            want = t[index]
+            assert got.shape == want.shape and torch.equal(got, want), index
+            box = want.numel() * 4 if index in forms else 64 * 9 * 4  # a step reads its span
+            assert box <= read <= 1.1 * box + 4096, (index, read, box)
+        with pytest.raises(ValueError):  # a negative step: torch's own error, as on a tensor
+            f.get_slice("down.weight")[::-1]
+
+
+def test_a_tensor_parallel_file_opened_for_a_device_ferry_cannot_fill_is_read_by_stock(
+        fake_transformers, tp_checkpoint):
+    fake_transformers.state["open_on"] = "mps"
+    with ft.loading():
+        shards = fake_transformers.mu.PreTrainedModel.from_pretrained(
+            tp_checkpoint, tp_plan="auto", device_mesh=Mesh(0, 2)).tp_shards
+    want = expected_parts(0, 2)
+    assert all(torch.equal(shards[k], want[k]) for k in want)
+    report = ft.last_load_report()
+    assert report.taken == "stock" and len(stock_safe_open.opened) == 2
+    assert all("on another device: device mps: ferry reads into host or CUDA memory only"
+               in f.reason for f in report.files), str(report)

@@ -15,17 +15,18 @@ allocation unless ``one_allocation=True`` is asked for. See docs/checkpoints.md.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Dict, List, Optional
 
-from ..checkpoint import _PACKED, Checkpoint, CheckpointError, _framework, load_checkpoint
+from .._weights import read_index
+from ..checkpoint import Checkpoint, CheckpointError, _framework, load_checkpoint
 
 SafetensorError = CheckpointError
 
 
 class _Slice:
-    """A tensor of a safe_open file, read only where indexed: a slice of dimension 0 reads just
-    those rows; the rest of the index is applied to them (and copied to be contiguous)."""
+    """A tensor of a safe_open file, read only where indexed: ranges, ints and lists of ints on
+    any dimension (and Ellipsis, None) read only the bytes of the box they touch (one gathered
+    request); any other index reads the whole tensor and applies it."""
 
     def __init__(self, handle: "safe_open", name: str) -> None:
         self._h = handle
@@ -38,35 +39,8 @@ class _Slice:
         return self._entry.dtype
 
     def __getitem__(self, index: Any) -> Any:
-        e, fw = self._entry, self._h._fw
-        if e.dtype in _PACKED:
-            raise TypeError(f"ferry: tensor '{e.name}' is {e.dtype} (packed): slice its bytes "
-                            f"after get_tensor instead")
-        if not isinstance(index, tuple):
-            index = (index,)
-        if not e.shape:
-            return self._h.get_tensor(e.name)[index]
-        rows = e.shape[0]
-        first = index[0] if index else slice(None)
-        if isinstance(first, slice) and (first.step is None or first.step > 0):
-            start, stop, step = first.indices(rows)
-            lo, hi = start, max(start, stop)
-            local: Any = slice(0, hi - lo, step)
-        elif isinstance(first, slice):  # a negative step: read them all, let the framework index
-            lo, hi, local = 0, rows, first
-        else:
-            try:
-                i = operator.index(first)
-            except TypeError:  # Ellipsis, None, arrays: read everything
-                lo, hi, local = 0, rows, first
-            else:
-                if not -rows <= i < rows:
-                    raise IndexError(f"ferry: index {i} is out of range for dimension 0 of "
-                                     f"tensor '{e.name}' (size {rows})")
-                i %= rows
-                lo, hi, local = i, i + 1, 0
-        part = self._h._ckpt.read_rows(fw, e, lo, hi)
-        result = part[(local,) + tuple(index[1:])]
+        fw = self._h._fw
+        result, _ = read_index(self._h._ckpt, fw, self._entry, index)
         if fw.name == "pt":
             return result.contiguous()
         if fw.name == "jax":
