@@ -856,11 +856,11 @@ void read_error_body(BodyReader& body, const Head& h, Budget& budget, HttpAnswer
 
 // A signed request's redirect, answered as libcurl's transfer answers it (the status and where
 // it leads, in a.location) for follow_signed to follow or refuse; false where it is not one, or
-// its Location is relative to the path (libcurl's to resolve).
+// its Location is relative to the path or the scheme (libcurl's to resolve).
 bool signed_redirect(const RemoteTarget& target, const Head& h, const std::string& origin,
                      HttpAnswer& a) {
   if (!target.credentials || h.status < 300 || h.status > 399 || h.location.empty()) return false;
-  if (h.location.front() == '/') {
+  if (h.location.front() == '/' && h.location.rfind("//", 0) != 0) {  // not "//host/..."
     a.location = origin + h.location;
   } else if (h.location.find("://") != std::string::npos) {
     a.location = h.location;

@@ -6,22 +6,37 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <type_traits>
 
 #include "base/library.h"
+
+#if __has_include(<openssl/hmac.h>)
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+#define FERRY_HAVE_OPENSSL_HEADERS 1
+#endif
+
+struct evp_md_st;  // OpenSSL's EVP_MD, opaque
 
 namespace ferry::remote {
 namespace {
 
 // libcrypto's one-shot SHA256() and HMAC(), the same in OpenSSL 1.1 and 3 (neither deprecated in
-// 3). Declared here rather than taken from <openssl/*.h>: ferry builds without libssl-dev, as it
-// does without curl.h's library. EVP_MD is opaque; EVP_sha256() gives the one HMAC() needs.
+// 3). Declared here, so that ferry builds without libssl-dev; where its headers are present, the
+// declarations are checked against them below. EVP_sha256() gives the EVP_MD that HMAC() needs.
 struct CryptoApi {
   unsigned char* (*sha256)(const unsigned char* data, std::size_t n, unsigned char* md);
-  const void* (*evp_sha256)();
-  unsigned char* (*hmac)(const void* evp_md, const void* key, int key_len,
+  const evp_md_st* (*evp_sha256)();
+  unsigned char* (*hmac)(const evp_md_st* evp_md, const void* key, int key_len,
                          const unsigned char* data, std::size_t n, unsigned char* md,
                          unsigned int* md_len);
 };
+
+#ifdef FERRY_HAVE_OPENSSL_HEADERS
+static_assert(std::is_same_v<decltype(&::SHA256), decltype(CryptoApi::sha256)>);
+static_assert(std::is_same_v<decltype(&::EVP_sha256), decltype(CryptoApi::evp_sha256)>);
+static_assert(std::is_same_v<decltype(&::HMAC), decltype(CryptoApi::hmac)>);
+#endif
 
 struct Loaded {
   CryptoApi api{};

@@ -245,6 +245,33 @@ def test_s3_strict_signed_anonymous_and_presigned(s3rver_strict, monkeypatch):  
         ferry.open(private)
 
 
+def test_s3_signed_without_libcrypto_takes_libcurls_transfer(s3rver_strict, tmp_path):  # noqa: F811
+    """ferry signs s3:// requests itself with libcrypto's SHA-256 and HMAC (src/remote/sigv4.cc),
+    on the connection the open's HEAD leaves for the read (no new one); where libcrypto cannot be
+    loaded, libcurl's transfer signs them instead (a connection of its own). The verifying front
+    accepts both, and refuses a wrong secret from both with S3's words and the URL."""
+    s3 = s3rver_strict
+    data = _bytes(200_003, 13)
+    url = s3.put("private-bucket", "nocrypto.bin", data)
+    code = ("import sys, numpy as np, ferry\n"
+            "with ferry.open(sys.argv[1]) as f:\n"
+            "    buf = np.empty(f.size, np.uint8)\n"
+            "    f.pread(buf).result()\n"
+            "    print(f.last_route.source.connections, file=sys.stderr)\n"
+            "sys.stdout.buffer.write(buf.tobytes())\n")
+    for crypto, connections in (("libcrypto.so.3", "0"), (str(tmp_path / "nope.so"), "1")):
+        env = {**os.environ, **s3.env(), "FERRY_CRYPTO_LIBRARY": crypto}
+        r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, env=env,
+                           timeout=120)
+        assert r.returncode == 0 and r.stdout == data, (crypto, r.stderr.decode())
+        assert r.stderr.decode() == connections + "\n", crypto
+        env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"
+        r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert r.returncode != 0 and "SignatureDoesNotMatch" in r.stderr, (crypto, r.stderr)
+        assert "private-bucket/nocrypto.bin" in r.stderr and "not-the-secret" not in r.stderr
+
+
 def test_without_libcurl_a_url_is_a_clear_error(tmp_path):
     code = ("import ferry\n"
             "print(ferry.remote_support())\n"
