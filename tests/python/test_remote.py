@@ -249,7 +249,8 @@ def test_s3_signed_without_libcrypto_takes_libcurls_transfer(s3rver_strict, tmp_
     """ferry signs s3:// requests itself with libcrypto's SHA-256 and HMAC (src/remote/sigv4.cc),
     on the connection the open's HEAD leaves for the read (no new one); where libcrypto cannot be
     loaded, libcurl's transfer signs them instead (a connection of its own). The verifying front
-    accepts both, and refuses a wrong secret from both with S3's words and the URL."""
+    accepts both, with a session token too, and refuses a wrong secret or region from both with
+    S3's words and the URL."""
     s3 = s3rver_strict
     data = _bytes(200_003, 13)
     url = s3.put("private-bucket", "nocrypto.bin", data)
@@ -265,11 +266,17 @@ def test_s3_signed_without_libcrypto_takes_libcurls_transfer(s3rver_strict, tmp_
                            timeout=120)
         assert r.returncode == 0 and r.stdout == data, (crypto, r.stderr.decode())
         assert r.stderr.decode() == connections + "\n", crypto
-        env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"
-        r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
-                           env=env, timeout=120)
-        assert r.returncode != 0 and "SignatureDoesNotMatch" in r.stderr, (crypto, r.stderr)
-        assert "private-bucket/nocrypto.bin" in r.stderr and "not-the-secret" not in r.stderr
+        # A session token is a signed header: the front recomputes the signature with it.
+        r = subprocess.run([sys.executable, "-c", code, url], capture_output=True,
+                           env={**env, "AWS_SESSION_TOKEN": "a-session-token"}, timeout=120)
+        assert r.returncode == 0 and r.stdout == data, (crypto, r.stderr.decode())
+        for wrong, words in (({"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, "SignatureDoesNotMatch"),
+                             ({"AWS_REGION": "eu-west-3", "AWS_DEFAULT_REGION": "eu-west-3"},
+                              "region 'eu-west-3' is wrong")):
+            r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                               env={**env, **wrong}, timeout=120)
+            assert r.returncode != 0 and words in r.stderr, (crypto, r.stderr)
+            assert "private-bucket/nocrypto.bin" in r.stderr and "not-the-secret" not in r.stderr
 
 
 def test_without_libcurl_a_url_is_a_clear_error(tmp_path):
