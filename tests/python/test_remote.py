@@ -262,6 +262,10 @@ def test_s3_signed_without_libcrypto_takes_libcurls_transfer(s3rver_strict, tmp_
             "sys.stdout.buffer.write(buf.tobytes())\n")
     for crypto, connections in (("libcrypto.so.3", "0"), (str(tmp_path / "nope.so"), "1")):
         env = {**os.environ, **s3.env(), "FERRY_CRYPTO_LIBRARY": crypto}
+        said = subprocess.run([sys.executable, "-c", "import ferry; print(ferry.remote_support())"],
+                              capture_output=True, text=True, env=env, timeout=60).stdout
+        assert ("SigV4 signed by ferry" in said) == (connections == "0"), said
+        assert connections == "0" or "nope.so" in said, said
         r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, env=env,
                            timeout=120)
         assert r.returncode == 0 and r.stdout == data, (crypto, r.stderr.decode())
