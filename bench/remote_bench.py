@@ -27,7 +27,10 @@ same file whole in task_size ranges at ferry's worker count, the bytes thrown aw
 ceiling) and landed in memory. Reported: GETs per load (the load report's, and nginx's count)
 against ceil(bytes / task_size) + 3, and ferry / parallel curl; and per case, the counts that a
 loaded machine cannot fake: the server process's CPU-seconds per GB served (/proc/PID/stat), the
-client's (its rusage), and the client's page faults per load.
+client's (its rusage), and the client's page faults per load. --ferry-before DIR adds the
+case "ferry_before": the same loads by another build's Python package (DIR holds its `ferry`
+folder), run beside this tree's in each round, the two in alternating order. --servers picks
+nginx, s3rver or both.
 """
 
 from __future__ import annotations
@@ -127,16 +130,19 @@ def write_checkpoint(path: Path, count: int, size: int) -> int:
 
 
 @contextmanager
-def checkpoint_servers(root: Path, name: str):
+def checkpoint_servers(root: Path, name: str, which: str = "nginx,s3rver"):
     """Yields [(server, url for ferry, plain http URL for curl, env, access log or None)]."""
     sys.path.insert(0, str(REPO / "tests" / "python"))
     import remote_servers as rs
     with contextlib.ExitStack() as stack:
         out = []
         log = root.parent / f"{root.name}-access.log"
-        base = stack.enter_context(rs.nginx_server(root, access_log=log))
-        out.append(("nginx", f"{base}/{name}", f"{base}/{name}", {}, log))
+        if "nginx" in which:
+            base = stack.enter_context(rs.nginx_server(root, access_log=log))
+            out.append(("nginx", f"{base}/{name}", f"{base}/{name}", {}, log))
         try:
+            if "s3rver" not in which:
+                raise rs.ServerUnavailable("not asked for (--servers)")
             s3dir = Path(tempfile.mkdtemp(prefix="ferry-bench-s3-", dir=root.parent))
             endpoint, key, secret = stack.enter_context(rs.s3rver_server(s3dir))
             s3 = rs.S3Server(endpoint, key, secret, s3dir)
@@ -162,7 +168,7 @@ def checkpoint_main(a: argparse.Namespace) -> int:
             name = "model.safetensors"
             total = write_checkpoint(root / name, count, size)
             bound = math.ceil(count * size / task) + 3
-            with checkpoint_servers(root, name) as servers:
+            with checkpoint_servers(root, name, a.servers) as servers:
                 for server_name, url, plain, env, log in servers:
                     rows: dict[str, list] = {"ferry": [], "curl": [], "curl_memory": [],
                                              "local": []}
@@ -171,27 +177,36 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                     # The server's CPU and the client's, per GB moved, and the client's page
                     # faults per load: counts a loaded machine cannot fake, unlike the rates.
                     costs: dict[str, list] = {"ferry": [], "curl": [], "curl_memory": []}
+                    builds = [("ferry", str(REPO / "python"))]
+                    if a.ferry_before:
+                        builds.append(("ferry_before", a.ferry_before))
+                        rows["ferry_before"], costs["ferry_before"] = [], []
                     server_pid = _listening_pid(plain)
                     for rnd in range(a.rounds + 1):  # round 0 warms the server up
-                        before = len(_requests(log))
-                        r, cost = _costed(server_pid, lambda: subprocess.run(
-                            [sys.executable, "-c", _LOAD, url, str(a.repeat)], text=True,
-                            capture_output=True, timeout=600,
-                            env={**os.environ, **env, "PYTHONPATH": str(REPO / "python")}))
-                        if r.returncode != 0:
-                            raise RuntimeError(f"ferry load of {url}: {r.stderr.strip()}")
-                        got = json.loads(r.stdout)
-                        workers = got["reports"][-1]["workers"]
+                        for case, pythonpath in builds[rnd % 2:] + builds[:rnd % 2]:
+                            before = len(_requests(log))
+                            r, cost = _costed(server_pid, lambda: subprocess.run(
+                                [sys.executable, "-c", _LOAD, url, str(a.repeat)], text=True,
+                                capture_output=True, timeout=600,
+                                env={**os.environ, **env, "PYTHONPATH": pythonpath}))
+                            if r.returncode != 0:
+                                raise RuntimeError(f"{case} load of {url}: {r.stderr.strip()}")
+                            got = json.loads(r.stdout)
+                            workers = got["reports"][-1]["workers"]
+                            if rnd == 0:
+                                continue
+                            rows[case].append(
+                                (total / got["times"][0] / 1e9,
+                                 total / statistics.median(got["times"][1:] or got["times"]) / 1e9))
+                            costs[case].append(_per_load(cost, total, a.repeat))
+                            if case != "ferry":
+                                continue
+                            # Requests per load from the server's side: the open's HEAD and
+                            # header GET come once per process, in the first load.
+                            seen.append((len(_requests(log)) - before) if log else None)
+                            gets.append(got["reports"][-1]["gets"])
                         if rnd == 0:
                             continue
-                        # Requests per load from the server's side: the open's HEAD and header
-                        # GET come once per process, in the first load.
-                        seen.append((len(_requests(log)) - before) if log else None)
-                        gets.append(got["reports"][-1]["gets"])
-                        rows["ferry"].append(
-                            (total / got["times"][0] / 1e9,
-                             total / statistics.median(got["times"][1:] or got["times"]) / 1e9))
-                        costs["ferry"].append(_per_load(cost, total, a.repeat))
                         # The same loader on the same file from local tmpfs: what the loader's
                         # own per-tensor work (allocations, page faults) allows.
                         r = subprocess.run([sys.executable, "-c", _LOAD, str(root / name),
@@ -222,6 +237,7 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                             "ferry_gbps": med["ferry"], "curl_gbps": med["curl"],
                             "curl_memory_gbps": med["curl_memory"],
                             "local_load_gbps": med["local"],
+                            "ferry_before_gbps": med.get("ferry_before"),
                             "ratio_to_curl": med["ferry"][1] / med["curl"][1],
                             "ratio_to_curl_memory": med["ferry"][1] / med["curl_memory"][1],
                             "costs": {k: {m: statistics.median(c[m] for c in v) for m in v[0]}
@@ -236,7 +252,10 @@ def checkpoint_main(a: argparse.Namespace) -> int:
                           f"into memory {med['curl_memory'][1]:.2f}: {line['ratio_to_curl']:.2f}x "
                           f"curl, {line['ratio_to_curl_memory']:.2f}x curl into memory "
                           f"({'meets' if line['ratio_to_curl'] >= 0.9 else 'MISSES'} 0.9x); the same load "
-                          f"from local tmpfs {med['local'][1]:.2f} GB/s",
+                          f"from local tmpfs {med['local'][1]:.2f} GB/s"
+                          + (f"; --ferry-before's build warm {med['ferry_before'][1]:.2f} GB/s "
+                             f"({med['ferry_before'][1] / med['curl'][1]:.2f}x curl)"
+                             if "ferry_before" in med else ""),
                           flush=True)
                     for k, c in line["costs"].items():
                         print(f"{'':>12} {k:12s} server {c['server_cpu_s_per_gb']:.2f} CPU-s/GB, "
@@ -301,6 +320,9 @@ def main() -> int:
                    help="where the object lives (tmpfs by default: the server's disk is not "
                         "measured)")
     p.add_argument("--build", default=str(REPO / "build"))
+    p.add_argument("--ferry-before", help="--checkpoint: another build's python/ folder, loaded "
+                   "beside this tree's in each round (case ferry_before)")
+    p.add_argument("--servers", default="nginx,s3rver", help="--checkpoint: nginx, s3rver or both")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
     p.add_argument("--out", help="also write every run as a JSON line here")
     p.add_argument("--checkpoint", help='checkpoint shapes, e.g. "3000x16KiB,300x4MiB" '

@@ -1,8 +1,8 @@
-// The one loader of the libraries ferry dlopens and never links (libcuda, libcufile, libcurl):
-// each owner declares a table of typed function pointers, and load_library() opens the file its
-// FERRY_*_LIBRARY switch names (read here, once per load) and fills the table. Its owner loads it
-// once, into a function-local static; the library stays open for the life of the process, as
-// pointers into it do. Loading is not thread-safe; the filled table is immutable.
+// The one loader of the libraries ferry dlopens and never links (libcuda, libcufile, libcurl,
+// libcrypto): each owner declares a table of typed function pointers, and load_library() opens
+// the file its FERRY_*_LIBRARY switch names (read here, once per load) and fills the table. Its
+// owner loads it once, into a function-local static; the library stays open for the life of the
+// process, as pointers into it do. Loading is not thread-safe; the filled table is immutable.
 #pragma once
 
 #include <string>

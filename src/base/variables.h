@@ -43,13 +43,14 @@ inline constexpr Variable kStatsDir{"FERRY_STATS_DIR"};
 inline constexpr Variable kCudaLibrary{"FERRY_CUDA_LIBRARY"};
 inline constexpr Variable kCufileLibrary{"FERRY_CUFILE_LIBRARY"};
 inline constexpr Variable kCurlLibrary{"FERRY_CURL_LIBRARY"};
+inline constexpr Variable kCryptoLibrary{"FERRY_CRYPTO_LIBRARY"};
 
-inline constexpr std::array<const Variable*, 17> kVariables{
+inline constexpr std::array<const Variable*, 18> kVariables{
     &kCompatMode,    &kRequire,       &kTaskSize,         &kGdsThreshold,
     &kNthreads,      &kHostNthreads,  &kBounceBufferSize, &kHostLoad,
     &kRemoteRetries, &kRemoteTimeout, &kRemoteDeadline,   &kRemoteRetryStatuses,
     &kStatsPublish,  &kStatsDir,      &kCudaLibrary,      &kCufileLibrary,
-    &kCurlLibrary};
+    &kCurlLibrary,   &kCryptoLibrary};
 
 // The value of `name`, or nullptr when it is unset or empty (an empty variable means unset).
 inline const char* value_of(const char* name) {

@@ -8,6 +8,7 @@
 
 #include "base/library.h"
 #include "ferry/remote.h"
+#include "remote/sigv4.h"
 
 namespace ferry::remote {
 namespace {
@@ -101,7 +102,13 @@ std::string curl_description() {
   if (!l.ok) return l.why_not;
 #if FERRY_HAVE_CURL
   const curl_version_info_data* v = l.api.version_info(CURLVERSION_NOW);
-  return fmt::format("libcurl {} ({})", v->version, v->ssl_version ? v->ssl_version : "no TLS");
+  // Which way signed requests go: a named fallback, so `ferry check` says it.
+  std::string why_not;
+  const std::string signing = can_sign(&why_not)
+                                  ? "SigV4 signed by ferry (libcrypto)"
+                                  : "SigV4 signed by libcurl's transfer, not in place: " + why_not;
+  return fmt::format("libcurl {} ({}); {}", v->version, v->ssl_version ? v->ssl_version : "no TLS",
+                     signing);
 #else
   return l.why_not;
 #endif

@@ -39,7 +39,8 @@ struct CurlApi {};
 // headers).
 const CurlApi* curl_api(std::string* why_not);
 
-// "libcurl 7.88.1 (OpenSSL/3.0.19)", or why remote sources are unavailable.
+// "libcurl 7.88.1 (OpenSSL/3.0.19); SigV4 signed by ferry (libcrypto)" (or by libcurl's
+// transfer, and why), or why remote sources are unavailable.
 std::string curl_description();
 
 }  // namespace ferry::remote

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "remote/sigv4.h"
 #include "remote/transfer_watch.h"
 
 namespace ferry::remote {
@@ -23,11 +25,6 @@ namespace ferry::remote {
 #if FERRY_HAVE_CURL
 namespace {
 
-// The SHA-256 of an empty payload: what a GET or HEAD signs. libcurl 7.88 adds no
-// x-amz-content-sha256 header itself, and S3 wants one; sending the hash it signed keeps the two
-// in agreement whichever way a libcurl version treats a header given to it.
-constexpr const char* kEmptyPayloadSha256 =
-    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 constexpr std::size_t kErrorBodyMax = 16 << 10;
 
 // The calling thread's handle. Its connections stay open between requests (keep-alive); a child
@@ -360,6 +357,8 @@ struct Request {
       api.easy_setopt(handle, CURLOPT_AWS_SIGV4, sigv4.c_str());
       api.easy_setopt(handle, CURLOPT_USERNAME, target.credentials->access_key.c_str());
       api.easy_setopt(handle, CURLOPT_PASSWORD, target.credentials->secret_key.c_str());
+      // libcurl 7.88 adds no x-amz-content-sha256 itself, and S3 wants one; sending the hash it
+      // signed keeps the two in agreement whichever way a libcurl version treats the header.
       add(fmt::format("x-amz-content-sha256: {}", kEmptyPayloadSha256));
       if (!target.credentials->session_token.empty()) {
         add("x-amz-security-token: " + target.credentials->session_token);
@@ -415,16 +414,17 @@ struct Request {
   }
 };
 
-// ---- Unsigned ranged GETs straight into the destination ----
+// ---- Ranged GETs straight into the destination ----
 // libcurl's write callback hands over bytes it has already received into its own buffer, so a
 // GET through it costs two copies: the kernel's into that buffer, then ours into the
 // destination. On the H200's loopback that second copy held ferry's host rate at 0.69x parallel
-// curl to nowhere (bench/NOTES.md §24). For requests libcurl need not sign, ferry lets libcurl
-// connect (TCP, TLS, certificates: CURLOPT_CONNECT_ONLY), writes the request itself, reads the
-// answer's head, and has curl_easy_recv put the body where it belongs: one copy. What this path
-// does not handle (a redirect, a chunked or unsized body, a head over 64 KiB, a URL with
-// user:password) goes through libcurl's own transfer instead; a proxy in the environment or
-// SigV4 does from the start.
+// curl to nowhere (bench/NOTES.md §24). So ferry lets libcurl connect (TCP, TLS, certificates:
+// CURLOPT_CONNECT_ONLY), writes the request itself (signed by sigv4.h where it has credentials),
+// reads the answer's head, and has curl_easy_recv put the body where it belongs: one copy. What
+// this path does not handle (a redirect, a chunked or unsized body, a head over 64 KiB, a URL
+// with user:password) goes through libcurl's own transfer instead; so does everything from the
+// start where a proxy is in the environment, or where a signed request finds no libcrypto to
+// sign with (direct_path_for).
 
 constexpr std::size_t kHeadMax = 64 << 10;
 constexpr long kDirectRecvMax = 10L << 20;  // CURL_MAX_READ_SIZE from libcurl 7.88
@@ -435,6 +435,12 @@ bool proxy_in_environment() {
     if (v != nullptr && *v != '\0') return true;
   }
   return false;
+}
+
+// Whether `target`'s requests try this path first: not through a proxy, and signed only where
+// ferry can sign them itself (libcurl's transfer signs what it sends: CURLOPT_AWS_SIGV4).
+bool direct_path_for(const RemoteTarget& target) {
+  return !proxy_in_environment() && (!target.credentials || can_sign(nullptr));
 }
 
 // "http://host:port" (what libcurl connects to), the Host header and the request target
@@ -634,6 +640,7 @@ struct Head {
   std::optional<std::uint64_t> content_length;
   bool chunked_or_encoded = false;  // Transfer-Encoding: libcurl's transfer reads that
   bool close = false;               // Connection: close
+  std::string location;             // a redirect's Location
 };
 
 // Parses the head in `text` (through its blank line) into `head`, `x` and `a`; false where it
@@ -667,6 +674,7 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
     if (name == "retry-after") a.retry_after = value;
     if (name == "accept-ranges") a.accept_ranges = lower(value);
     if (name == "transfer-encoding") head->chunked_or_encoded = true;
+    if (name == "location") head->location = value;
     if (name == "connection" && lower(value).find("close") != std::string::npos) head->close = true;
     if (name == "content-length") {
       std::uint64_t n = 0;
@@ -808,13 +816,26 @@ std::string ended_words(const Budget& budget, CURLcode rc, std::uint64_t landed,
              : fmt::format("the connection ended after {} of {} B", landed, size);
 }
 
-std::string request_text(const std::string& path, const std::string& authority,
-                         const std::string& range, const std::string& etag) {
+// A request's head as this path writes it, signed where `target` has credentials; `more` is its
+// own header lines (each ending "\r\n").
+std::string request_text(std::string_view method, const RemoteTarget& target,
+                         const std::string& path, const std::string& authority,
+                         const std::string& more) {
+  return fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\n{}{}\r\n",
+                     method, path, authority, more,
+                     target.credentials
+                         ? s3_signature_lines(method, authority, path, target, std::time(nullptr))
+                         : std::string());
+}
+
+// A ranged GET's head.
+std::string get_text(const RemoteTarget& target, const std::string& path,
+                     const std::string& authority, std::uint64_t first, std::uint64_t last,
+                     const std::string& etag) {
   const std::string precondition = if_match(etag);
-  return fmt::format(
-      "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\nRange: bytes={}"
-      "\r\n{}\r\n",
-      path, authority, range, precondition.empty() ? std::string() : precondition + "\r\n");
+  return request_text("GET", target, path, authority,
+                      fmt::format("Range: bytes={}-{}\r\n{}", first, last,
+                                  precondition.empty() ? std::string() : precondition + "\r\n"));
 }
 
 // Reads an error answer's body (small enough to read whole) into a.body for the server's words
@@ -833,7 +854,24 @@ void read_error_body(BodyReader& body, const Head& h, Budget& budget, HttpAnswer
   if (rc != CURLE_OK || h.close) body.c->drop();
 }
 
-// The GET through this path, or nothing where libcurl's own transfer must take it.
+// A signed request's redirect, answered as libcurl's transfer answers it (the status and where
+// it leads, in a.location) for follow_signed to follow or refuse; false where it is not one, or
+// its Location is relative to the path or the scheme (libcurl's to resolve).
+bool signed_redirect(const RemoteTarget& target, const Head& h, const std::string& origin,
+                     HttpAnswer& a) {
+  if (!target.credentials || h.status < 300 || h.status > 399 || h.location.empty()) return false;
+  if (h.location.front() == '/' && h.location.rfind("//", 0) != 0) {  // not "//host/..."
+    a.location = origin + h.location;
+  } else if (h.location.find("://") != std::string::npos) {
+    a.location = h.location;
+  } else {
+    return false;
+  }
+  a.transport_ok = true;
+  a.status = h.status;
+  return true;
+}
+
 // The calling thread's direct connection: its GETs' and its HEADs'.
 DirectConnection& thread_connection() {
   thread_local DirectConnection c;                   // per thread by design, as `this_thread` above
@@ -853,8 +891,7 @@ std::optional<HttpAnswer> direct_head(const CurlApi& api, const RemoteTarget& ta
   std::string origin, authority, path;
   if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
   DirectConnection& c = thread_connection();
-  const std::string request = fmt::format(
-      "HEAD {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ferry\r\nAccept: */*\r\n\r\n", path, authority);
+  const std::string request = request_text("HEAD", target, path, authority, {});
   Budget budget(timeouts);
   HttpAnswer a;
   Exchange x;
@@ -866,8 +903,10 @@ std::optional<HttpAnswer> direct_head(const CurlApi& api, const RemoteTarget& ta
     case HeadRead::kFailed:
       return a;
     case HeadRead::kLibcurl:
-      // A redirect is libcurl's to follow; an answer without Content-Length (or chunked) is
-      // the answer: the caller learns the size another way, not from a second HEAD.
+      // A redirect is libcurl's to follow (a signed one follow_signed's); an answer without
+      // Content-Length (or chunked) is the answer: the caller learns the size another way, not
+      // from a second HEAD.
+      if (signed_redirect(target, h, origin, a)) return a;
       if (h.status == 0 || (h.status >= 300 && h.status <= 399)) return std::nullopt;
       a.transport_ok = true;
       a.status = h.status;
@@ -896,8 +935,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
   std::string origin, authority, path;
   if (!split_url(target.url, &origin, &authority, &path)) return std::nullopt;
   DirectConnection& c = thread_connection();
-  const std::string request =
-      request_text(path, authority, fmt::format("{}-{}", offset, offset + size - 1), etag);
+  const std::string request = get_text(target, path, authority, offset, offset + size - 1, etag);
   Budget budget(timeouts);
   HttpAnswer a;
   Exchange x;
@@ -916,6 +954,7 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
     case HeadRead::kFailed:
       return a;
     case HeadRead::kLibcurl:
+      if (signed_redirect(target, h, origin, a)) return a;
       return std::nullopt;
     case HeadRead::kOk:
       break;
@@ -999,8 +1038,7 @@ HttpAnswer ObjectStream::read(const CurlApi& api, const RemoteTarget& target,
     s.open = false;
   }
   std::string origin, authority, path;
-  if (target.credentials || proxy_in_environment() ||
-      !split_url(target.url, &origin, &authority, &path)) {
+  if (!direct_path_for(target) || !split_url(target.url, &origin, &authority, &path)) {
     close();
     HttpAnswer a = http_get_range(api, target, timeouts, object_size, etag, buffer, offset, size);
     a.new_get = true;
@@ -1019,8 +1057,7 @@ HttpAnswer ObjectStream::read(const CurlApi& api, const RemoteTarget& target,
     x.size = static_cast<std::size_t>(object_size - offset);
     x.object_size = object_size;
     x.etag = &etag;
-    const std::string request =
-        request_text(path, authority, fmt::format("{}-{}", offset, object_size - 1), etag);
+    const std::string request = get_text(target, path, authority, offset, object_size - 1, etag);
     Head h;
     s.body = BodyReader();
     s.body.c = &s.c;
@@ -1086,7 +1123,7 @@ namespace {
 
 HttpAnswer head_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
                      bool probe_range) {
-  if (!probe_range && !target.credentials && !proxy_in_environment()) {
+  if (!probe_range && direct_path_for(target)) {
     if (std::optional<HttpAnswer> direct = direct_head(api, target, timeouts)) return *direct;
   }
   HttpAnswer a;
@@ -1129,7 +1166,7 @@ HttpAnswer head_once(const CurlApi& api, const RemoteTarget& target, const Timeo
 HttpAnswer get_once(const CurlApi& api, const RemoteTarget& target, const Timeouts& timeouts,
                     std::uint64_t object_size, const std::string& etag, char* buffer,
                     std::uint64_t offset, std::size_t size) {
-  if (size > 0 && !target.credentials && !proxy_in_environment()) {
+  if (size > 0 && direct_path_for(target)) {
     if (std::optional<HttpAnswer> direct =
             direct_get_range(api, target, timeouts, object_size, etag, buffer, offset, size)) {
       return *direct;

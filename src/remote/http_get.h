@@ -61,8 +61,9 @@ HttpAnswer http_get_range(const CurlApi& api, const RemoteTarget& target, const 
 // between are received and discarded), else sends a new one for bytes offset to the object's
 // end (answered 206 from offset, or 200 from byte 0), checked as http_get_range checks its answers
 // (the status, Content-Range, Content-Length against `object_size`, the ETag). Where libcurl's
-// own transfer must take the GET (a redirect, a chunked body, a proxy, a signed request), it
-// cannot be kept open between calls: that call is one http_get_range. Any failure closes it.
+// own transfer must take the GET (a redirect, a chunked body, a proxy, a signed request where
+// libcrypto is absent), it cannot be kept open between calls: that call is one http_get_range.
+// Any failure closes it.
 class ObjectStream {
  public:
   ObjectStream();

@@ -245,6 +245,44 @@ def test_s3_strict_signed_anonymous_and_presigned(s3rver_strict, monkeypatch):  
         ferry.open(private)
 
 
+def test_s3_signed_without_libcrypto_takes_libcurls_transfer(s3rver_strict, tmp_path):  # noqa: F811
+    """ferry signs s3:// requests itself with libcrypto's SHA-256 and HMAC (src/remote/sigv4.cc),
+    on the connection the open's HEAD leaves for the read (no new one); where libcrypto cannot be
+    loaded, libcurl's transfer signs them instead (a connection of its own). The verifying front
+    accepts both, with a session token too, and refuses a wrong secret or region from both with
+    S3's words and the URL."""
+    s3 = s3rver_strict
+    data = _bytes(200_003, 13)
+    url = s3.put("private-bucket", "nocrypto.bin", data)
+    code = ("import sys, numpy as np, ferry\n"
+            "with ferry.open(sys.argv[1]) as f:\n"
+            "    buf = np.empty(f.size, np.uint8)\n"
+            "    f.pread(buf).result()\n"
+            "    print(f.last_route.source.connections, file=sys.stderr)\n"
+            "sys.stdout.buffer.write(buf.tobytes())\n")
+    for crypto, connections in (("libcrypto.so.3", "0"), (str(tmp_path / "nope.so"), "1")):
+        env = {**os.environ, **s3.env(), "FERRY_CRYPTO_LIBRARY": crypto}
+        said = subprocess.run([sys.executable, "-c", "import ferry; print(ferry.remote_support())"],
+                              capture_output=True, text=True, env=env, timeout=60).stdout
+        assert ("SigV4 signed by ferry" in said) == (connections == "0"), said
+        assert connections == "0" or "nope.so" in said, said
+        r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, env=env,
+                           timeout=120)
+        assert r.returncode == 0 and r.stdout == data, (crypto, r.stderr.decode())
+        assert r.stderr.decode() == connections + "\n", crypto
+        # A session token is a signed header: the front recomputes the signature with it.
+        r = subprocess.run([sys.executable, "-c", code, url], capture_output=True,
+                           env={**env, "AWS_SESSION_TOKEN": "a-session-token"}, timeout=120)
+        assert r.returncode == 0 and r.stdout == data, (crypto, r.stderr.decode())
+        for wrong, words in (({"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, "SignatureDoesNotMatch"),
+                             ({"AWS_REGION": "eu-west-3", "AWS_DEFAULT_REGION": "eu-west-3"},
+                              "region 'eu-west-3' is wrong")):
+            r = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                               env={**env, **wrong}, timeout=120)
+            assert r.returncode != 0 and words in r.stderr, (crypto, r.stderr)
+            assert "private-bucket/nocrypto.bin" in r.stderr and "not-the-secret" not in r.stderr
+
+
 def test_without_libcurl_a_url_is_a_clear_error(tmp_path):
     code = ("import ferry\n"
             "print(ferry.remote_support())\n"

@@ -151,7 +151,8 @@ def test_no_variable_ferry_reads_is_called_a_misspelling(tmp_path):
     import subprocess
     import sys
 
-    read = {"FERRY_CURL_LIBRARY": "libcurl.so.4", "FERRY_CUDA_LIBRARY": "libcuda.so.1",
+    read = {"FERRY_CURL_LIBRARY": "libcurl.so.4", "FERRY_CRYPTO_LIBRARY": "libcrypto.so.3",
+            "FERRY_CUDA_LIBRARY": "libcuda.so.1",
             "FERRY_CUFILE_LIBRARY": "libcufile.so.0", "FERRY_STATS_DIR": str(tmp_path),
             "FERRY_STATS_PUBLISH": "1", "FERRY_REMOTE_RETRIES": "2",
             "FERRY_REMOTE_TIMEOUT": "30", "FERRY_REMOTE_DEADLINE": "60"}
