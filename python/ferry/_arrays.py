@@ -13,7 +13,7 @@ import operator
 import os
 import threading
 import sys
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from . import _ferry
 from ._errors import CudaError, _io_class

@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import _ferry, _progress

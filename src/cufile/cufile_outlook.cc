@@ -94,11 +94,6 @@ std::optional<std::string> file_system_blocks(int fd) {
 
 }  // namespace
 
-Outlook process_outlook(const std::filesystem::path& root) {
-  const std::string& why = process_facts(root);
-  return {why.empty(), why};
-}
-
 Outlook accelerated_outlook(int fd, const std::filesystem::path& root) {
   const std::string& why = process_facts(root);
   if (!why.empty()) return {false, why};

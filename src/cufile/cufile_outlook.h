@@ -19,8 +19,5 @@ struct Outlook {
 
 // `root`: the tree of the machine's facts (cufile/cufile_machine.h).
 Outlook accelerated_outlook(int fd, const std::filesystem::path& root = "/");
-// The process facts alone (no file): where they already rule out an accelerated path, no file
-// can change that.
-Outlook process_outlook(const std::filesystem::path& root = "/");
 
 }  // namespace ferry::cufile

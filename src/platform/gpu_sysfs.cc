@@ -70,18 +70,11 @@ GpuList read_gpus(const std::filesystem::path& root) {
     if (!vendor || *vendor != kNvidiaVendor || !cls || ((*cls >> 16) & 0xff) != 0x03) continue;
     GpuSysfs g;
     g.bus_id = p.filename();
-    g.class_code = static_cast<std::uint32_t>(*cls);
     g.device_id = static_cast<std::uint32_t>(read_hex(p / "device").value_or(0));
     if (auto numa = read_text_file(p / "numa_node"); numa.ok)
       if (auto v = parse_i64(numa.text)) g.numa_node = static_cast<int>(*v);
-    auto res = read_text_file(p / "resource");
-    if (!res.ok) {
-      g.bar1_reason = res.error;
-    } else {
+    if (auto res = read_text_file(p / "resource"); res.ok)
       g.bar1_bytes = nvidia_bar1_size(parse_pci_resource(res.text));
-      g.bar1_reason =
-          g.bar1_bytes ? "second memory BAR in resource" : "fewer than two memory BARs in resource";
-    }
     out.gpus.push_back(std::move(g));
   }
   out.reason = out.gpus.empty() ? "no PCI device with vendor 0x10de and class 0x03xxxx"

@@ -29,10 +29,8 @@ std::optional<std::uint64_t> nvidia_bar1_size(const std::vector<PciResource>& re
 struct GpuSysfs {
   std::string bus_id;  // "0000:3b:00.0"
   std::uint32_t device_id = 0;
-  std::uint32_t class_code = 0;
   std::optional<int> numa_node;
   std::optional<std::uint64_t> bar1_bytes;
-  std::string bar1_reason;
 };
 
 struct GpuList {

@@ -73,7 +73,6 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text, std::vector<std::
       continue;
     }
     m.mount_id = static_cast<int>(*id);
-    m.parent_id = static_cast<int>(*parent);
     m.device = *dev;
     m.root = unescape_mount_field(f[3]);
     m.mount_point = unescape_mount_field(f[4]);

@@ -20,7 +20,6 @@ std::string to_string(DeviceNumber d);  // "254:0"
 
 struct MountEntry {
   int mount_id = 0;
-  int parent_id = 0;
   DeviceNumber device;
   std::string root;         // the subtree of the file system mounted here
   std::string mount_point;  // unescaped ("\040" -> ' ')

@@ -97,7 +97,6 @@ NvfsStats parse_nvfs_stats(std::string_view text) {
     }
     auto l = split_labelled(line);
     if (!l) continue;
-    if (l->label == "GDS Version") s.gds_version = l->plain;
     if (l->label.substr(0, 4) == "GPU ") parse_gpu_line(*l, s);
     if (l->label == "Reads") {
       if (!s.reads) s.reads = rw_counters(*l, "readMiB");

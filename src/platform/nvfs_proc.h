@@ -24,7 +24,6 @@ struct NvfsStatsLine {
 };
 
 struct NvfsStats {
-  std::optional<std::string> gds_version;     // "GDS Version: ..."
   std::optional<std::string> stats_version;   // "NVFS statistics(ver: 4.0)"
   std::optional<std::string> driver_version;  // "NVFS Driver(version: 2.28.4)"
   std::optional<bool> io_stats_enabled;       // "IO stats: Enabled|Disabled"

@@ -259,7 +259,6 @@ std::optional<SegmentMemory> create_published_segment(const std::string& directo
   SegmentMemory m;
   m.words = words;
   m.bytes = L::kSegmentBytes;
-  m.file_backed = true;
   m.dev = st.st_dev;
   m.ino = st.st_ino;
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -28,7 +28,6 @@ ProcessIdentity this_process();
 struct SegmentMemory {
   std::atomic<std::uint64_t>* words = nullptr;
   std::size_t bytes = 0;
-  bool file_backed = false;
   std::size_t slots = stats_layout::kSlots;  // slots it has room for
   bool static_storage = false;  // the last resort of create_private_segment(): never unmapped
   std::string path;

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import operator
 import os
-from typing import Any, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 import numpy as np
 
