@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 import ferry.dcp
 import dcp_state
+from page_cache import drop_pages, resident_fraction, warm_pages
 
 MODES = ["stock_t1", "stock_t8", "stock_async", "stock_async_pinned", "ferry_sync", "ferry_async"]
 
@@ -51,6 +52,54 @@ def one(mode, sd, path, stager):
     return returned, staged, time.perf_counter() - t0
 
 
+def loads(sd, path, rounds):
+    """dcp.load of the folder into a GPU state dict of sd's shapes, through ferry's reader and
+    stock's, cold (the files' pages dropped first) and warm; bit-exact against sd."""
+    files = [str(f) for f in Path(path).iterdir() if f.is_file()]
+    rows = []
+    for _ in range(rounds):
+        for reader in ("ferry", "stock"):
+            for cache in ("cold", "warm"):
+                (drop_pages if cache == "cold" else warm_pages)(files)
+                resident = resident_fraction(files)
+                into = _like(sd)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                r = (ferry.dcp.FileSystemReader(path) if reader == "ferry"
+                     else dcp.FileSystemReader(path))
+                dcp.load(into, storage_reader=r)
+                torch.cuda.synchronize()
+                s = time.perf_counter() - t0
+                ok = _same(into, sd)
+                nbytes = dcp_state.nbytes(sd)
+                rows.append({"reader": reader, "cache": cache, "seconds": s, "resident": resident,
+                             "gbps": nbytes / s / 1e9, "equal": ok})
+                del into
+                print(f"  load {reader:>5} {cache}: {s:.3f} s {nbytes / s / 1e9:.2f} GB/s "
+                      f"(resident before {resident:.2f}; equal {ok})")
+    return rows
+
+
+def _like(x):
+    if isinstance(x, torch.Tensor):
+        return torch.empty_like(x)
+    if isinstance(x, dict):
+        return {k: _like(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_like(v) for v in x]
+    return x
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=8)
@@ -58,6 +107,10 @@ def main():
     ap.add_argument("--saves", type=int, default=20)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--ceiling", help="bench/disk_ceiling.py's --json of the same disk: ratios")
+    ap.add_argument("--loads", type=int, default=2,
+                    help="after ferry_sync: dcp.load into the GPU through ferry's and stock's "
+                    "reader, cold (pages dropped) then warm, this many rounds (0: none)")
     args = ap.parse_args()
     sd = dcp_state.state(args.gib * (1 << 30))
     nbytes = dcp_state.nbytes(sd)
@@ -95,7 +148,21 @@ def main():
               f"  first {rows[0][0] * 1e3:.0f} ms  RSS {rss_seen[0] >> 20}->{rss_seen[-1] >> 20}"
               f" MiB" + (f"  pool {pool['pinned_bytes'] >> 20} MiB, {pool['allocations']} "
                          f"allocation(s)" if pool else ""))
+        if mode == "ferry_sync" and args.loads:
+            results["loads"] = loads(sd, path, args.loads)
         shutil.rmtree(path, ignore_errors=True)
+    if args.ceiling:
+        ceil = json.loads(Path(args.ceiling).read_text())
+        results["ceiling"] = ceil
+        print(f"ceiling (bench/disk_ceiling.py): write {ceil['write_gbps']:.2f} GB/s, read "
+              f"{ceil['read_gbps']:.2f} GB/s")
+        for mode, r in results["modes"].items():
+            print(f"{mode:>19}: best total {nbytes / r['best'][2] / 1e9:.2f} GB/s = "
+                  f"{nbytes / r['best'][2] / 1e9 / ceil['write_gbps']:.2f} of the write ceiling; "
+                  f"first {nbytes / r['first'][2] / 1e9 / ceil['write_gbps']:.2f}")
+        for row in results.get("loads", []):
+            print(f"{row['reader']:>6} load {row['cache']:>4}: {row['gbps']:.2f} GB/s = "
+                  f"{row['gbps'] / ceil['read_gbps']:.2f} of the read ceiling")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

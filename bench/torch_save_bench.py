@@ -10,8 +10,9 @@ state of small `step` tensors; --tiny: 64 MiB on the CPU) is saved and loaded by
 fresh process (`--case`), first call and a warm second call reported apart, each after an untimed
 os.sync() so none pays for another's dirty pages:
   save: torch.save + fsync of the file and its folder (what a crash-safe stock save needs),
-        ferry.torch.save (durable: the same fsyncs), and dd with O_DIRECT of the same bytes (the
-        disk's write ceiling);
+        ferry.torch.save (durable: the same fsyncs), and the disk's ceilings (bench/disk_ceiling.py:
+        the best of 1-16 parallel O_DIRECT dd streams, writes fsynced; saves are compared with
+        the write ceiling, loads with the read ceiling);
   load: torch.load(map_location="cuda:0", weights_only=True) and ferry.torch.load into cuda:0,
         each of the file with its pages dropped (posix_fadvise DONTNEED; cold) and then again
         (warm: from the page cache).
@@ -31,6 +32,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
+from disk_ceiling import ceilings
 from page_cache import drop_pages, warm_pages
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,18 +160,6 @@ def checks(work: str) -> List[Dict[str, Any]]:
             {"check": "ferry.torch.load(stock) == torch.load(stock)", "ok": same(c, b)}]
 
 
-def dd_ceiling(work: str, size: int) -> float:
-    blocks = max(1, size // (64 * MIB))
-    os.sync()
-    t0 = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={work}/dd.bin", "bs=64M", f"count={blocks}",
-                    "oflag=direct"], capture_output=True, check=True)
-    fsync_path(work)
-    seconds = (time.perf_counter() - t0) * size / (blocks * 64 * MIB)
-    os.unlink(f"{work}/dd.bin")
-    return seconds
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
@@ -194,9 +184,18 @@ def main() -> int:
             return 1
         rows += json.loads(done.stdout.strip().splitlines()[-1])
     size = rows[0]["bytes"]
-    dd = dd_ceiling(work, size)
-    rows.append({"case": "dd_direct", "call": "-", "bytes": size, "seconds": round(dd, 5),
-                 "gbps": round(size / dd / 1e9, 3)})
+    # The ceiling: the best of 1, 4, 8 and 16 parallel O_DIRECT dd streams (fsynced for writes).
+    # FERRY_CEILING_JSON: bench/disk_ceiling.py's result for this disk in this run, if measured.
+    given = os.environ.get("FERRY_CEILING_JSON")
+    if given:
+        with open(given) as f:
+            ceil = json.load(f)
+    else:
+        ceil = ceilings(work, size, [1, 4, 8, 16])
+    for kind in ("write", "read"):
+        gbps = ceil[f"{kind}_gbps"]
+        rows.append({"case": f"dd_direct_{kind}", "call": "-", "bytes": size,
+                     "seconds": round(size / gbps / 1e9, 5), "gbps": gbps, "streams": ceil["rows"]})
     rows += checks(work)
     with open(os.path.join(args.out, "torch_save_bench.jsonl"), "a") as f:
         for r in rows:
@@ -204,6 +203,8 @@ def main() -> int:
     # The stock case of each kind and call: what ferry's are compared with.
     stock = {(r["case"][:4], r["call"]): r["seconds"] for r in rows
              if r.get("case") in ("save_torch_fsync", "load_torch")}
+    # Saves are compared with the write ceiling, loads with the read ceiling.
+    dd = {k: size / ceil[f"{k}_gbps"] / 1e9 for k in ("write", "read")}
     print(f"{'case':<20}{'call':<7}{'GB/s':>8}{'of dd':>8}{'x stock':>9}")
     for r in rows:
         if "case" not in r:
@@ -211,7 +212,8 @@ def main() -> int:
             continue
         base = stock.get((r["case"][:4], r["call"]))
         ratio = f"{base / r['seconds']:.2f}" if base else "-"
-        print(f"{r['case']:<20}{r['call']:<7}{r['gbps']:>8.2f}{dd / r['seconds']:>8.2f}"
+        kind = "read" if "load" in r["case"] or r["case"].endswith("read") else "write"
+        print(f"{r['case']:<20}{r['call']:<7}{r['gbps']:>8.2f}{dd[kind] / r['seconds']:>8.2f}"
               f"{ratio:>9}")
     for name in os.listdir(work):
         os.unlink(os.path.join(work, name))
