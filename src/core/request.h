@@ -93,6 +93,11 @@ class RequestState {
   char small_path_inline_[160];
 };
 
+// A new request state, from the calling thread's spares where it has one: a small request's
+// future made and freed one (make_shared's malloc and free) in every request (bench/NOTES.md
+// §45). A thread keeps at most a few spares, freed when it exits.
+std::shared_ptr<RequestState> make_request_state();
+
 // Starts the request. Errors found before any I/O (bad range, strict mode) complete the future
 // with that error at once.
 IoFuture submit(std::shared_ptr<OpenFile> file, Op op, void* buffer, std::size_t size,

@@ -147,7 +147,7 @@ IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer
   SmallRoute route;
   OpenFile::Lane* lane = start_small(*file, op, buffer, size, offset, max_size, route);
   if (lane == nullptr) return IoFuture();
-  auto state = std::make_shared<RequestState>();
+  auto state = make_request_state();
   try {
     std::size_t bytes = run_small_now(*file, lane, buffer, route);
     file->end_small(lane);
@@ -160,7 +160,7 @@ IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer
         0, std::current_exception(),
         small_report(file->path(), route, route.cold_refused ? file->cold_direct_refused() : ""));
   }
-  return IoFuture(state);
+  return IoFuture(std::move(state));
 }
 
 RouteReport small_report(const std::string& path, const SmallRoute& r,
