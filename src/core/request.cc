@@ -154,8 +154,7 @@ std::size_t RequestState::get() const {
   return bytes_;
 }
 
-void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
-                                     const SmallRoute& route) {
+void RequestState::complete_unshared(std::size_t bytes, const std::string& path) {
   bytes_ = bytes;
   if (path.size() <= sizeof(small_path_inline_)) {
     small_path_size_ = static_cast<std::uint16_t>(path.size());
@@ -163,7 +162,6 @@ void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
   } else {
     small_path_ = path;
   }
-  small_ = route;
   done_ = true;
   finished_.store(true, std::memory_order_release);
 }
@@ -180,11 +178,10 @@ bool RequestState::cancel() {
 RouteReport RequestState::route() const {
   wait();
   if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
-  if (small_) {
-    if (!small_path_.empty()) return small_report(small_path_, *small_);
-    return small_report(std::string(small_path_inline_, small_path_size_), *small_);
-  }
-  return *report_;
+  // A failed small request's report was made when it failed (complete()).
+  if (report_) return *report_;
+  if (!small_path_.empty()) return small_report(small_path_, *small_);
+  return small_report(std::string(small_path_inline_, small_path_size_), *small_);
 }
 
 namespace {
