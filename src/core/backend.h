@@ -21,9 +21,11 @@ struct RequestContext {
   char* buffer;  // host address or CUDA device address of the request's first byte
   MemoryInfo memory;
   Settings settings;
-  const std::atomic<bool>& cancelled;      // set when another task failed: stop promptly
-  std::size_t workers = 1;                 // threads that run the request's tasks
-  PageCacheResidency residency;            // of the whole range, before the request (reads)
+  const std::atomic<bool>& cancelled;  // set when another task failed: stop promptly
+  std::size_t workers = 1;             // threads that run the request's tasks
+  // Of the whole range, before the request (reads); null: not measured. A pointer, so that a
+  // small request builds no strings for it (bench/NOTES.md §45).
+  const PageCacheResidency* residency = nullptr;
   std::atomic<std::size_t>& direct_tasks;  // tasks a backend read with O_DIRECT because cold
   std::atomic<bool>& cold_refused;         // a cold task stayed buffered: the file refused O_DIRECT
   // A gathered read: tasks name ranges of the file that need not touch, into buffers that need

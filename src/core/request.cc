@@ -460,7 +460,8 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   }
   job->owned_backend = std::move(cufile_backend);
   job->compat_refused = plan.route.probe.compat_refused;
-  job->context.residency = plan.report.page_cache;
+  job->residency = plan.report.page_cache;
+  job->context.residency = &job->residency;
   RouteReport& report = plan.report;
   report.tasks = job->tasks.count();
   // A request runs up to workers_for() jobs (nthreads for GPU memory). The pool a GPU request's

@@ -69,7 +69,7 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, void* buffer, Sm
       const std::size_t effective =
           offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
       route.page_cache = route.host->residency(file.fd(), offset, effective);
-      context.residency = *route.page_cache;
+      context.residency = &*route.page_cache;
     }
     bytes = route.host->run_inline(context, Task{offset, 0, size});
   } catch (...) {
