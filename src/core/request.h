@@ -88,9 +88,9 @@ class RequestState {
   // was larger and every future paid malloc's slow path, bench/NOTES.md §30).
   std::unique_ptr<const RouteReport> report_;
   // A small request's route (small_route()) and, set by complete_unshared(), its File's path,
-  // inline where it fits, so that a
-  // small request's future allocates its state alone (a copy in a std::string was a second
-  // allocation and its free, 170 instructions, bench/NOTES.md); longer paths in small_path_.
+  // inline where it fits, so that a small request's future allocates its state alone (a copy in
+  // a std::string was a second allocation and its free, 170 instructions, bench/NOTES.md); longer
+  // paths in small_path_.
   std::optional<SmallRoute> small_;
   std::string small_path_;
   std::uint16_t small_path_size_ = 0;
