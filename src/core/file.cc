@@ -75,21 +75,36 @@ struct InUse {
 // are one registration, so a concurrent close() cannot refuse the write after the reservation.
 bool appends(const core::OpenFile& f) { return f.appends() && f.writable(); }
 
+// run_sync() of a request of several tasks: apart, so that the one-task case saves no registers
+// for a future (bench/NOTES.md §45).
+[[gnu::noinline]] std::size_t run_submitted(const std::shared_ptr<core::OpenFile>& file, Op op,
+                                            void* buf, std::size_t size, std::uint64_t offset) {
+  return core::submit(file, op, buf, size, offset).get();
+}
+
+// core::submit(), apart from the small path's callers for the reason run_submitted() is.
+[[gnu::noinline]] IoFuture submitted(const std::shared_ptr<core::OpenFile>& file, Op op, void* buf,
+                                     std::size_t size, std::uint64_t offset) {
+  return core::submit(file, op, buf, size, offset);
+}
+
 // A synchronous request: in the calling thread when it is one task (the caller waits for it
 // anyway, whatever its size), else on the workers.
 std::size_t run_sync(const std::shared_ptr<core::OpenFile>& file, Op op, void* buf,
                      std::size_t size, std::uint64_t offset) {
   std::size_t n = 0;
   if (core::run_small(*file, op, buf, size, offset, SIZE_MAX, &n)) return n;
-  return core::submit(file, op, buf, size, offset).get();
+  return run_submitted(file, op, buf, size, offset);
 }
 }  // namespace
 
 IoFuture File::pread(void* buf, std::size_t size, std::uint64_t file_offset) {
   open_or_throw(file_, "pread");
-  IoFuture small = core::submit_small(file_, Op::kRead, buf, size, file_offset, core::kSmallAsync);
-  if (small.valid()) return small;
-  return core::submit(file_, Op::kRead, buf, size, file_offset);
+  // One future, returned in place (a second, for the request that is not small, cost every small
+  // one a move and a destructor: bench/NOTES.md §45).
+  IoFuture future = core::submit_small(file_, Op::kRead, buf, size, file_offset, core::kSmallAsync);
+  if (!future.valid()) future = submitted(file_, Op::kRead, buf, size, file_offset);
+  return future;
 }
 
 IoFuture File::pwrite(const void* buf, std::size_t size, std::uint64_t file_offset) {

@@ -55,6 +55,7 @@ struct Job : std::enable_shared_from_this<Job> {
   std::atomic<bool>& cancelled;  // the state's stop flag: a task failed, or cancel() was called
   std::atomic<std::size_t> direct_tasks{0};
   std::atomic<bool> cold_refused{false};
+  PageCacheResidency residency;  // the request's, before it ran: context.residency points here
   RequestContext context;
   RequestTasks tasks;
   const bool gathered;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -31,7 +32,77 @@ const bool fork_generation_counted = [] {
   pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
   return true;
 }();
+
+// A thread's spare blocks for objects of type T, each freed by a request's last reference in
+// this thread and handed out again by make_request_state(). Trivially constructed, so that
+// reaching it costs no guard; the Reaper frees the blocks when the thread exits. Per thread by
+// design: a shared list would be one more cache line that every thread's requests write (§25).
+template <typename T>
+struct Spares {
+  struct Block {
+    Block* next;
+  };
+  static constexpr unsigned kMax = 16;
+  Block* head = nullptr;
+  unsigned count = 0;
+  bool reaping = false;  // the Reaper is registered (or has run: then spares go to the heap)
+  struct Reaper {
+    ~Reaper();
+  };
+};
+template <typename T>
+constinit thread_local Spares<T> spares;
+
+template <typename T>
+Spares<T>::Reaper::~Reaper() {
+  Spares<T>& s = spares<T>;
+  while (s.head != nullptr) ::operator delete(std::exchange(s.head, s.head->next), sizeof(T));
+  s.count = kMax;  // blocks freed later in this thread's exit go to the heap
+}
+
+// allocate_shared's allocator for request states: the thread's spares first, then the heap.
+// Under AddressSanitizer every block comes from the heap, so that a use after free is caught.
+template <typename T>
+struct SpareAllocator {
+  using value_type = T;
+  SpareAllocator() = default;
+  template <typename U>
+  SpareAllocator(const SpareAllocator<U>&) {}
+  T* allocate(std::size_t n) {
+    Spares<T>& s = spares<T>;
+    if (n == 1 && s.head != nullptr) {
+      --s.count;
+      return reinterpret_cast<T*>(std::exchange(s.head, s.head->next));
+    }
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) {
+#if !defined(__SANITIZE_ADDRESS__)
+    Spares<T>& s = spares<T>;
+    if (n == 1 && s.count < Spares<T>::kMax) {
+      if (!s.reaping) {
+        s.reaping = true;
+        static thread_local typename Spares<T>::Reaper reaper;
+        (void)reaper;
+      }
+      s.head = new (p) typename Spares<T>::Block{s.head};
+      ++s.count;
+      return;
+    }
+#endif
+    ::operator delete(p, n * sizeof(T));
+  }
+  template <typename U>
+  bool operator==(const SpareAllocator<U>&) const {
+    return true;
+  }
+};
+
 }  // namespace
+
+std::shared_ptr<RequestState> make_request_state() {
+  return std::allocate_shared<RequestState>(SpareAllocator<RequestState>());
+}
 
 void RequestState::throw_orphaned() const {
   throw IoError(ECANCELED, "request", "(of the parent process)", 0, 0, 0,
@@ -83,8 +154,7 @@ std::size_t RequestState::get() const {
   return bytes_;
 }
 
-void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
-                                     const SmallRoute& route) {
+void RequestState::complete_unshared(std::size_t bytes, const std::string& path) {
   bytes_ = bytes;
   if (path.size() <= sizeof(small_path_inline_)) {
     small_path_size_ = static_cast<std::uint16_t>(path.size());
@@ -92,7 +162,6 @@ void RequestState::complete_unshared(std::size_t bytes, const std::string& path,
   } else {
     small_path_ = path;
   }
-  small_ = route;
   done_ = true;
   finished_.store(true, std::memory_order_release);
 }
@@ -109,11 +178,10 @@ bool RequestState::cancel() {
 RouteReport RequestState::route() const {
   wait();
   if (!finished_.load(std::memory_order_acquire)) throw_orphaned();
-  if (small_) {
-    if (!small_path_.empty()) return small_report(small_path_, *small_);
-    return small_report(std::string(small_path_inline_, small_path_size_), *small_);
-  }
-  return *report_;
+  // A failed small request's report was made when it failed (complete()).
+  if (report_) return *report_;
+  if (!small_path_.empty()) return small_report(small_path_, *small_);
+  return small_report(std::string(small_path_inline_, small_path_size_), *small_);
 }
 
 namespace {
@@ -392,7 +460,8 @@ std::shared_ptr<Job> make_job(const std::shared_ptr<OpenFile>& file,
   }
   job->owned_backend = std::move(cufile_backend);
   job->compat_refused = plan.route.probe.compat_refused;
-  job->context.residency = plan.report.page_cache;
+  job->residency = plan.report.page_cache;
+  job->context.residency = &job->residency;
   RouteReport& report = plan.report;
   report.tasks = job->tasks.count();
   // A request runs up to workers_for() jobs (nthreads for GPU memory). The pool a GPU request's
@@ -511,7 +580,7 @@ void start_job(const std::shared_ptr<Job>& job, const std::shared_ptr<RequestSta
 
 // A request: its plan, then its run. Errors before any I/O complete the future at once.
 IoFuture submit_spec(std::shared_ptr<OpenFile> file, RequestSpec spec) {
-  auto state = std::make_shared<RequestState>();
+  auto state = make_request_state();
   if (spec.stream_ordered) state->set_stream_ordered();
   IoFuture future(state);
   const Environment& env = file->runtime().env();

@@ -28,10 +28,13 @@ class RequestState {
   RequestState() {}
   void complete(std::size_t bytes, std::exception_ptr error, RouteReport report);
   // Completes a small request that ran in its caller's thread, before the state is shared (no
-  // lock, nobody to wake): its report is built when asked, from the route and the file's path
+  // lock, nobody to wake): its report is built when asked, from small_route() and the file's path
   // (a copy: a reference to the File would be a count that every thread's requests contend for,
   // issue 30).
-  void complete_unshared(std::size_t bytes, const std::string& path, const SmallRoute& route);
+  void complete_unshared(std::size_t bytes, const std::string& path);
+  // Where a small request keeps its route while it runs (before the state is shared), so that
+  // its future's report needs no copy of it (bench/NOTES.md §45).
+  SmallRoute& small_route() { return small_.emplace(); }
   bool ready() const;
   void wait() const;
   bool wait_for(double seconds) const;
@@ -84,14 +87,20 @@ class RequestState {
   // malloc's per-thread cache (glibc's tcache: up to 1032 B; with the report inline the state
   // was larger and every future paid malloc's slow path, bench/NOTES.md §30).
   std::unique_ptr<const RouteReport> report_;
-  // Set by complete_unshared(): the route, and its File's path, inline where it fits, so that a
-  // small request's future allocates its state alone (a copy in a std::string was a second
-  // allocation and its free, 170 instructions, bench/NOTES.md); longer paths in small_path_.
+  // A small request's route (small_route()) and, set by complete_unshared(), its File's path,
+  // inline where it fits, so that a small request's future allocates its state alone (a copy in
+  // a std::string was a second allocation and its free, 170 instructions, bench/NOTES.md); longer
+  // paths in small_path_.
   std::optional<SmallRoute> small_;
   std::string small_path_;
   std::uint16_t small_path_size_ = 0;
   char small_path_inline_[160];
 };
+
+// A new request state, from the calling thread's spares where it has one: a small request's
+// future made and freed one (make_shared's malloc and free) in every request (bench/NOTES.md
+// §45). A thread keeps at most a few spares, freed when it exits.
+std::shared_ptr<RequestState> make_request_state();
 
 // Starts the request. Errors found before any I/O (bad range, strict mode) complete the future
 // with that error at once.

@@ -88,9 +88,12 @@ constexpr std::array<Descriptor, 8> kTable{{
      [](const Settings& s) { return to_string(s.host_load); }},
 }};
 
+// Bumped by every process-wide change, under Global::mu. Process-wide, as the settings are;
+// outside Global so that every request's settings() reads it with no guard check.
+constinit std::atomic<std::uint64_t> version{1};
+
 struct Global {
   std::mutex mu;
-  std::atomic<std::uint64_t> version{1};  // bumped by every change
   bool loaded = false;
   Settings current;
   std::array<SettingSource, kTable.size()> sources{};
@@ -240,6 +243,19 @@ void mark_code(Global& g, const SettingsOverride& changes) {
   }
 }
 
+// A thread's settings as its last settings() made them. Trivially constructed and destroyed, so
+// that reaching it is one thread-pointer offset, with no guard or wrapper call: every request
+// reads it (bench/NOTES.md §45).
+struct ThreadView {
+  std::uint64_t seen = 0;          // the global version `base` was copied at
+  std::uint64_t seen_layers = 0;   // the scopes' generation `effective` was made at
+  ThreadScopes* scopes = nullptr;  // this_thread_scopes(), once looked up
+  Settings base;
+  Settings effective;
+};
+// Per thread by design: the copy is what keeps the request path off the lock.
+constinit thread_local ThreadView view;
+
 }  // namespace
 
 std::size_t workers_for(const Settings& settings, bool gpu_memory, bool remote) {
@@ -291,28 +307,18 @@ void SettingsOverride::set(std::string_view name, std::string_view value) {
                      fmt::format("unknown setting '{}'; known settings: {}", name, names));
 }
 
-Settings settings() {
-  // Every request reads the settings: a thread keeps its last copy and takes a lock only after a
-  // change (process-wide changes bump the global version, its scopes their own generation).
-  // Per thread by design: the copy is what keeps the request path off the lock.
-  thread_local struct {
-    std::uint64_t seen = 0;         // the global version `base` was copied at
-    std::uint64_t seen_layers = 0;  // the scopes' generation `effective` was made at
-    Settings base;
-    Settings effective;
-  } view;
-  Global& g = global();
+namespace {
+// settings() after a change: apart, so that the common case saves no registers for it.
+[[gnu::noinline]] Settings refresh_view(bool base_changed) {
   ThreadScopes& mine = *this_thread_scopes();
-  bool base_changed = view.seen != g.version.load(std::memory_order_acquire);
-  if (!base_changed && view.seen_layers == mine.generation.load(std::memory_order_acquire)) {
-    return view.effective;
-  }
+  view.scopes = &mine;
   if (base_changed) {
+    Global& g = global();
     std::lock_guard lock(g.mu);
     loaded_global();
     throw_env_error(g);
     view.base = g.current;
-    view.seen = g.version.load(std::memory_order_relaxed);
+    view.seen = version.load(std::memory_order_relaxed);
   }
   std::lock_guard lock(mine.mu);
   Settings layered = view.base;
@@ -320,6 +326,18 @@ Settings settings() {
   view.effective = layered;
   view.seen_layers = mine.generation.load(std::memory_order_relaxed);
   return view.effective;
+}
+}  // namespace
+
+Settings settings() {
+  // Every request reads the settings: a thread keeps its last copy and takes a lock only after a
+  // change (process-wide changes bump the global version, its scopes their own generation).
+  const bool base_changed = view.seen != version.load(std::memory_order_acquire);
+  if (!base_changed && view.scopes != nullptr &&
+      view.seen_layers == view.scopes->generation.load(std::memory_order_acquire)) [[likely]] {
+    return view.effective;
+  }
+  return refresh_view(base_changed);
 }
 
 namespace {
@@ -329,12 +347,9 @@ template <std::size_t... I>
 bool sets_any(const SettingsOverride& changes, std::index_sequence<I...>) {
   return (kTable[I].is_set(changes) || ...);
 }
-}  // namespace
 
-Settings settings_with(const SettingsOverride& changes) {
-  // Most Files override nothing: settings() is already checked (every small request asks,
-  // bench/NOTES.md §30).
-  if (!sets_any(changes, std::make_index_sequence<kTable.size()>())) return settings();
+// settings_with() of a File that overrides a setting: apart, as refresh_view() is.
+[[gnu::noinline]] Settings overridden(const SettingsOverride& changes) {
   try {
     return changes.apply_to(settings());
   } catch (const SettingError&) {
@@ -354,6 +369,15 @@ Settings settings_with(const SettingsOverride& changes) {
   std::lock_guard lock(mine.mu);
   for (const auto& [id, layer] : mine.layers) base = layer.apply_to(base);
   return changes.apply_to(base);
+}
+}  // namespace
+
+Settings settings_with(const SettingsOverride& changes) {
+  // Most Files override nothing: settings() is already checked (every small request asks,
+  // bench/NOTES.md §30).
+  if (!sets_any(changes, std::make_index_sequence<kTable.size()>())) [[likely]]
+    return settings();
+  return overridden(changes);
 }
 
 SettingsCheck check_settings() {
@@ -421,7 +445,7 @@ void set_settings(const SettingsOverride& changes) {
   for (size_t i = 0; i < kTable.size(); ++i) {
     if (kTable[i].is_set(changes)) g.env_errors[i].reset();
   }
-  g.version.fetch_add(1, std::memory_order_release);
+  version.fetch_add(1, std::memory_order_release);
 }
 
 std::vector<SettingInfo> describe_settings() {
@@ -469,7 +493,7 @@ void reload_settings_from_environment() {
   g.sources = {};
   g.source_env = {};
   g.env_errors = {};
-  g.version.fetch_add(1, std::memory_order_release);
+  version.fetch_add(1, std::memory_order_release);
 }
 
 struct ScopedSettings::Saved {

@@ -69,7 +69,7 @@ std::size_t run_small_now(OpenFile& file, OpenFile::Lane* lane, void* buffer, Sm
       const std::size_t effective =
           offset >= file_size ? 0 : std::min<std::uint64_t>(size, file_size - offset);
       route.page_cache = route.host->residency(file.fd(), offset, effective);
-      context.residency = *route.page_cache;
+      context.residency = &*route.page_cache;
     }
     bytes = route.host->run_inline(context, Task{offset, 0, size});
   } catch (...) {
@@ -144,23 +144,25 @@ bool run_small(OpenFile& file, Op op, void* buffer, std::size_t size, std::uint6
 
 IoFuture submit_small(const std::shared_ptr<OpenFile>& file, Op op, void* buffer, std::size_t size,
                       std::uint64_t offset, std::size_t max_size) {
-  SmallRoute route;
+  // The state first, so that the route is made where the future keeps it; one that does not
+  // qualify goes back to the thread's spares, where submit() finds it.
+  auto state = make_request_state();
+  SmallRoute& route = state->small_route();
   OpenFile::Lane* lane = start_small(*file, op, buffer, size, offset, max_size, route);
   if (lane == nullptr) return IoFuture();
-  auto state = std::make_shared<RequestState>();
   try {
     std::size_t bytes = run_small_now(*file, lane, buffer, route);
     file->end_small(lane);
     // Asynchronous small requests are at most 64 KiB: never cold (cold_task_min is 1 MiB), so
     // their report needs no word from the File beyond its path.
-    state->complete_unshared(bytes, file->path(), route);
+    state->complete_unshared(bytes, file->path());
   } catch (...) {
     file->end_small(lane);
     state->complete(
         0, std::current_exception(),
         small_report(file->path(), route, route.cold_refused ? file->cold_direct_refused() : ""));
   }
-  return IoFuture(state);
+  return IoFuture(std::move(state));
 }
 
 RouteReport small_report(const std::string& path, const SmallRoute& r,

@@ -81,22 +81,30 @@ const Loaded& loaded() {
   return instance;
 }
 
-// `l`'s table, or nullptr with the reason (a fork() child of a process that initialised CUDA
-// has none).
-const Driver* table_or_null(const Loaded& l, std::string* why_not) {
-  if (forked_after_init.load(std::memory_order_relaxed)) {
-    if (why_not != nullptr) *why_not = kForked;
-    return nullptr;
-  }
-  if (!l.ok && why_not != nullptr) *why_not = l.why_not;
+// `l`'s table, or nullptr (a fork() child of a process that initialised CUDA has none).
+const Driver* table_or_null(const Loaded& l) {
+  if (forked_after_init.load(std::memory_order_relaxed)) return nullptr;
   return l.ok ? &l.table : nullptr;
+}
+
+// The same with the reason: apart, so that the answer alone (every request's pointer query
+// asks) saves no registers for a string's assignment (bench/NOTES.md §45).
+const Driver* table_or_null(const Loaded& l, std::string* why_not) {
+  const Driver* d = table_or_null(l);
+  if (d == nullptr && why_not != nullptr) {
+    *why_not = forked_after_init.load(std::memory_order_relaxed) ? kForked : l.why_not;
+  }
+  return d;
 }
 
 }  // namespace
 
 const Driver* driver_or_null(std::string* why_not) { return table_or_null(loaded(), why_not); }
 
-const Driver* driver_for_queries(std::string* why_not) { return table_or_null(mapped(), why_not); }
+const Driver* driver_for_queries(std::string* why_not) {
+  if (why_not == nullptr) return table_or_null(mapped());
+  return table_or_null(mapped(), why_not);
+}
 
 const Driver& driver() {
   const Loaded& l = loaded();

@@ -185,8 +185,8 @@ class PosixWorker final : public core::Worker {
   // The descriptor for a buffered File's cold task: O_DIRECT when the task's pages are not
   // cached (-1 keeps the buffered one).
   int cold_fd(const core::Task& task) {
-    if (!may_go_cold_ ||
-        !reads_cold(*c_.file.runtime().env().host, c_.residency, fd_, task.file_offset, task.size))
+    if (!may_go_cold_ || c_.residency == nullptr ||
+        !reads_cold(*c_.file.runtime().env().host, *c_.residency, fd_, task.file_offset, task.size))
       return -1;
     int fd = c_.file.cold_direct_fd();
     if (fd < 0) {
