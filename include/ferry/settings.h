@@ -98,14 +98,22 @@ struct SettingInfo {
   // KvikIO's variables for this setting, honoured when `env` is unset (none for require).
   std::vector<std::string> kvikio_env = {};
   // The malformed variable's error when the environment gave a bad value; `value` is then the
-  // default in use meanwhile (settings() throws this error until code sets the setting).
+  // default in use meanwhile (settings() throws this error until code sets the setting), or for
+  // stats_publish off.
   std::string error = {};
+  // Read from the environment only, by the part of ferry that uses it, when it uses it: the
+  // remote policy (remote_*; set_remote_policy() replaces it), the published statistics
+  // (stats_*) and the libraries ferry loads (*_library). set_settings() and scopes do not know
+  // it; a malformed one fails only what reads it (a remote open; statistics are not published).
+  bool environment_only = false;
 };
-// Never throws for a malformed variable (it is reported in `error`): diagnostics go on.
+// The settings, then the variables read from the environment only. Never throws for a malformed
+// variable (it is reported in `error`): diagnostics go on.
 std::vector<SettingInfo> describe_settings();
 
 // The process-wide settings as settings() gives them, except that a malformed variable's
-// setting is left at its default instead of throwing; `errors` lists those variables' errors.
+// setting is left at its default instead of throwing; `errors` lists those variables' errors,
+// the environment-only ones' (describe_settings) included.
 // For diagnostics (ferry check), which report them and go on.
 struct SettingsCheck {
   Settings settings;

@@ -99,7 +99,9 @@ class Settings(Mapping[str, Any]):
         return dict(_ferry.get_settings())
 
     def describe(self) -> list[dict[str, str]]:
-        """One row per setting: name, env (its FERRY_* variable), value and source."""
+        """One row per setting: name, env (its FERRY_* variable), value and source; then the
+        variables read from the environment only (``environment_only``: the remote policy, the
+        published statistics, the libraries ferry loads), which have no attribute here."""
         return list(_ferry.describe_settings())
 
     def __iter__(self) -> Iterator[str]:

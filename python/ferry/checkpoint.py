@@ -216,8 +216,6 @@ def _framework(framework: str, device: Any) -> _Framework:
 # --------------------------------------------------------------------------------- loading
 
 
-# The safetensors dtypes that hold floating-point values: the ones `dtype=` converts.
-_FLOATING = ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0")
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
                   "half": "float16", "double": "float64"}
 
@@ -302,7 +300,7 @@ def _f8_table(np: Any, kind: str) -> Any:
 def _as_float(fw: _Framework, t: Any, kind: str) -> Any:
     """The values of a BF16 or F8 tensor that NumPy (or CuPy) holds as raw bits, as float32."""
     np = fw.np
-    if kind == "BF16":
+    if _DTYPES[kind].bits == 16:  # BF16, the top half of a float32
         return (t.astype(np.uint32) << 16).view(np.float32)
     import numpy
     return np.asarray(_f8_table(numpy, kind))[t]
@@ -316,7 +314,7 @@ def _convert(tensors: Dict[str, Any], fw: _Framework, dtype: Any,
     raw bits, which are decoded first rather than left unconverted."""
     for name, t in tensors.items():
         kind = kinds[name]
-        if kind not in _FLOATING:
+        if not _DTYPES[kind].convertible:
             continue
         if fw.name == "pt":
             if t.dtype != dtype:

@@ -289,10 +289,6 @@ class _Handle:
         return _Slice(self, name)
 
 
-# The floating-point kinds a cast can shrink.
-_CAST = ("F64", "F32", "F16", "BF16")
-
-
 _ON_DEMAND = "on demand: one gathered request per tensor"
 _SLICED = "on demand: one gathered request per slice transformers takes"
 
@@ -304,7 +300,7 @@ def _shrinking_cast(ckpts: Sequence[Checkpoint], dtype: Any) -> bool:
         return False
     import torch
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return any(e.dtype in _CAST and _DTYPES[e.dtype].bits // 8 > itemsize
+    return any(_DTYPES[e.dtype].convertible and _DTYPES[e.dtype].bits // 8 > itemsize
                for c in ckpts for e in c.entries.values())
 
 

@@ -26,26 +26,29 @@ py::tuple tensor_tuple(const TensorInfo& t) {
 }
 
 // The torch and NumPy dtypes that hold each safetensors dtype, by their attribute names ("": the
-// framework has none), in the enumeration's order; safetensors_dtypes() refuses a table that
-// misses a dtype, so a new one cannot reach Python without its row.
+// framework has none), and whether a load's dtype= converts it (the floating-point kinds whose
+// values ferry decodes: not the FNUZ float8 kinds, F6 or the packed F4), in the enumeration's
+// order; safetensors_dtypes() refuses a table that misses a dtype, so a new one cannot reach
+// Python without its row.
 struct FrameworkDtypes {
   Dtype dtype;
   const char* torch;
   const char* numpy;
+  bool convertible = false;
 };
 // clang-format off
 constexpr FrameworkDtypes kFrameworkDtypes[] = {
-    {Dtype::kBool, "bool", "bool"},          {Dtype::kU8, "uint8", "uint8"},
-    {Dtype::kI8, "int8", "int8"},            {Dtype::kU16, "uint16", "uint16"},
-    {Dtype::kI16, "int16", "int16"},         {Dtype::kF16, "float16", "float16"},
-    {Dtype::kBF16, "bfloat16", ""},          {Dtype::kU32, "uint32", "uint32"},
-    {Dtype::kI32, "int32", "int32"},         {Dtype::kF32, "float32", "float32"},
-    {Dtype::kU64, "uint64", "uint64"},       {Dtype::kI64, "int64", "int64"},
-    {Dtype::kF64, "float64", "float64"},     {Dtype::kC64, "complex64", "complex64"},
-    {Dtype::kF8E4M3, "float8_e4m3fn", ""},   {Dtype::kF8E5M2, "float8_e5m2", ""},
-    {Dtype::kF8E8M0, "float8_e8m0fnu", ""},  {Dtype::kF6E2M3, "", ""},
-    {Dtype::kF6E3M2, "", ""},                {Dtype::kF4, "float4_e2m1fn_x2", ""},
-    {Dtype::kF8E4M3FNUZ, "float8_e4m3fnuz", ""}, {Dtype::kF8E5M2FNUZ, "float8_e5m2fnuz", ""},
+    {Dtype::kBool, "bool", "bool"},                 {Dtype::kU8, "uint8", "uint8"},
+    {Dtype::kI8, "int8", "int8"},                   {Dtype::kU16, "uint16", "uint16"},
+    {Dtype::kI16, "int16", "int16"},                {Dtype::kF16, "float16", "float16", true},
+    {Dtype::kBF16, "bfloat16", "", true},           {Dtype::kU32, "uint32", "uint32"},
+    {Dtype::kI32, "int32", "int32"},                {Dtype::kF32, "float32", "float32", true},
+    {Dtype::kU64, "uint64", "uint64"},              {Dtype::kI64, "int64", "int64"},
+    {Dtype::kF64, "float64", "float64", true},      {Dtype::kC64, "complex64", "complex64"},
+    {Dtype::kF8E4M3, "float8_e4m3fn", "", true},    {Dtype::kF8E5M2, "float8_e5m2", "", true},
+    {Dtype::kF8E8M0, "float8_e8m0fnu", "", true},   {Dtype::kF6E2M3, "", ""},
+    {Dtype::kF6E3M2, "", ""},                       {Dtype::kF4, "float4_e2m1fn_x2", ""},
+    {Dtype::kF8E4M3FNUZ, "float8_e4m3fnuz", ""},    {Dtype::kF8E5M2FNUZ, "float8_e5m2fnuz", ""},
 };
 // clang-format on
 
@@ -54,6 +57,7 @@ struct DtypeRow {
   unsigned bits;
   std::string torch;
   std::string numpy;
+  bool convertible;
 };
 
 // `targets`: (tensor index, destination, begin, length[, at]) with length -1 for "to the end" and
@@ -347,6 +351,8 @@ void bind_checkpoint(py::module_& m) {
                     "torch's dtype attribute (\"\": none; F4 is torch's packed float4_e2m1fn_x2)")
       .def_readonly("numpy", &DtypeRow::numpy,
                     "NumPy's dtype (\"\": none; a load holds the bits as uint8/uint16)")
+      .def_readonly("convertible", &DtypeRow::convertible,
+                    "whether a load's dtype= converts it (a floating-point kind ferry decodes)")
       .def("__repr__", [](const DtypeRow& r) {
         return "SafetensorsDtype(" + r.name + ", bits=" + std::to_string(r.bits) + ", torch='" +
                r.torch + "', numpy='" + r.numpy + "')";
@@ -362,7 +368,8 @@ void bind_checkpoint(py::module_& m) {
                                    " has no row in bind_checkpoint.cc's kFrameworkDtypes");
           }
           const FrameworkDtypes& f = kFrameworkDtypes[i];
-          DtypeRow row{std::string(to_string(dtype)), dtype_bits(dtype), f.torch, f.numpy};
+          DtypeRow row{std::string(to_string(dtype)), dtype_bits(dtype), f.torch, f.numpy,
+                       f.convertible};
           out[py::str(row.name)] = row;
         }
         return out;

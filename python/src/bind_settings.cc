@@ -60,6 +60,7 @@ void bind_settings(py::module_& m) {
       row["source_env"] = info.source_env;  // the variable it was read from: FERRY_* or KVIKIO_*
       row["kvikio_env"] = info.kvikio_env;
       row["error"] = info.error;  // a malformed variable's error; value is then the default
+      row["environment_only"] = info.environment_only;  // the remote policy, stats, libraries
       rows.append(row);
     }
     return rows;

@@ -6,9 +6,8 @@ namespace ferry::base {
 
 void* Symbols::find(const char* name) const { return dlsym(handle_, name); }
 
-void* open_library(const Variable& switch_var, const char* default_name, LibraryLoad& load) {
-  const char* chosen = value_of(switch_var);
-  load.path = chosen != nullptr ? chosen : default_name;
+void* open_library(const Variable& switch_var, LibraryLoad& load) {
+  load.path = read(switch_var).value;
   void* handle = dlopen(load.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* error = dlerror();

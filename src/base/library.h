@@ -1,8 +1,9 @@
 // The one loader of the libraries ferry dlopens and never links (libcuda, libcufile, libcurl,
 // libcrypto): each owner declares a table of typed function pointers, and load_library() opens
-// the file its FERRY_*_LIBRARY switch names (read here, once per load) and fills the table. Its
-// owner loads it once, into a function-local static; the library stays open for the life of the
-// process, as pointers into it do. Loading is not thread-safe; the filled table is immutable.
+// the file its FERRY_*_LIBRARY switch names, else the switch's default (variables.h; read here,
+// once per load), and fills the table. Its owner loads it once, into a function-local static; the
+// library stays open for the life of the process, as pointers into it do. Loading is not
+// thread-safe; the filled table is immutable.
 #pragma once
 
 #include <string>
@@ -14,7 +15,7 @@ namespace ferry::base {
 
 // What opening a library and looking up its symbols found.
 struct LibraryLoad {
-  std::string path;  // as passed to dlopen: the switch's value, else the default name
+  std::string path;  // as passed to dlopen: the switch's value, else its default
   bool opened = false;
   bool not_found = false;                     // dlopen said "No such file"
   std::string error;                          // dlerror() when it could not be opened
@@ -50,9 +51,9 @@ class Symbols {
   LibraryLoad& load_;
 };
 
-// Opens the library that `switch_var` names, else `default_name`; null (and `load` says why)
-// when it cannot be opened.
-void* open_library(const Variable& switch_var, const char* default_name, LibraryLoad& load);
+// Opens the library that `switch_var` names, else its default; null (and `load` says why) when
+// it cannot be opened.
+void* open_library(const Variable& switch_var, LibraryLoad& load);
 
 template <class Table>
 struct Library {
@@ -62,9 +63,9 @@ struct Library {
 
 // Opens the library and has bind(Symbols&, Table&) look up its table's symbols.
 template <class Table, class Bind>
-Library<Table> load_library(const Variable& switch_var, const char* default_name, Bind bind) {
+Library<Table> load_library(const Variable& switch_var, Bind bind) {
   Library<Table> lib;
-  if (void* handle = open_library(switch_var, default_name, lib.load)) {
+  if (void* handle = open_library(switch_var, lib.load)) {
     Symbols symbols(handle, lib.load);
     bind(symbols, lib.table);
   }

@@ -1,14 +1,17 @@
-// Parsing of size, count and enum settings. Every failure names the setting, the value and the
-// accepted forms; nothing falls back to a default.
+// Parsing of size, count and enum settings, and reading of the variables that rooms below core
+// read themselves (base/variables.h). Every failure names the setting or variable, the value and
+// the accepted forms; nothing falls back to a default.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <utility>
 
+#include "base/variables.h"
 #include "ferry/error.h"
 #include "ferry/settings.h"
 #include "ferry/sizes.h"
@@ -37,6 +40,18 @@ std::string_view trim(std::string_view s) {
                       std::string_view forms) {
   throw SettingError(std::string(setting), std::string(text),
                      fmt::format("invalid {}='{}': {}; expected {}", setting, text, why, forms));
+}
+
+// A whole number from `low` to `high`.
+long whole_number(std::string_view text, std::string_view setting, long low, long high) {
+  const std::string_view s = trim(text);
+  long x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || x < low || x > high) {
+    bad(setting, text, ec == std::errc() && !s.empty() ? "out of range" : "not a whole number",
+        fmt::format("a whole number from {} to {}", low, high));
+  }
+  return x;
 }
 
 }  // namespace
@@ -81,16 +96,7 @@ std::uint64_t parse_offset(std::string_view text, std::string_view setting) {
 }
 
 std::size_t parse_count(std::string_view text, std::string_view setting) {
-  const std::string forms = fmt::format("a whole number from 1 to {}", kMaxThreads);
-  const char* kForms = forms.c_str();
-  std::string_view s = trim(text);
-  std::size_t number = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), number);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
-    bad(setting, text, "not a whole number", kForms);
-  }
-  if (number == 0 || number > kMaxThreads) bad(setting, text, "out of range", kForms);
-  return number;
+  return static_cast<std::size_t>(whole_number(text, setting, 1, kMaxThreads));
 }
 
 CompatMode parse_compat_mode(std::string_view text, std::string_view setting) {
@@ -204,4 +210,68 @@ std::string format_rate(double bytes_per_s) {
   return fmt::format("{:.{}f} {}", v, decimals(v), unit);
 }
 
+namespace base {
+namespace {
+
+// `text` of `env`, which is `var`'s own variable or (`kvikio`) one of KvikIO's, as shown.
+std::string checked(const Variable& var, const char* env, std::string_view text, bool kvikio) {
+  const std::string s = lower(trim(text));
+  switch (var.form) {
+    case Form::kWholeNumber: {  // KvikIO's count from 1
+      const long extra = kvikio ? var.kvikio_extra : 0;
+      return std::to_string(whole_number(text, env, kvikio ? 1 : var.low, var.high + extra) -
+                            extra);
+    }
+    case Form::kHttpStatuses: {
+      std::string shown;
+      for (int code : parse_http_statuses(text, env)) {
+        shown += fmt::format("{}{}", shown.empty() ? "" : ",", code);
+      }
+      return shown;
+    }
+    case Form::kSwitch:
+      if (s == "1" || s == "on" || s == "true" || s == "yes") return "on";
+      if (s == "0" || s == "off" || s == "false" || s == "no") return "off";
+      bad(env, text, "unknown switch", "1, on, true, yes, 0, off, false or no");
+    case Form::kText:
+    case Form::kSetting:
+      break;
+  }
+  return std::string(text);
+}
+
+}  // namespace
+
+Reading read(const Variable& var) {
+  auto set = [](const char* env) {  // an empty variable means unset, as for the settings
+    const char* v = env != nullptr ? std::getenv(env) : nullptr;
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  };
+  if (const char* v = set(var.env)) return {checked(var, var.env, v, false), var.env};
+  for (const char* env : var.kvikio) {
+    if (const char* v = set(env)) return {checked(var, env, v, true), env};
+  }
+  return {var.fallback};
+}
+
+long read_number(const Variable& var) { return std::stol(read(var).value); }
+
+std::vector<int> parse_http_statuses(std::string_view text, std::string_view env) {
+  std::vector<int> out;
+  for (std::size_t at = 0, end = 0; at <= text.size(); at = end + 1) {
+    end = std::min(text.find(',', at), text.size());
+    const std::string_view item = trim(text.substr(at, end - at));
+    int code = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), code);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || code < 100 ||
+        code > 599) {
+      bad(env, text, fmt::format("'{}' is not an HTTP status", item),
+          "HTTP statuses (100 to 599) separated by commas, as 429,500,503");
+    }
+    out.push_back(code);
+  }
+  return out;
+}
+
+}  // namespace base
 }  // namespace ferry

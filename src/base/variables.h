@@ -1,19 +1,34 @@
 // The registry of every environment variable ferry reads of its own (FERRY_*) or of KvikIO's
 // (KVIKIO_*): each reader names its entry here instead of spelling the variable, so the settings'
-// misspelling warning knows them all. Third parties' variables (AWS_*, CURL_CA_BUNDLE, proxies,
-// CUFILE_*) are theirs and stay out. Constants and a getenv: thread-safe as getenv is.
+// misspelling warning knows them all and `ferry check` lists them all. Variables that are not
+// ferry's are read where they are used and stay out: AWS_* (remote_url.cc), CURL_CA_BUNDLE,
+// SSL_CERT_FILE and the proxies (libcurl's, http_get.cc), CUFILE_* (cuFile's, cufile_stats.cc).
+// Constants, and readers thread-safe as getenv is.
 #pragma once
 
 #include <array>
-#include <cstdlib>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry::base {
+
+// How a variable read below core is checked (core's settings parse their own: settings.cc).
+enum class Form { kSetting, kWholeNumber, kHttpStatuses, kSwitch, kText };
 
 struct Variable {
   const char* env;
   // KvikIO's names for the same thing, read when `env` is unset (docs/kvikio.md). nullptr: none.
   std::array<const char*, 2> kvikio = {nullptr, nullptr};
+  // The variables that rooms below core read themselves (the remote policy, the statistics, the
+  // libraries): their name in describe_settings(), form, default as shown, and limits. A KvikIO
+  // name is at least 1 and counts `kvikio_extra` more than ferry's (attempts, not retries).
+  const char* name = nullptr;
+  Form form = Form::kSetting;
+  const char* fallback = nullptr;
+  long low = 0;
+  long high = 0;
+  long kvikio_extra = 0;
 };
 
 // The settings (src/core/settings.cc, docs/settings.md).
@@ -28,22 +43,32 @@ inline constexpr Variable kHostNthreads{"FERRY_HOST_NTHREADS",
 inline constexpr Variable kBounceBufferSize{"FERRY_BOUNCE_BUFFER_SIZE",
                                             {"KVIKIO_BOUNCE_BUFFER_SIZE", nullptr}};
 inline constexpr Variable kHostLoad{"FERRY_HOST_LOAD"};
+// clang-format off
 // The remote policy (src/remote/remote_seam.cc, docs/remote.md). KvikIO counts attempts, not
-// retries, and times the whole GET: the reader converts.
-inline constexpr Variable kRemoteRetries{"FERRY_REMOTE_RETRIES",
-                                         {"KVIKIO_HTTP_MAX_ATTEMPTS", nullptr}};
-inline constexpr Variable kRemoteTimeout{"FERRY_REMOTE_TIMEOUT"};
-inline constexpr Variable kRemoteDeadline{"FERRY_REMOTE_DEADLINE",
-                                          {"KVIKIO_HTTP_TIMEOUT", nullptr}};
-inline constexpr Variable kRemoteRetryStatuses{"KVIKIO_HTTP_STATUS_CODES"};
+// retries, and times the whole GET, as ferry's deadline does.
+inline constexpr Variable kRemoteRetries{"FERRY_REMOTE_RETRIES", {"KVIKIO_HTTP_MAX_ATTEMPTS"},
+                                         "remote_retries", Form::kWholeNumber, "8", 0, 100, 1};
+inline constexpr Variable kRemoteTimeout{"FERRY_REMOTE_TIMEOUT", {}, "remote_timeout",
+                                         Form::kWholeNumber, "30", 1, 3600};
+inline constexpr Variable kRemoteDeadline{"FERRY_REMOTE_DEADLINE", {"KVIKIO_HTTP_TIMEOUT"},
+                                          "remote_deadline", Form::kWholeNumber, "0", 0, 86400};
+inline constexpr Variable kRemoteRetryStatuses{"KVIKIO_HTTP_STATUS_CODES", {},
+                                               "remote_retry_statuses", Form::kHttpStatuses,
+                                               "429,500,502,503,504"};
 // The published counters (src/stats/, docs/stats.md).
-inline constexpr Variable kStatsPublish{"FERRY_STATS_PUBLISH"};
-inline constexpr Variable kStatsDir{"FERRY_STATS_DIR"};
+inline constexpr Variable kStatsPublish{"FERRY_STATS_PUBLISH", {}, "stats_publish", Form::kSwitch,
+                                        "on"};
+inline constexpr Variable kStatsDir{"FERRY_STATS_DIR", {}, "stats_dir", Form::kText, "/dev/shm"};
 // The libraries ferry dlopens (docs/install.md, docs/remote.md): another file for each.
-inline constexpr Variable kCudaLibrary{"FERRY_CUDA_LIBRARY"};
-inline constexpr Variable kCufileLibrary{"FERRY_CUFILE_LIBRARY"};
-inline constexpr Variable kCurlLibrary{"FERRY_CURL_LIBRARY"};
-inline constexpr Variable kCryptoLibrary{"FERRY_CRYPTO_LIBRARY"};
+inline constexpr Variable kCudaLibrary{"FERRY_CUDA_LIBRARY", {}, "cuda_library", Form::kText,
+                                       "libcuda.so.1"};
+inline constexpr Variable kCufileLibrary{"FERRY_CUFILE_LIBRARY", {}, "cufile_library", Form::kText,
+                                         "libcufile.so.0"};
+inline constexpr Variable kCurlLibrary{"FERRY_CURL_LIBRARY", {}, "curl_library", Form::kText,
+                                       "libcurl.so.4"};
+inline constexpr Variable kCryptoLibrary{"FERRY_CRYPTO_LIBRARY", {}, "crypto_library", Form::kText,
+                                         "libcrypto.so.3"};
+// clang-format on
 
 inline constexpr std::array<const Variable*, 18> kVariables{
     &kCompatMode,    &kRequire,       &kTaskSize,         &kGdsThreshold,
@@ -52,11 +77,18 @@ inline constexpr std::array<const Variable*, 18> kVariables{
     &kStatsPublish,  &kStatsDir,      &kCudaLibrary,      &kCufileLibrary,
     &kCurlLibrary,   &kCryptoLibrary};
 
-// The value of `name`, or nullptr when it is unset or empty (an empty variable means unset).
-inline const char* value_of(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
-inline const char* value_of(const Variable& var) { return value_of(var.env); }
+// A variable read below core, checked: `value` as shown (a whole number, statuses joined by
+// commas, on or off, the text), from `env` (its FERRY_* name or KvikIO's; nullptr: the default).
+struct Reading {
+  std::string value;
+  const char* env = nullptr;
+};
+// Reads `var` (a Form other than kSetting): its FERRY_* variable, else KvikIO's, else its
+// default. A malformed value is the SettingError that names the variable, its text and the forms
+// it takes, as every setting's is.
+Reading read(const Variable& var);
+long read_number(const Variable& var);  // of a kWholeNumber
+// "429, 500,503" -> {429, 500, 503}, each 100 to 599; SettingError naming `env` and `text`.
+std::vector<int> parse_http_statuses(std::string_view text, std::string_view env);
 
 }  // namespace ferry::base

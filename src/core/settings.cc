@@ -256,6 +256,35 @@ struct ThreadView {
 // Per thread by design: the copy is what keeps the request path off the lock.
 constinit thread_local ThreadView view;
 
+// The variables that rooms below core read themselves when they use them (base/variables.h):
+// their rows, each as that room will read it now; a malformed one's error beside its default, and
+// in `errors`.
+std::vector<SettingInfo> read_below_core(std::vector<SettingError>* errors = nullptr) {
+  std::vector<SettingInfo> rows;
+  for (const base::Variable* v : base::kVariables) {
+    if (v->form == base::Form::kSetting) continue;
+    SettingInfo& row = rows.emplace_back(v->name, v->env, v->fallback, SettingSource::kDefault);
+    row.environment_only = true;
+    for (const char* var : v->kvikio) {
+      if (var != nullptr) row.kvikio_env.emplace_back(var);
+    }
+    try {
+      const base::Reading read = base::read(*v);
+      row.value = read.value;
+      if (read.env != nullptr) {
+        row.source = SettingSource::kEnvironment;
+        row.source_env = read.env;
+      }
+    } catch (const SettingError& e) {
+      // In its place: the default, except that a malformed switch is off (stats_publish).
+      if (v->form == base::Form::kSwitch) row.value = "off";
+      row.error = e.what();
+      if (errors != nullptr) errors->push_back(e);
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::size_t workers_for(const Settings& settings, bool gpu_memory, bool remote) {
@@ -391,6 +420,7 @@ SettingsCheck check_settings() {
       if (error) check.errors.push_back(*error);
     }
   }
+  read_below_core(&check.errors);
   ThreadScopes& mine = *this_thread_scopes();
   std::lock_guard lock(mine.mu);
   for (const auto& [id, layer] : mine.layers) check.settings = layer.apply_to(check.settings);
@@ -481,6 +511,7 @@ std::vector<SettingInfo> describe_settings() {
     }
     rows.push_back(std::move(row));
   }
+  for (SettingInfo& row : read_below_core()) rows.push_back(std::move(row));
   return rows;
 }
 

@@ -30,7 +30,7 @@ void bind(base::Symbols& s, Driver& d) {
 Loaded load() {
   // FERRY_CUDA_LIBRARY lets tests point at a library that does not exist, to exercise the
   // "no driver" branch on a machine that has one.
-  auto lib = base::load_library<Driver>(base::kCudaLibrary, "libcuda.so.1", bind);
+  auto lib = base::load_library<Driver>(base::kCudaLibrary, bind);
   Loaded out{lib.table, lib.load.ok(), {}};
   const std::string& name = lib.load.path;
   if (!lib.load.opened) {

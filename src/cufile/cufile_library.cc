@@ -35,7 +35,7 @@ void bind(base::Symbols& s, Library& t) {
 Loaded* load_once() {
   auto* out = new Loaded();  // Never freed: pointers into the library live as long as the process.
   base::Library<Library> lib =
-      base::load_library<Library>(base::kCufileLibrary, "libcufile.so.0", bind);
+      base::load_library<Library>(base::kCufileLibrary, bind);
   const std::string& name = lib.load.path;
   out->table = std::move(lib.table);
   out->table.path = name;

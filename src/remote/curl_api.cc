@@ -40,7 +40,7 @@ void bind(base::Symbols& s, CurlApi& a) {
 }
 
 Loaded load() {
-  auto lib = base::load_library<CurlApi>(base::kCurlLibrary, "libcurl.so.4", bind);
+  auto lib = base::load_library<CurlApi>(base::kCurlLibrary, bind);
   Loaded out{lib.table, false, {}};
   const std::string& name = lib.load.path;
   if (!lib.load.opened) {

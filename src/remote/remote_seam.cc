@@ -29,9 +29,6 @@
 namespace ferry::remote {
 namespace {
 
-constexpr int kDefaultRetries = 8;
-constexpr long kDefaultStallSeconds = 30;
-constexpr long kMaxRequestSeconds = 86400;
 constexpr auto kBackoffBase = std::chrono::milliseconds(100);
 constexpr auto kBackoffCap = std::chrono::milliseconds(5000);
 constexpr auto kRetryAfterCap = std::chrono::seconds(20);
@@ -44,7 +41,7 @@ struct Object {
   std::uint64_t size = 0;
   std::string etag;
   Timeouts timeouts;
-  int retries = kDefaultRetries;
+  int retries = 0;                  // the policy's, when opened
   std::vector<int> retry_statuses;  // answers retried (besides resets and stalls)
   std::atomic<std::uint64_t> gets{0};
   std::atomic<std::uint64_t> retried{0};
@@ -189,75 +186,17 @@ void sleep_unless_cancelled(std::chrono::milliseconds d) {
   }
 }
 
-long parse_variable(const char* name, long fallback, long low, long high) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  long x = 0;
-  const char* end = v + std::strlen(v);
-  auto [p, ec] = std::from_chars(v, end, x);
-  if (ec != std::errc() || p != end || x < low || x > high) {
-    throw SettingError(
-        name, v, fmt::format("{}={}: expected a whole number from {} to {}", name, v, low, high));
-  }
-  return x;
-}
-
-constexpr int kDefaultRetryStatuses[] = {429, 500, 502, 503, 504};
-
-// "429,500, 503" (KVIKIO_HTTP_STATUS_CODES), each 100..599.
-std::vector<int> parse_statuses(const char* name, const std::string& text) {
-  std::vector<int> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    std::size_t end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(at, end - at);
-    item.erase(0, item.find_first_not_of(' '));
-    item.erase(item.find_last_not_of(' ') + 1);
-    int code = 0;
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), code);
-    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || code < 100 ||
-        code > 599) {
-      throw SettingError(name, text,
-                         fmt::format("{}={}: expected HTTP statuses (100 to 599) separated by "
-                                     "commas, as 429,500,503",
-                                     name, text));
-    }
-    out.push_back(code);
-    at = end + 1;
-  }
-  return out;
-}
-
-// The policy an object opened now gets: each field of `policy`, else ferry's variable, else
-// KvikIO's (which count attempts, and time the whole GET), else the default. A variable is
-// parsed only when it is used.
+// The policy an object opened now gets: each field of `policy`, else its variable (ferry's, else
+// KvikIO's, which count attempts), else the default (base/variables.h). A variable is read only
+// when it is used.
 RemotePolicy resolve_policy(RemotePolicy policy) {
-  auto set = [&](const char* name) {
-    const char* v = std::getenv(name);
-    return v != nullptr && *v != '\0';
-  };
-  if (!policy.retries) {
-    const base::Variable& v = base::kRemoteRetries;
-    policy.retries =
-        static_cast<int>(set(v.env)         ? parse_variable(v.env, 0, 0, 100)
-                         : set(v.kvikio[0]) ? parse_variable(v.kvikio[0], 1, 1, 101) - 1
-                                            : kDefaultRetries);
-  }
-  if (!policy.stall_seconds) {
-    policy.stall_seconds = parse_variable(base::kRemoteTimeout.env, kDefaultStallSeconds, 1, 3600);
-  }
-  if (!policy.request_seconds) {
-    // KvikIO's http_timeout bounds a whole request (CURLOPT_TIMEOUT), as ferry's deadline does.
-    const base::Variable& v = base::kRemoteDeadline;
-    policy.request_seconds = set(v.env) ? parse_variable(v.env, 0, 0, kMaxRequestSeconds)
-                                        : parse_variable(v.kvikio[0], 0, 1, kMaxRequestSeconds);
-  }
+  if (!policy.retries) policy.retries = static_cast<int>(base::read_number(base::kRemoteRetries));
+  if (!policy.stall_seconds) policy.stall_seconds = base::read_number(base::kRemoteTimeout);
+  // KvikIO's http_timeout bounds a whole request (CURLOPT_TIMEOUT), as ferry's deadline does.
+  if (!policy.request_seconds) policy.request_seconds = base::read_number(base::kRemoteDeadline);
   if (!policy.retry_statuses) {
-    const char* name = base::kRemoteRetryStatuses.env;
-    policy.retry_statuses = set(name) ? parse_statuses(name, std::getenv(name))
-                                      : std::vector<int>(std::begin(kDefaultRetryStatuses),
-                                                         std::end(kDefaultRetryStatuses));
+    const base::Variable& v = base::kRemoteRetryStatuses;
+    policy.retry_statuses = base::parse_http_statuses(base::read(v).value, v.env);
   }
   return policy;
 }
@@ -622,27 +561,21 @@ io::IoSeam& remote_objects() {
 namespace ferry {
 
 void set_remote_policy(const RemotePolicy& policy) {
-  if (policy.retries && (*policy.retries < 0 || *policy.retries > 100)) {
-    throw SettingError("retries", std::to_string(*policy.retries),
-                       fmt::format("remote retries {}: expected 0 to 100", *policy.retries));
-  }
-  if (policy.stall_seconds && (*policy.stall_seconds < 1 || *policy.stall_seconds > 3600)) {
-    throw SettingError(
-        "stall_seconds", std::to_string(*policy.stall_seconds),
-        fmt::format("remote stall timeout {} s: expected 1 to 3600", *policy.stall_seconds));
-  }
-  if (policy.request_seconds &&
-      (*policy.request_seconds < 0 || *policy.request_seconds > remote::kMaxRequestSeconds)) {
-    throw SettingError("request_seconds", std::to_string(*policy.request_seconds),
-                       fmt::format("remote request deadline {} s: expected 0 (none) to {}",
-                                   *policy.request_seconds, remote::kMaxRequestSeconds));
-  }
-  if (policy.retry_statuses) {
-    for (int code : *policy.retry_statuses) {
-      if (code < 100 || code > 599) {
-        throw SettingError("retry_statuses", std::to_string(code),
-                           fmt::format("remote retry status {}: expected 100 to 599", code));
-      }
+  // The limits of the variables (base/variables.h), for the fields that replace them.
+  auto within = [](const char* field, const std::optional<long>& value, const base::Variable& v) {
+    if (value && (*value < v.low || *value > v.high)) {
+      throw SettingError(
+          field, std::to_string(*value),
+          fmt::format("remote policy {}={}: expected {} to {}", field, *value, v.low, v.high));
+    }
+  };
+  within("retries", policy.retries, base::kRemoteRetries);
+  within("stall_seconds", policy.stall_seconds, base::kRemoteTimeout);
+  within("request_seconds", policy.request_seconds, base::kRemoteDeadline);
+  for (int code : policy.retry_statuses.value_or(std::vector<int>{})) {
+    if (code < 100 || code > 599) {
+      throw SettingError("retry_statuses", std::to_string(code),
+                         fmt::format("remote retry status {}: expected 100 to 599", code));
     }
   }
   remote::PolicyCell& cell = remote::process_policy();

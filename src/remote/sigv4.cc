@@ -49,12 +49,12 @@ struct Loaded {
 // consumer's link, and where libcurl is Debian's libcurl4 (the OpenSSL build) libcrypto.so.3 is
 // already in the process. Without it nothing fails: signed requests take libcurl's transfer.
 Loaded load() {
-  auto lib = base::load_library<CryptoApi>(base::kCryptoLibrary, "libcrypto.so.3",
-                                           [](base::Symbols& s, CryptoApi& a) {
-                                             s.required(a.sha256, "SHA256");
-                                             s.required(a.evp_sha256, "EVP_sha256");
-                                             s.required(a.hmac, "HMAC");
-                                           });
+  auto lib =
+      base::load_library<CryptoApi>(base::kCryptoLibrary, [](base::Symbols& s, CryptoApi& a) {
+        s.required(a.sha256, "SHA256");
+        s.required(a.evp_sha256, "EVP_sha256");
+        s.required(a.hmac, "HMAC");
+      });
   Loaded out{lib.table, false, {}};
   if (!lib.load.opened) {
     out.why_not = fmt::format("{} could not be loaded: {}", lib.load.path, lib.load.error);

@@ -521,10 +521,7 @@ PublishStatus publish_status() {
   return status_locked(r);
 }
 
-std::string stats_directory() {
-  const char* d = base::value_of(base::kStatsDir);
-  return d != nullptr ? std::string(d) : std::string("/dev/shm");
-}
+std::string stats_directory() { return base::read(base::kStatsDir).value; }
 
 std::string Stats::to_json() const {
   nlohmann::json j = {{"requests", requests},       {"failed_requests", failed_requests},

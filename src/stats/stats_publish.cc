@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "base/variables.h"
+#include "ferry/error.h"
 #include "ferry/stats.h"
 #include "stats/stats_layout.h"
 
@@ -349,16 +350,13 @@ bool heavy_barrier(std::string* why) {
 }
 
 bool publish_from_environment(std::string* why) {
-  const char* v = std::getenv(base::kStatsPublish.env);
-  if (v == nullptr) return true;
-  const std::string s(v);
-  if (s == "1" || s == "on" || s == "true" || s == "yes") return true;
-  if (s == "0" || s == "off" || s == "false" || s == "no") {
-    *why = "FERRY_STATS_PUBLISH=" + s;
-    return false;
+  try {
+    const base::Reading publish = base::read(base::kStatsPublish);
+    if (publish.value == "on") return true;
+    *why = std::string(publish.env) + "=" + std::getenv(publish.env);  // off, as it says
+  } catch (const SettingError& e) {
+    *why = std::string(e.what()) + ": not publishing";
   }
-  *why = "FERRY_STATS_PUBLISH='" + s +
-         "' is not one of 1, on, true, yes, 0, off, false, no: not publishing";
   return false;
 }
 

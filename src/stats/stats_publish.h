@@ -71,8 +71,8 @@ std::uint64_t unix_now_ns();
 // no reader runs. Returns how many it removed.
 std::size_t remove_dead_segments(const std::string& directory, std::uint32_t uid);
 
-// FERRY_STATS_PUBLISH: true unless it says 0/off/false/no; a value of no known form also turns
-// publishing off, and `why` says so.
+// FERRY_STATS_PUBLISH: true unless it says 0/off/false/no; a malformed value also turns
+// publishing off, and `why` gives its error.
 bool publish_from_environment(std::string* why);
 
 }  // namespace ferry::statistics

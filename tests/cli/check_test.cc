@@ -4,6 +4,7 @@
 #include <sys/sysmacros.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "cli/cli_run.h"
@@ -175,6 +176,37 @@ TEST(CliCheck, MalformedSettingIsReportedAndTheReportGoesOn) {
     if (row["name"] == "task_size") reported = has(row["error"].get<std::string>(), "'lots'");
   }
   EXPECT_TRUE(reported) << j["settings"].dump(2);
+}
+
+// Issue 46: the remote policy, statistics and library variables were read by hand where they are
+// used; a malformed one went unsaid until a remote open, and check listed none of them.
+TEST(CliCheck, MalformedRemoteVariableIsReportedAsASettingIs) {
+  CliRun r = run_cli("check", "FERRY_REMOTE_RETRIES=lots", /*merge_stderr=*/true);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "verdict: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "ferry remote_retries")) << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "ferry: check: invalid FERRY_REMOTE_RETRIES='lots': not a whole number; "
+                  "expected a whole number from 0 to 100"))
+      << r.out;
+}
+
+TEST(CliCheck, ListsEveryVariableFerryReads) {
+  CliRun r = run_cli("check --json", "FERRY_CURL_LIBRARY=libcurl.so.4 KVIKIO_HTTP_MAX_ATTEMPTS=3",
+                     /*merge_stderr=*/false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::map<std::string, nlohmann::json> rows;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const auto& row : j["settings"]) rows[row["env"].get<std::string>()] = row;
+  for (const char* env :
+       {"FERRY_TASK_SIZE", "FERRY_REMOTE_RETRIES", "FERRY_REMOTE_TIMEOUT", "FERRY_REMOTE_DEADLINE",
+        "KVIKIO_HTTP_STATUS_CODES", "FERRY_STATS_PUBLISH", "FERRY_STATS_DIR", "FERRY_CUDA_LIBRARY",
+        "FERRY_CUFILE_LIBRARY", "FERRY_CURL_LIBRARY", "FERRY_CRYPTO_LIBRARY"})
+    EXPECT_TRUE(rows.count(env)) << env << " is not listed";
+  EXPECT_EQ(rows["FERRY_CURL_LIBRARY"]["source"], "environment");
+  EXPECT_EQ(rows["FERRY_REMOTE_RETRIES"]["value"], "2") << "3 attempts are 2 retries";
+  EXPECT_EQ(rows["FERRY_REMOTE_RETRIES"]["source_env"], "KVIKIO_HTTP_MAX_ATTEMPTS");
+  EXPECT_EQ(rows["FERRY_STATS_DIR"]["value"], "/dev/shm");
 }
 
 }  // namespace

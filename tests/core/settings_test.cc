@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/variables.h"
 #include "ferry/error.h"
 #include "ferry/sizes.h"
 #include "test_hooks.h"
@@ -176,15 +177,18 @@ TEST(Settings, OverrideAppliesOnlyTheFieldsItSets) {
 }
 
 // KvikIO's environment variables (issue 16). Each test sets the variables it needs, with every
-// other FERRY_* and KVIKIO_* one unset, and reads the environment again; the destructor puts the
-// environment back and reads it again.
+// other FERRY_* and KVIKIO_* one that ferry reads (base/variables.h) unset, and reads the
+// environment again; the destructor puts the environment back and reads it again.
 class Environment {
  public:
   explicit Environment(std::initializer_list<std::pair<std::string, std::string>> set) {
-    for (const char* name : kNames) {
-      const char* old = std::getenv(name);
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-      unsetenv(name);
+    for (const base::Variable* v : base::kVariables) {
+      for (const char* name : {v->env, v->kvikio[0], v->kvikio[1]}) {
+        if (name == nullptr) continue;
+        const char* old = std::getenv(name);
+        saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+        unsetenv(name);
+      }
     }
     for (const auto& [name, value] : set) setenv(name.c_str(), value.c_str(), 1);
     reload_settings_from_environment();
@@ -201,12 +205,6 @@ class Environment {
   }
 
  private:
-  static constexpr const char* kNames[] = {
-      "FERRY_COMPAT_MODE",        "FERRY_REQUIRE",      "FERRY_TASK_SIZE",
-      "FERRY_GDS_THRESHOLD",      "FERRY_NTHREADS",     "FERRY_HOST_NTHREADS",
-      "FERRY_BOUNCE_BUFFER_SIZE", "KVIKIO_COMPAT_MODE", "KVIKIO_TASK_SIZE",
-      "KVIKIO_GDS_THRESHOLD",     "KVIKIO_NTHREADS",    "KVIKIO_NUM_THREADS",
-      "KVIKIO_BOUNCE_BUFFER_SIZE"};
   std::map<std::string, std::optional<std::string>> saved_;
 };
 
@@ -363,6 +361,46 @@ TEST(KvikioEnvironment, AScopeShowsAsCodeWithNoVariable) {
     EXPECT_EQ(row_of("task_size").source_env, "");
   }
   EXPECT_EQ(row_of("task_size").source_env, "KVIKIO_TASK_SIZE");
+}
+
+// Issue 46: the variables read where they are used (the remote policy, the statistics, the
+// libraries) are described beside the settings, and a malformed one is reported as a setting's is.
+TEST(EnvironmentOnly, EveryVariableFerryReadsIsDescribed) {
+  Environment env({{"FERRY_CURL_LIBRARY", "/opt/curl.so"}, {"KVIKIO_HTTP_TIMEOUT", "20"}});
+  for (const base::Variable* v : base::kVariables) {
+    bool found = false;
+    for (const SettingInfo& row : describe_settings()) {
+      if (row.env != v->env) continue;
+      found = true;
+      EXPECT_EQ(row.environment_only, v->name != nullptr) << row.name;
+      EXPECT_EQ(row.name, v->name != nullptr ? v->name : row.name);
+    }
+    EXPECT_TRUE(found) << v->env << " is not described";
+  }
+  EXPECT_EQ(row_of("curl_library").value, "/opt/curl.so");
+  EXPECT_EQ(row_of("curl_library").source, SettingSource::kEnvironment);
+  EXPECT_EQ(row_of("remote_deadline").value, "20");
+  EXPECT_EQ(row_of("remote_deadline").source_env, "KVIKIO_HTTP_TIMEOUT");
+  EXPECT_EQ(row_of("crypto_library").value, "libcrypto.so.3");
+  EXPECT_EQ(row_of("crypto_library").source, SettingSource::kDefault);
+}
+
+TEST(EnvironmentOnly, MalformedRemoteVariableIsASettingErrorNamingIt) {
+  const std::pair<const char*, const char*> kBad[] = {
+      {"FERRY_REMOTE_RETRIES", "lots"},  {"FERRY_REMOTE_RETRIES", "101"},
+      {"KVIKIO_HTTP_MAX_ATTEMPTS", "0"}, {"FERRY_REMOTE_TIMEOUT", "0"},
+      {"KVIKIO_HTTP_TIMEOUT", "0"},      {"KVIKIO_HTTP_STATUS_CODES", "500,abc"},
+      {"FERRY_STATS_PUBLISH", "maybe"}};
+  for (const auto& [var, value] : kBad) {
+    Environment env({{var, value}});
+    EXPECT_FALSE(settings_error()) << var << ": only what reads it fails, not every request";
+    const SettingsCheck check = check_settings();
+    ASSERT_EQ(check.errors.size(), 1u) << var << "=" << value << " was accepted";
+    EXPECT_EQ(check.errors[0].setting(), var);
+    EXPECT_EQ(check.errors[0].value(), value);
+    const std::string what = check.errors[0].what();
+    EXPECT_EQ(what.find(std::string("invalid ") + var + "='" + value + "': "), 0u) << what;
+  }
 }
 
 TEST(FormatSize, UsesTheLargestExactUnit) {

@@ -280,8 +280,9 @@ def test_split_range_for_several_gpus(parts):
 
 def test_every_cpp_dtype_is_in_every_python_mapping():
     # Issues 32 and 46: the dtypes were tabled in C++ and again in checkpoint.py (NumPy's and
-    # torch's names), _save.py (the way back), transformers.py and here (item sizes, 5 dtypes
-    # short). Every one now reads the C++ table, whose rows come with their framework names.
+    # torch's names, the kinds dtype= converts), _save.py (the way back), transformers.py (the
+    # kinds a cast shrinks) and here (item sizes, 5 dtypes short). Every one now reads the C++
+    # table, whose rows come with their framework names.
     import numpy
     import ferry
     from ferry import _save, checkpoint
@@ -301,3 +302,6 @@ def test_every_cpp_dtype_is_in_every_python_mapping():
             assert _save._NUMPY_FORMAT[d.numpy] == name
     assert table["F4"].torch == "float4_e2m1fn_x2" and table["BF16"].numpy == ""
     assert checkpoint._PACKED == _plan.PACKED == ("F6_E2M3", "F6_E3M2", "F4")
+    # The kinds a load's dtype= converts, which checkpoint.py and transformers.py tabled again.
+    assert [n for n, d in table.items() if d.convertible] == [
+        "F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0"]

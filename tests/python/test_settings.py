@@ -10,8 +10,13 @@ from ferry import _ferry
 
 
 def test_every_cpp_setting_is_bound_with_a_typed_value():
-    described = [row["name"] for row in ferry.settings.describe()]
+    rows = ferry.settings.describe()
+    described = [row["name"] for row in rows if not row["environment_only"]]
     assert ferry.settings.names() == described
+    # Then the variables read where they are used (issue 46): described, with no attribute.
+    read_elsewhere = {row["name"]: row["env"] for row in rows if row["environment_only"]}
+    assert read_elsewhere["remote_retries"] == "FERRY_REMOTE_RETRIES"
+    assert read_elsewhere["curl_library"] == "FERRY_CURL_LIBRARY"
     for name in described:
         value = getattr(ferry.settings, name)
         assert isinstance(value, str if name in ("compat_mode", "require", "host_load") else int), name

@@ -153,7 +153,8 @@ int run(const CheckArgs& a) {
                                {"source", to_string(i.source)},
                                {"source_env", i.source_env},
                                {"kvikio_env", i.kvikio_env},
-                               {"error", i.error}});
+                               {"error", i.error},
+                               {"environment_only", i.environment_only}});
     nlohmann::json out = {
         {"platform", nlohmann::json::parse(platform_report_json(p, storage))},
         {"cuda",
@@ -196,7 +197,7 @@ int run(const CheckArgs& a) {
        remote.available ? remote.description : "unavailable: " + remote.description);
   for (const SettingInfo& i : describe_settings()) {
     if (!i.error.empty()) {
-      line("ferry " + i.name, fmt::format("{} (default: {})", i.value, i.error));
+      line("ferry " + i.name, fmt::format("{} ({})", i.value, i.error));
       continue;
     }
     line("ferry " + i.name,
@@ -206,7 +207,7 @@ int run(const CheckArgs& a) {
   if (own_root) line("note", process_note);
   for (const auto& v : verdicts) fmt::print("verdict: {}\n", v);
   for (const SettingError& e : checked.errors)
-    fmt::print(stderr, "ferry: check: {}; its default is shown above\n", e.what());
+    fmt::print(stderr, "ferry: check: {}; the value in its place is shown above\n", e.what());
   if (default_read_fails)
     fmt::print(stderr, "ferry: check: a read into GPU memory would fail (the verdict says why)\n");
   return checked.errors.empty() && !default_read_fails ? 0 : 1;
