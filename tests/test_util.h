@@ -70,6 +70,16 @@ inline constexpr bool kAddressSanitizer = true;
 inline constexpr bool kAddressSanitizer = false;
 #endif
 
+// What tests that move bulk data divide their sizes by: 4 under a sanitizer, else 1. There every
+// byte copied or compared is also checked in shadow memory (TSan ran the libcuda double's bulk
+// tests 15 times slower than the plain build, most of it in __tsan::MemoryAccessRange and its
+// page faults), while what they check is where the bytes cross task, chunk and staging
+// boundaries. So a test divides its data and the task and staging sizes it is measured in alike,
+// keeping the count of boundaries it crosses; the plain build keeps the full sizes.
+inline constexpr std::size_t kShrink = kThreadSanitizer || kAddressSanitizer ? 4 : 1;
+// `bytes` / kShrink as a setting's value (a size in bytes), for task_size and bounce_buffer_size.
+inline std::string shrunk(std::size_t bytes) { return std::to_string(bytes / kShrink); }
+
 // True where the GPU tests run on the test double of libcuda (tests/fake_cuda), which keeps
 // device memory in host RAM and runs cuMemsetD8 synchronously.
 inline bool on_fake_cuda() {

@@ -60,10 +60,13 @@ TEST_F(Gpu, ClassifiesEveryKindOfMemory) {
 }
 
 // Many ranges into many device allocations as one request (how checkpoints load), buffered
-// and O_DIRECT, with small and large tasks; nothing outside the ranges is written.
+// and O_DIRECT, with small and large tasks; nothing outside the ranges is written. Under a
+// sanitizer the file and the ranges shrink (test::kShrink), and the tasks do not: 64 KiB tasks
+// would take another path (posix_backend.cc's kSharedSlotTask). A range still spans up to four
+// small tasks.
 TEST_F(Gpu, GatherIntoManyDeviceAllocationsMatchesTheFile) {
   TempDir dir;
-  const std::size_t file_size = (48 << 20) + 333;
+  const std::size_t file_size = (48 << 20) / test::kShrink + 333;
   auto data = test::pattern_bytes(file_size, 51);
   test::write_file(dir / "g.bin", data);
   std::mt19937_64 rng(52);
@@ -77,7 +80,8 @@ TEST_F(Gpu, GatherIntoManyDeviceAllocationsMatchesTheFile) {
       std::vector<ReadRange> ranges;
       std::uint64_t total = 0;
       for (int i = 0; i < 60; ++i) {
-        const std::size_t size = i % 7 == 0 ? rng() % 64 + 1 : rng() % (3 << 20) + 1;
+        const std::size_t size =
+            i % 7 == 0 ? rng() % 64 + 1 : rng() % ((3 << 20) / test::kShrink) + 1;
         const std::uint64_t offset = rng() % (file_size - size + 1);
         buffers.emplace_back(MemoryKind::kDevice, size + 512, 0);
         buffers.back().fill(0xEE);
@@ -140,21 +144,24 @@ TEST_F(Gpu, GatherIntoAdjacentSmallAllocationsCopiesEachOnItsOwn) {
 }
 
 // A scattered write from many device allocations as one request (how a checkpoint would be
-// saved), buffered and O_DIRECT: every range lands at its offset, the holes read as zeros.
+// saved), buffered and O_DIRECT: every range lands at its offset, the holes read as zeros. Sizes,
+// tasks and staging shrink alike under a sanitizer.
 TEST_F(Gpu, ScatterFromManyDeviceAllocationsWritesEveryRange) {
   TempDir dir;
   std::mt19937_64 rng(53);
   for (bool direct : {false, true}) {
     FileOptions options;
     options.direct = direct;
-    options.settings.set("task_size", "1MiB");
+    options.settings.set("task_size", test::shrunk(1 << 20));
+    options.settings.set("bounce_buffer_size", test::shrunk(4 << 20));  // the default
     std::vector<Buffer> buffers;
     std::vector<std::vector<unsigned char>> sources;
     std::vector<WriteRange> ranges;
     std::uint64_t at = 4096;
     std::uint64_t total = 0;
     for (int i = 0; i < 40; ++i) {
-      const std::size_t size = i % 7 == 0 ? rng() % 64 + 1 : rng() % (3 << 20) + 1;
+      const std::size_t size =
+          i % 7 == 0 ? rng() % 64 + 1 : rng() % ((3 << 20) / test::kShrink) + 1;
       sources.push_back(test::pattern_bytes(size, 60 + i));
       buffers.emplace_back(MemoryKind::kDevice, size + 512, 0);
       buffers.back().copy_from_host(sources.back().data(), size, 256);
@@ -183,12 +190,13 @@ TEST_F(Gpu, ScatterFromManyDeviceAllocationsWritesEveryRange) {
 // and the next read into GPU memory makes new staging.
 TEST_F(Gpu, IdleStagingIsFreedAndTheCallersContextIsKept) {
   TempDir dir;
-  const auto data = test::pattern_bytes(64 << 20, 54);
+  const auto data = test::pattern_bytes((64 << 20) / test::kShrink, 54);
   test::write_file(dir / "f.bin", data);
   Runtime runtime;
   FileOptions options;
   options.runtime = &runtime;
-  options.settings.set("bounce_buffer_size", "4MiB");
+  options.settings.set("task_size", test::shrunk(4 << 20));  // the default, shrunk alike
+  options.settings.set("bounce_buffer_size", test::shrunk(4 << 20));
   Buffer gpu(MemoryKind::kDevice, data.size(), 0);
   {
     File f(dir / "f.bin", "r", options);
@@ -199,7 +207,7 @@ TEST_F(Gpu, IdleStagingIsFreedAndTheCallersContextIsKept) {
   const cuda::Driver& d = cuda::driver();
   cuda::abi::Context before = nullptr;
   ASSERT_EQ(d.CtxGetCurrent(&before), cuda::abi::kSuccess);
-  EXPECT_EQ(runtime.free_idle_staging(), idle * 2 * (4u << 20));
+  EXPECT_EQ(runtime.free_idle_staging(), idle * 2 * ((4u << 20) / test::kShrink));
   cuda::abi::Context after = nullptr;
   ASSERT_EQ(d.CtxGetCurrent(&after), cuda::abi::kSuccess);
   EXPECT_EQ(after, before);
@@ -216,19 +224,20 @@ TEST_F(Gpu, ReadsUnalignedSizesAtBufferOffsetsIntoEveryKind) {
   TempDir dir;
   // 16 tasks of 1 MiB, each through bounce buffers of 256 KiB, for the largest read: every size
   // class of the test. 64 MiB checked nothing more and took 25 s of CTest on the libcuda double.
-  const std::size_t file_size = (16 << 20) + 4099;
+  // All three shrink alike under a sanitizer.
+  const std::size_t file_size = (16 << 20) / test::kShrink + 4099;
   auto data = test::pattern_bytes(file_size, 41);
   test::write_file(dir / "g.bin", data);
   std::mt19937_64 rng(42);
   for (bool direct : {false, true}) {
     FileOptions options;
     options.direct = direct;
-    options.settings.set("task_size", "1MiB");
-    options.settings.set("bounce_buffer_size", "256KiB");
+    options.settings.set("task_size", test::shrunk(1 << 20));
+    options.settings.set("bounce_buffer_size", test::shrunk(256 << 10));
     File file(dir / "g.bin", "r", options);
     for (MemoryKind kind : kKinds) {
-      for (std::size_t size :
-           {std::size_t{1}, std::size_t{4095}, std::size_t{(4 << 20) + 1}, file_size - 3}) {
+      for (std::size_t size : {std::size_t{1}, std::size_t{4095},
+                               (std::size_t{4} << 20) / test::kShrink + 1, file_size - 3}) {
         std::size_t buffer_offset = rng() % 512;
         std::uint64_t offset = std::min<std::uint64_t>(rng() % 8192, file_size - size);
         Buffer b(kind, size + buffer_offset + 64, 0);
@@ -250,7 +259,7 @@ TEST_F(Gpu, ReadsUnalignedSizesAtBufferOffsetsIntoEveryKind) {
 
 TEST_F(Gpu, WritesFromEveryKindReadBackExactly) {
   TempDir dir;
-  const std::size_t size = (16 << 20) + 333;
+  const std::size_t size = (16 << 20) / test::kShrink + 333;  // with the task size, shrunk
   auto data = test::pattern_bytes(size, 43);
   for (bool direct : {false, true}) {
     for (MemoryKind kind : kKinds) {
@@ -258,7 +267,7 @@ TEST_F(Gpu, WritesFromEveryKindReadBackExactly) {
       b.copy_from_host(data.data(), size, 7);
       FileOptions options;
       options.direct = direct;
-      options.settings.set("task_size", "1MiB");
+      options.settings.set("task_size", test::shrunk(1 << 20));
       {
         File file(dir / "w.bin", "w", options);
         EXPECT_EQ(file.write(static_cast<char*>(b.data()) + 7, size, 5), size);
@@ -273,10 +282,12 @@ TEST_F(Gpu, WritesFromEveryKindReadBackExactly) {
 
 // With the default 4 MiB tasks a write from GPU memory is cut into chunks whose copies overlap the
 // previous chunk's write (write_from_gpu): buffered and O_DIRECT, from an unaligned offset, with a
-// task that ends inside a chunk.
+// task that ends inside a chunk. Under a sanitizer the write is three tasks instead of eleven, of
+// the same size: a chunk is 1 MiB at least (posix_backend.cc's gpu_chunk), so smaller tasks
+// would be one chunk each.
 TEST_F(Gpu, WritesFromGpuMemoryInOverlappingChunksLandInOrder) {
   TempDir dir(std::filesystem::current_path().string());  // a file system that takes O_DIRECT
-  const std::size_t size = (40 << 20) + 4096 * 3 + 77;
+  const std::size_t size = (40 << 20) / test::kShrink + 4096 * 3 + 77;
   auto data = test::random_bytes(size, 47);
   Buffer b(MemoryKind::kDevice, size + 13, 0);
   b.copy_from_host(data.data(), size, 13);
@@ -376,7 +387,7 @@ TEST_F(Gpu, OneWriterCopiesTheNextTasksFirstChunkDuringTheLastWriteOfTheTaskBefo
 // PosixBackend::max_workers; bench/NOTES.md §4), and the report says so.
 TEST_F(Gpu, ABufferedWriteFromGpuMemoryRunsOnOneWriter) {
   TempDir dir;
-  const std::size_t size = (32 << 20) + 512;
+  const std::size_t size = (32 << 20) / test::kShrink + 512;  // 3 tasks or more, shrunk or not
   auto data = test::random_bytes(size, 61);
   Buffer b(MemoryKind::kDevice, size, 0);
   b.copy_from_host(data.data(), size, 0);
@@ -398,13 +409,13 @@ TEST_F(Gpu, ABufferedWriteFromGpuMemoryRunsOnOneWriter) {
 // pool of one thread, task by task, and every byte of both lands.
 TEST_F(Gpu, WritesThatLookAheadShareOneThreadAndLoseNoTask) {
   TempDir dir;
-  const std::size_t size = (24 << 20) + 4097;
+  const std::size_t size = (24 << 20) / test::kShrink + 4097;  // with the task size, shrunk
   auto data = test::random_bytes(size, 59);
   Buffer b(MemoryKind::kDevice, size, 0);
   b.copy_from_host(data.data(), size, 0);
   FileOptions options;
   options.settings.set("nthreads", "1");
-  options.settings.set("task_size", "1MiB");
+  options.settings.set("task_size", test::shrunk(1 << 20));
   File one(dir / "one.bin", "w", options);
   File two(dir / "two.bin", "w", options);
   for (int round = 0; round < 3; ++round) {
@@ -631,15 +642,16 @@ TEST_F(Gpu, ForkedChildSaysWhyCudaIsGoneAndStillReadsHostMemory) {
 // Many small rows into one device buffer (posix_backend.cc shares a staging slot among small
 // tasks and copies rows adjacent in the buffer together): rows back to back, rows with gaps
 // between them, rows of different sizes, larger ones among them; bytes outside the rows stay.
+// A quarter of the rows and of the file under a sanitizer: still five larger ones among them.
 TEST_F(Gpu, GatheredRowsIntoOneDeviceBufferMatchTheFile) {
   TempDir dir;
-  const std::size_t file_size = (32 << 20) + 777;
+  const std::size_t file_size = (32 << 20) / test::kShrink + 777;
   const auto data = test::pattern_bytes(file_size, 57);
   test::write_file(dir / "rows.bin", data);
   std::mt19937_64 rng(58);
   std::vector<ByteRange> ranges;
   std::size_t at = 0;
-  for (int i = 0; i < 20000; ++i) {
+  for (int i = 0; i < 20000 / static_cast<int>(test::kShrink); ++i) {
     const std::size_t size = i % 997 == 0 ? (64 << 10) + 1 + rng() % 4096
                              : i % 3 == 0 ? 1 + rng() % 300
                                           : 4096;

@@ -128,14 +128,19 @@ abi::DevicePtr dptr(const Buffer& b) { return reinterpret_cast<abi::DevicePtr>(b
 // Each round: [gate] earlier work fills the buffer with 0xAA; read_async (or, with
 // `ordered` false, pread: a request that does not wait for the stream); later work copies the
 // buffer out. The gate opens 0-3 ms after the call returned. Rounds follow each other on the
-// stream without synchronising it. Returns the rounds whose copy differs from the file.
+// stream without synchronising it. Returns the rounds whose copy differs from the file. Each read
+// is two tasks, of a quarter of the size under a sanitizer (test::kShrink).
 int rounds_out_of_order(GpuStream& t, const std::filesystem::path& path,
                         const std::vector<unsigned char>& data, std::uint32_t first_gate,
                         RouteReport* last, bool ordered = true) {
-  const std::size_t size = (4 << 20) + 4096 + 17;
+  const std::size_t task = (std::size_t{4} << 20) / test::kShrink;  // the default, shrunk
+  const std::size_t size = task + 4096 + 17;
   const cuda::Driver& d = cuda::driver();
   constexpr int kRounds = 24;
-  File f(path);
+  FileOptions options;
+  options.settings.set("task_size", std::to_string(task));
+  options.settings.set("bounce_buffer_size", std::to_string(task));
+  File f(path, "r", options);
   Buffer fill(MemoryKind::kHostPinned, size, 0);
   std::memset(fill.data(), 0xAA, size);
   std::vector<Buffer> out;
@@ -169,7 +174,7 @@ int rounds_out_of_order(GpuStream& t, const std::filesystem::path& path,
 
 TEST_P(GpuStream, ReadLandsAfterTheStreamsEarlierWorkAndBeforeItsLaterWork) {
   TempDir dir;
-  const auto data = test::pattern_bytes(96 << 20, 61);
+  const auto data = test::pattern_bytes((96 << 20) / test::kShrink, 61);
   test::write_file(dir / "f.bin", data);
   RouteReport r;
   EXPECT_EQ(rounds_out_of_order(*this, dir / "f.bin", data, 1, &r), 0)
@@ -193,7 +198,7 @@ TEST_P(GpuStream, WithoutTheWaitForEarlierWorkTheCheckSeesTheOrderBroken) {
                     "detects), which ThreadSanitizer reports";
   }
   TempDir dir;
-  const auto data = test::pattern_bytes(96 << 20, 66);
+  const auto data = test::pattern_bytes((96 << 20) / test::kShrink, 66);
   test::write_file(dir / "f.bin", data);
   RouteReport r;
   const int wrong = rounds_out_of_order(*this, dir / "f.bin", data, 1, &r, false);
@@ -210,17 +215,18 @@ TEST_P(GpuStream, WithoutTheWaitForEarlierWorkTheCheckSeesTheOrderBroken) {
 // (bench/NOTES.md §17). With copies on the caller's stream, one wait and one copy per task
 // (129 operations a read), the H200 blocked the caller in the 8th read_async: CUDA lets about a
 // thousand operations wait on a stream (the double models it); copies now go by groups of tasks.
-// The 24 reads stage 192 MiB, under the bound on staging in flight.
+// The 24 reads stage 192 MiB, under the bound on staging in flight. Under a sanitizer the reads
+// and their tasks are a quarter of that size: still 64 tasks a read.
 TEST_P(GpuStream, ManyMultiTaskReadsQueuedBackToBackAllComplete) {
   TempDir dir;
-  const std::size_t size = 8 << 20;
-  const std::size_t file_size = 32 << 20;
+  const std::size_t size = (8 << 20) / test::kShrink;
+  const std::size_t file_size = (32 << 20) / test::kShrink;
   static_assert(24 * (8 << 20) <= cuda::StagedCopies::kStagingInFlight);
   const auto data = test::pattern_bytes(file_size, 65);
   test::write_file(dir / "f.bin", data);
   const cuda::Driver& d = cuda::driver();
   FileOptions options;
-  options.settings.set("task_size", "128KiB");
+  options.settings.set("task_size", test::shrunk(128 << 10));
   File f(dir / "f.bin", "r", options);
   constexpr int kRounds = 24;
   Buffer fill(MemoryKind::kHostPinned, size, 0);
@@ -311,14 +317,15 @@ TEST_P(GpuStream, ReadsBeyondTheStagingBoundWaitForEarlierOnesInsteadOfPinningMo
 
 // The file is read into staging while the stream's earlier work still holds the copies back:
 // every byte is read with the gate closed, the request completes only once the gate opens and
-// the stream has copied, and the bytes are the file's.
+// the stream has copied, and the bytes are the file's. The size and the tasks shrink alike under
+// a sanitizer.
 TEST_P(GpuStream, ReadIsStagedWhileEarlierWorkRunsAndCompletesAfterTheCopies) {
   TempDir dir;
-  const std::size_t size = (24 << 20) + 5;
+  const std::size_t size = (24 << 20) / test::kShrink + 5;
   const auto data = test::pattern_bytes(size, 67);
   test::write_file(dir / "f.bin", data);
   FileOptions options;
-  options.settings.set("task_size", "1MiB");
+  options.settings.set("task_size", test::shrunk(1 << 20));
   File f(dir / "f.bin", "r", options);
   Buffer gpu(MemoryKind::kDevice, size, 0);
   std::vector<unsigned char> out(size);
@@ -425,7 +432,7 @@ TEST(GpuStreams, ReadsOnManyHeldStreamsFromManyThreadsAllLand) {
   const cuda::Driver& d = cuda::driver();
   cuda::use_device(0);
   TempDir dir;
-  const std::size_t size = (3 << 20) + 1000;
+  const std::size_t size = (3 << 20) / test::kShrink + 1000;  // 7 tasks, shrunk or not
   const auto data = test::pattern_bytes(size * 4, 69);
   test::write_file(dir / "f.bin", data);
   constexpr int kStreams = 3;
@@ -454,7 +461,7 @@ TEST(GpuStreams, ReadsOnManyHeldStreamsFromManyThreadsAllLand) {
     for (int s = 0; s < kStreams; ++s) std::atomic_ref<std::uint32_t>(gate[s]).store(1);
   });
   FileOptions options;
-  options.settings.set("task_size", "512KiB");
+  options.settings.set("task_size", test::shrunk(512 << 10));
   File f(dir / "f.bin", "r", options);
   std::vector<std::vector<IoFuture>> futures(kStreams);
   std::vector<std::thread> threads;
