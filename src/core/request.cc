@@ -56,9 +56,18 @@ constinit thread_local Spares<T> spares;
 template <typename T>
 Spares<T>::Reaper::~Reaper() {
   Spares<T>& s = spares<T>;
-  while (s.head != nullptr) ::operator delete(std::exchange(s.head, s.head->next), sizeof(T));
+  while (s.head != nullptr) ::operator delete(std::exchange(s.head, s.head->next));
   s.count = kMax;  // blocks freed later in this thread's exit go to the heap
 }
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang before 18 does not define __SANITIZE_ADDRESS__
+#define FERRY_CLANG_ASAN 1
+#endif
+#endif
+#ifndef FERRY_CLANG_ASAN
+#define FERRY_CLANG_ASAN 0
+#endif
 
 // allocate_shared's allocator for request states: the thread's spares first, then the heap.
 // Under AddressSanitizer every block comes from the heap, so that a use after free is caught.
@@ -76,8 +85,8 @@ struct SpareAllocator {
     }
     return static_cast<T*>(::operator new(n * sizeof(T)));
   }
-  void deallocate(T* p, std::size_t n) {
-#if !defined(__SANITIZE_ADDRESS__)
+  void deallocate(T* p, [[maybe_unused]] std::size_t n) {
+#if !defined(__SANITIZE_ADDRESS__) && !FERRY_CLANG_ASAN
     Spares<T>& s = spares<T>;
     if (n == 1 && s.count < Spares<T>::kMax) {
       if (!s.reaping) {
@@ -90,7 +99,7 @@ struct SpareAllocator {
       return;
     }
 #endif
-    ::operator delete(p, n * sizeof(T));
+    ::operator delete(p);
   }
   template <typename U>
   bool operator==(const SpareAllocator<U>&) const {

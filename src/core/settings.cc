@@ -263,7 +263,8 @@ std::vector<SettingInfo> read_below_core(std::vector<SettingError>* errors = nul
   std::vector<SettingInfo> rows;
   for (const base::Variable* v : base::kVariables) {
     if (v->form == base::Form::kSetting) continue;
-    SettingInfo& row = rows.emplace_back(v->name, v->env, v->fallback, SettingSource::kDefault);
+    SettingInfo& row =
+        rows.emplace_back(SettingInfo{v->name, v->env, v->fallback, SettingSource::kDefault});
     row.environment_only = true;
     for (const char* var : v->kvikio) {
       if (var != nullptr) row.kvikio_env.emplace_back(var);
