@@ -22,7 +22,8 @@ MIB = 1 << 20
 BLOCK = 16 * MIB
 
 
-def _fsync(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """fsync a file or a folder by its path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -49,8 +50,8 @@ def measure(work: str, size: int, streams: int) -> Dict[str, float]:
     _run_all([["dd", "if=/dev/zero", f"of={f}", f"bs={BLOCK}", f"count={blocks}", "oflag=direct"]
               for f in files])
     for f in files:
-        _fsync(f)
-    _fsync(work)
+        fsync_path(f)
+    fsync_path(work)
     write = time.perf_counter() - t0
     t0 = time.perf_counter()
     _run_all([["dd", f"if={f}", "of=/dev/null", f"bs={BLOCK}", "iflag=direct"] for f in files])

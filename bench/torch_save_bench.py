@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from disk_ceiling import ceilings
+from disk_ceiling import ceilings, fsync_path
 from page_cache import drop_pages, warm_pages
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,14 +63,6 @@ def nbytes(obj: Any) -> int:
     if isinstance(obj, (list, tuple)):
         return sum(nbytes(v) for v in obj)
     return 0
-
-
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def weights_only() -> bool:
