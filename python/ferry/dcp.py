@@ -8,7 +8,11 @@ The folder is stock DCP (stock ``dcp.load`` reads it), written crash-safe: each 
 ``.distcp`` files get names of their own, are fsynced with the folder, and the coordinator
 commits by one rename of ``.metadata`` after every rank succeeded; the files of the old
 checkpoint go only then. A second writer on the same folder is refused. The tensors' bytes are
-written by ferry's C++ write path from the memory they live in (docs/training.md).
+written by ferry's C++ write path from the memory they live in (docs/training.md). Its reader
+loads stock's folders and ferry's alike, each tensor's bytes read by ferry's C++ DCP reader
+straight into the tensors the load fills, host or GPU memory::
+
+    dcp.load(state_dict, storage_reader=ferry.dcp.FileSystemReader(path))
 """
 from __future__ import annotations
 
@@ -26,8 +30,10 @@ try:
     from torch.distributed.checkpoint.filesystem import FileSystem as _FileSystem
     from torch.distributed.checkpoint.filesystem import FileSystemReader as _StockReader
     from torch.distributed.checkpoint.filesystem import _StorageInfo
-    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-    from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+    from torch.distributed.checkpoint.metadata import (Metadata, StorageMeta,
+                                                       TensorStorageMetadata)
+    from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner,
+                                                      SavePlan, SavePlanner, WriteItemType)
     from torch.distributed.checkpoint.staging import AsyncStager
     from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
     from torch.futures import Future
@@ -199,8 +205,19 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class FileSystemReader(_StockReader):
-    """Stock ``FileSystemReader``, except that ``.metadata`` is unpickled with an allow-list of
-    the classes DCP writes (a hostile checkpoint's code is refused, naming its class)."""
+    """Stock ``FileSystemReader``'s arguments, reading by ferry's C++ DCP reader.
+
+    ``.metadata`` is unpickled with an allow-list of the classes DCP writes (a hostile
+    checkpoint's code is refused, naming its class). ``read_data`` reads each tensor item's bytes
+    from its ``.distcp`` file straight into the tensor the planner resolves, host or GPU memory,
+    by ferry's gathered reads (``_ferry.dcp_read``): the path ``ferry load DIR`` takes, not
+    torch.load of each blob into host memory and a copy. A target of another dtype than the
+    saved one, or a non-contiguous one, is read into a temporary tensor on its device and copied
+    (cast) from it. Byte items, and items whose storage carries torch's stream transforms, go to
+    stock's ``read_data``. ``last_report`` is the last read's LoadReport (bytes, seconds, routes).
+    """
+
+    last_report: Any = None
 
     def read_metadata(self) -> Metadata:
         path = Path(self.path) / _METADATA
@@ -210,6 +227,56 @@ class FileSystemReader(_StockReader):
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
+                              **kwargs: Any) -> None:
+        super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+        self._saved_dtypes = {fqn: md.properties.dtype
+                              for fqn, md in metadata.state_dict_metadata.items()
+                              if isinstance(md, TensorStorageMetadata)}
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
+        rows: List[tuple] = []
+        landed: List[tuple] = []
+        stock: List[Any] = []
+        dtypes = getattr(self, "_saved_dtypes", {})
+        for req in plan.items:
+            info = self.storage_data[req.storage_index]
+            saved = dtypes.get(req.storage_index.fqn)
+            fmt = _TORCH_FORMAT.get(str(saved).split(".")[-1]) if saved is not None else None
+            if (req.type == LoadItemType.BYTE_IO or fmt is None
+                    or getattr(info, "transform_descriptors", None)):
+                stock.append(req)
+                continue
+            target = planner.resolve_tensor(req).detach()
+            if target.device.type not in ("cpu", "cuda"):
+                stock.append(req)
+                continue
+            if tuple(target.shape) != tuple(req.lengths):
+                raise ValueError(f"ferry.dcp: {self.path}: tensor '{req.storage_index.fqn}' "
+                                 f"resolves to a target of shape {tuple(target.shape)} for a "
+                                 f"region of {tuple(req.lengths)}")
+            into = target
+            if target.dtype != saved or not target.is_contiguous():
+                into = torch.empty(tuple(req.lengths), dtype=saved, device=target.device)
+            rows.append((req.storage_index.fqn, info.relative_path, info.offset, info.length,
+                         fmt, list(req.storage_offsets), list(req.lengths),
+                         into.data_ptr() if into.numel() else 0))
+            landed.append((req, target, into))
+        if rows:
+            # ferry's copies run on its own streams: the work queued for the targets goes first.
+            for device in {t.device for _, t, _ in landed if t.device.type == "cuda"}:
+                torch.cuda.current_stream(device).synchronize()
+            self.last_report = _ferry.dcp_read(str(self.path), rows)
+            for req, target, into in landed:
+                if into is not target:
+                    target.copy_(into)
+                planner.commit_tensor(req, target)
+        if stock:
+            super().read_data(dataclasses.replace(plan, items=stock), planner).wait()
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
 
 
 def _async_save_takes_futures() -> bool:

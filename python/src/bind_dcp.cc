@@ -1,7 +1,8 @@
 // _ferry.dcp_write_file, _ferry.DcpSaveLock and _ferry.dcp_commit: ferry's DCP writing core
 // (ferry/dcp_writer.h) for python/ferry/dcp.py, which only gathers DCP's items and pickles its
-// Metadata; _ferry.AsyncStagingPool (ferry/async_staging.h) for its Stager. Writes, the commit
-// and waits run with the GIL released; errors become ferry's Python errors.
+// Metadata; _ferry.dcp_read, its reading core (ferry/dcp_reader.h); _ferry.AsyncStagingPool
+// (ferry/async_staging.h) for its Stager. Writes, reads, the commit and waits run with the GIL
+// released; errors become ferry's Python errors.
 #include <pybind11/stl.h>
 
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "bindings.h"
 #include "ferry/async_staging.h"
+#include "ferry/dcp_reader.h"
 #include "ferry/dcp_writer.h"
 
 namespace ferry::python {
@@ -179,6 +181,39 @@ void bind_dcp(py::module_& m) {
       arg("settings") = std::map<std::string, std::string>{},
       "Commits `metadata` as .metadata of the folder `path` and removes the .distcp files "
       "`files` does not name (commit_dcp_metadata).");
+  m.def(
+      "dcp_read",
+      [](const py::object& path, const py::list& rows,
+         const std::map<std::string, std::string>& settings) {
+        std::vector<DcpReadItem> items;
+        items.reserve(rows.size());
+        for (const py::handle& row_object : rows) {
+          auto row = row_object.cast<py::tuple>();
+          DcpReadItem item;
+          item.name = row[0].cast<std::string>();
+          item.relative_path = row[1].cast<std::string>();
+          item.blob_offset = row[2].cast<std::uint64_t>();
+          item.blob_length = row[3].cast<std::uint64_t>();
+          const std::string dtype = row[4].cast<std::string>();
+          const std::optional<Dtype> parsed = parse_dtype(dtype);
+          if (!parsed)
+            throw py::type_error("ferry: tensor '" + item.name + "': unknown dtype " + dtype);
+          item.dtype = *parsed;
+          item.offsets = row[5].cast<std::vector<std::uint64_t>>();
+          item.lengths = row[6].cast<std::vector<std::uint64_t>>();
+          item.buffer = reinterpret_cast<void*>(row[7].cast<std::uintptr_t>());
+          items.push_back(std::move(item));
+        }
+        const std::string dir = path_arg(path);
+        FileOptions o;
+        for (const auto& [name, value] : settings) o.settings.set(name, value);
+        py::gil_scoped_release release;
+        return read_dcp_items(dir, items, o);
+      },
+      arg("path"), arg("items"), arg("settings") = std::map<std::string, std::string>{},
+      "Reads [(name, relative_path, blob_offset, blob_length, dtype, offsets, lengths, ptr), "
+      "...] of the DCP folder `path`: each region of a saved chunk into the contiguous memory at "
+      "ptr (read_dcp_items); a LoadReport. The memory must stay allocated until it returns.");
   bind_async_staging(m);
 }
 

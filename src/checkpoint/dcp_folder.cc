@@ -5,7 +5,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
 #include <map>
+
+#include "checkpoint/torch_save_writer.h"
+#include "ferry/dcp_reader.h"
+#include "ferry/memory.h"
 
 namespace ferry::checkpoint {
 
@@ -28,6 +34,12 @@ std::vector<TensorPiece> place_chunk(const DcpTensorMeta& tensor, const DcpChunk
   const std::size_t rank = tensor.shape.size();
   if (chunk.offsets.size() != rank || chunk.sizes.size() != rank || record.size != chunk.sizes) {
     fail(fmt::format("its chunk at offset {} holds a tensor of another shape", chunk.offset));
+  }
+  // A typed storage names its dtype (an untyped one does not): its bytes are read as `dtype`'s.
+  const std::string typed = "torch." + torch_storage_class(tensor.dtype);
+  if (record.storage_class != "torch.storage.UntypedStorage" && record.storage_class != typed) {
+    fail(fmt::format("its chunk at offset {} holds a {}, not the {} .metadata lists", chunk.offset,
+                     record.storage_class, to_string(tensor.dtype)));
   }
   const std::uint64_t element = dtype_bits(tensor.dtype) / 8;
   unsigned __int128 count = 1, last = record.storage_offset;  // the last storage element read
@@ -114,8 +126,8 @@ constexpr std::uint64_t kMaxRegion = 64u << 20;
 // goes to the file, counted with the rest.
 class BlobRegions {
  public:
-  BlobRegions(File& file, const ByteRanges& wanted, DcpFolder& counts)
-      : file_(file), counts_(counts) {
+  BlobRegions(File& file, const ByteRanges& wanted, std::uint64_t& reads, std::uint64_t& bytes)
+      : file_(file), reads_(reads), bytes_(bytes) {
     for (const auto& [begin, end] : merge_regions(wanted, kRegionGap, kMaxRegion)) {
       regions_.emplace_back(begin, read(begin, end - begin));
     }
@@ -136,14 +148,48 @@ class BlobRegions {
   std::string read(std::uint64_t at, std::uint64_t n) {
     std::string b(n, '\0');
     b.resize(n == 0 ? 0 : file_.read(b.data(), n, at));
-    ++counts_.open_reads;
-    counts_.open_bytes += b.size();
+    ++reads_;
+    bytes_ += b.size();
     return b;
   }
   File& file_;
-  DcpFolder& counts_;
+  std::uint64_t& reads_;
+  std::uint64_t& bytes_;
   std::vector<std::pair<std::uint64_t, std::string>> regions_;  // by offset
 };
+
+// A .distcp file that `named_by` puts `tensor`'s bytes in, opened; CheckpointError where it is
+// missing or lies outside the folder.
+std::unique_ptr<File> open_shard(const fs::path& dir, const std::string& relative,
+                                 const std::string& named_by, const std::string& tensor,
+                                 const FileOptions& options) {
+  if (fs::path(relative).is_absolute() || relative.find("..") != std::string::npos) {
+    throw CheckpointError(named_by, tensor,
+                          fmt::format("names storage '{}' outside the folder", relative));
+  }
+  const fs::path path = dir / relative;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    throw CheckpointError(path.string(), tensor,
+                          "missing: .metadata puts this tensor's bytes here");
+  }
+  return std::make_unique<File>(path, "r", options);
+}
+
+// The head and tail of a blob, which locating its tensor reads; CheckpointError where the blob
+// passes the file's end.
+void want_blob(const File& file, std::uint64_t offset, std::uint64_t length,
+               const std::string& tensor, ByteRanges& wanted) {
+  if (offset > file.size() || length > file.size() - offset) {
+    throw CheckpointError(file.path(), tensor,
+                          fmt::format("its chunk at offset {} (+{} B) passes the file's end "
+                                      "at {} B: truncated",
+                                      offset, length, file.size()));
+  }
+  const std::uint64_t end = offset + length;
+  wanted.emplace_back(offset, offset + std::min(length, kBlobHead));
+  wanted.emplace_back(end - std::min(length, kTorchSaveTailBytes), end);
+}
 
 }  // namespace
 
@@ -163,17 +209,7 @@ DcpFolder open_dcp_folder(const fs::path& dir, const FileOptions& options) {
   auto shard = [&](const std::string& relative, const std::string& tensor) {
     auto [it, fresh] = shard_of.emplace(relative, out.files.size());
     if (!fresh) return it->second;
-    const fs::path path = dir / relative;
-    if (fs::path(relative).is_absolute() || relative.find("..") != std::string::npos) {
-      throw CheckpointError(meta.path(), tensor,
-                            fmt::format("names storage '{}' outside the folder", relative));
-    }
-    std::error_code ec;
-    if (!fs::exists(path, ec)) {
-      throw CheckpointError(path.string(), tensor,
-                            "missing: .metadata puts this tensor's bytes here");
-    }
-    out.files.push_back(std::make_unique<File>(path, "r", options));
+    out.files.push_back(open_shard(dir, relative, meta.path(), tensor, options));
     out.shard_names.push_back(out.files.back()->path());
     return it->second;
   };
@@ -182,23 +218,14 @@ DcpFolder open_dcp_folder(const fs::path& dir, const FileOptions& options) {
   for (const DcpTensorMeta& t : md.tensors) {
     for (const DcpChunk& c : t.chunks) {
       const std::size_t k = shard(c.relative_path, t.name);
-      const File& file = *out.files[k];
-      if (c.offset > file.size() || c.length > file.size() - c.offset) {
-        throw CheckpointError(file.path(), t.name,
-                              fmt::format("its chunk at offset {} (+{} B) passes the file's end "
-                                          "at {} B: truncated",
-                                          c.offset, c.length, file.size()));
-      }
       wanted.resize(out.files.size());
-      const std::uint64_t end = c.offset + c.length;
-      wanted[k].emplace_back(c.offset, c.offset + std::min(c.length, kBlobHead));
-      wanted[k].emplace_back(end - std::min(c.length, kTorchSaveTailBytes), end);
+      want_blob(*out.files[k], c.offset, c.length, t.name, wanted[k]);
     }
   }
   std::vector<BlobRegions> regions;
   regions.reserve(out.files.size());
   for (std::size_t k = 0; k < out.files.size(); ++k)
-    regions.emplace_back(*out.files[k], wanted[k], out);
+    regions.emplace_back(*out.files[k], wanted[k], out.open_reads, out.open_bytes);
   for (const DcpTensorMeta& t : md.tensors) {
     const std::uint64_t element = dtype_bits(t.dtype) / 8;
     unsigned __int128 nbytes = element, covered = 0;
@@ -236,3 +263,98 @@ DcpFolder open_dcp_folder(const fs::path& dir, const FileOptions& options) {
 }
 
 }  // namespace ferry::checkpoint
+
+namespace ferry {
+
+LoadReport read_dcp_items(const std::filesystem::path& dir, std::span<const DcpReadItem> items,
+                          const FileOptions& options) {
+  using namespace checkpoint;
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadReport report;
+  report.tensors = items.size();
+  // Each file opened once, and the heads and tails of its items' blobs.
+  std::map<std::string, std::size_t> file_of;
+  std::vector<std::unique_ptr<File>> files;
+  std::vector<ByteRanges> wanted;
+  std::vector<std::size_t> item_file(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const DcpReadItem& item = items[i];
+    auto [it, fresh] = file_of.emplace(item.relative_path, files.size());
+    if (fresh) {
+      files.push_back(
+          open_shard(dir, item.relative_path, (dir / ".metadata").string(), item.name, options));
+      wanted.emplace_back();
+    }
+    item_file[i] = it->second;
+    want_blob(*files[it->second], item.blob_offset, item.blob_length, item.name,
+              wanted[it->second]);
+  }
+  std::vector<BlobRegions> regions;
+  regions.reserve(files.size());
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    regions.emplace_back(*files[k], wanted[k], report.open_reads, report.open_bytes);
+  }
+  // Each region placed as byte ranges of its file into its buffer: the region is a tensor of its
+  // own, the chunk's view moved to the region's first element, placed whole into the buffer.
+  // The ranges of a file go by kind of memory and device: one gathered request each.
+  std::vector<std::map<std::pair<int, int>, std::vector<ReadRange>>> ranges(files.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const DcpReadItem& item = items[i];
+    const std::size_t k = item_file[i];
+    BlobRegions& blob = regions[k];
+    const std::string& file = files[k]->path();
+    TorchTensorRecord view =
+        read_torch_save_tensor([&](std::uint64_t at, std::uint64_t n) { return blob.get(at, n); },
+                               item.blob_offset, item.blob_length, file);
+    const std::size_t rank = view.size.size();
+    if (item.offsets.size() != rank || item.lengths.size() != rank) {
+      throw CheckpointError(file, item.name,
+                            fmt::format("asks for a region of {} dimensions of a chunk of {}",
+                                        item.lengths.size(), rank));
+    }
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (item.offsets[d] > view.size[d] || item.lengths[d] > view.size[d] - item.offsets[d]) {
+        throw CheckpointError(
+            file, item.name,
+            fmt::format("asks for elements {}..{} of dimension {}, which its chunk at offset {} "
+                        "holds {} of",
+                        item.offsets[d], item.offsets[d] + item.lengths[d], d, item.blob_offset,
+                        view.size[d]));
+      }
+      view.storage_offset += item.offsets[d] * view.stride[d];
+    }
+    view.size = item.lengths;
+    const DcpTensorMeta region{item.name, item.dtype, item.lengths, {}};
+    const DcpChunk chunk{std::vector<std::uint64_t>(rank, 0), item.lengths, item.relative_path,
+                         item.blob_offset, item.blob_length};
+    const std::vector<TensorPiece> pieces = place_chunk(region, chunk, view, k, file);
+    if (pieces.empty()) continue;
+    const MemoryInfo memory = classify_memory(item.buffer);
+    std::vector<ReadRange>& group = ranges[k][{static_cast<int>(memory.kind), memory.device}];
+    for (const TensorPiece& p : pieces) {
+      group.push_back({p.file_offset, static_cast<std::size_t>(p.length),
+                       static_cast<char*>(item.buffer) + p.dest});
+      report.bytes += p.length;
+    }
+  }
+  // Every file's requests in flight together, then each waited for.
+  std::vector<IoFuture> requests;
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    for (const auto& [memory, group] : ranges[k]) requests.push_back(files[k]->pread_gather(group));
+  }
+  std::exception_ptr failed;
+  for (IoFuture& r : requests) {
+    try {
+      r.get();
+      report.routes.push_back(r.route());
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  report.bytes_read = report.bytes;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace ferry

@@ -1,7 +1,10 @@
 // The DCP reader (issue 51 item 2): the restricted unpickler, the torch.save blob reader and the
 // loader's DCP branch, over the golden folders stock torch 2.11 wrote (tests/data/dcp).
+#include "ferry/dcp_reader.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +148,18 @@ TEST(DcpFolder, AChunkReadingPastItsStorageIsRefused) {
             std::string::npos);
 }
 
+TEST(DcpFolder, ABlobOfAnotherDtypeThanTheMetadataSaysIsRefused) {
+  DcpTensorMeta t{"w", Dtype::kF16, {4}, {}};
+  DcpChunk c{{0}, {4}, "__0_0.distcp", 0, 0};
+  TorchTensorRecord r{"torch.FloatStorage", 0, 16, 0, {4}, {1}};
+  const std::string why = error_of([&] { place_chunk(t, c, r, 0, "f"); });
+  EXPECT_NE(why.find("holds a torch.FloatStorage, not the F16"), std::string::npos) << why;
+  r.storage_class = "torch.HalfStorage";
+  EXPECT_EQ(place_chunk(t, c, r, 0, "f").size(), 1u);
+  r.storage_class = "torch.storage.UntypedStorage";  // names no dtype: read as .metadata says
+  EXPECT_EQ(place_chunk(t, c, r, 0, "f").size(), 1u);
+}
+
 TEST(DcpFolder, GoldenBlobLocatesTheStorageBytes) {
   const std::string bytes = slurp(golden("single") / "__0_0.distcp");
   // model.layers.0.count, arange(5) as int64: its blob is the first chunk whose storage holds 40 B.
@@ -262,6 +277,99 @@ TEST(DcpFolder, ASliceAcrossChunksReadsOnlyItsBytes) {
       EXPECT_EQ(std::memcmp(out.data() + r * half, full + r * row + half, half), 0) << name << r;
     }
   }
+}
+
+// ferry.dcp.FileSystemReader.read_data's core (issue 51 item 5): the regions of saved chunks that
+// a DCP load plan asks for, read into contiguous buffers. Every chunk of every tensor of both
+// golden folders, whole, then its second half along its last dimension (strided ranges), each
+// equal to the same bytes of the whole tensor as Checkpoint loads it.
+TEST(DcpReadItems, EveryChunkAndAStridedPartOfItEqualsTheWholeTensorsBytes) {
+  for (const char* folder : {"single", "two_ranks"}) {
+    Checkpoint c(golden(folder));
+    LoadOptions all;
+    all.memory = MemoryKind::kHostPageable;
+    const LoadResult whole = c.load(all);
+    const DcpMetadata md = parse_dcp_metadata(slurp(golden(folder) / ".metadata"), ".metadata");
+    std::vector<DcpReadItem> items;
+    std::vector<std::vector<char>> buffers;
+    std::vector<std::pair<std::size_t, std::vector<std::uint64_t>>> expect;  // tensor, first
+    std::uint64_t asked = 0;
+    for (const DcpTensorMeta& t : md.tensors) {
+      for (const DcpChunk& ch : t.chunks) {
+        for (bool half : {false, true}) {
+          DcpReadItem item{t.name, ch.relative_path, ch.offset, ch.length, t.dtype,
+                           {},     ch.sizes,         nullptr};
+          item.offsets.assign(ch.sizes.size(), 0);
+          if (half) {
+            if (ch.sizes.empty() || ch.sizes.back() < 2) continue;
+            item.offsets.back() = ch.sizes.back() / 2;
+            item.lengths.back() = ch.sizes.back() - ch.sizes.back() / 2;
+          }
+          std::uint64_t n = dtype_bits(t.dtype) / 8;
+          for (std::uint64_t extent : item.lengths) n *= extent;
+          buffers.emplace_back(n, '\x55');
+          item.buffer = buffers.back().data();
+          asked += n;
+          std::vector<std::uint64_t> first = ch.offsets;
+          for (std::size_t d = 0; d < first.size(); ++d) first[d] += item.offsets[d];
+          expect.emplace_back(c.find(t.name), first);
+          items.push_back(std::move(item));
+        }
+      }
+    }
+    const LoadReport report = read_dcp_items(golden(folder), items);
+    EXPECT_EQ(report.bytes, asked) << folder;
+    EXPECT_EQ(report.tensors, items.size()) << folder;
+    EXPECT_EQ(report.open_reads, c.shards().size()) << folder;  // one region a file
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const TensorInfo& t = c.tensors()[expect[i].first];
+      const std::uint64_t element = dtype_bits(t.dtype) / 8;
+      const char* full = static_cast<const char*>(whole.tensors[expect[i].first].data);
+      const std::vector<std::uint64_t>& lengths = items[i].lengths;
+      // Compare element by element, walking the region row-major.
+      std::uint64_t count = 1;
+      for (std::uint64_t extent : lengths) count *= extent;
+      std::vector<std::uint64_t> index(lengths.size(), 0);
+      for (std::uint64_t e = 0; e < count; ++e) {
+        std::uint64_t at = 0;
+        for (std::size_t d = 0; d < lengths.size(); ++d) {
+          at = at * t.shape[d] + expect[i].second[d] + index[d];
+        }
+        ASSERT_EQ(std::memcmp(buffers[i].data() + e * element, full + at * element, element), 0)
+            << folder << " " << items[i].name << " element " << e;
+        for (std::size_t d = lengths.size(); d-- > 0;) {
+          if (++index[d] < lengths[d]) break;
+          index[d] = 0;
+        }
+      }
+    }
+  }
+}
+
+TEST(DcpReadItems, ARegionOutsideItsChunkOrAFileOutsideTheFolderIsNamed) {
+  const DcpMetadata md = parse_dcp_metadata(slurp(golden("single") / ".metadata"), ".metadata");
+  const DcpTensorMeta& t = md.tensors[0];  // model.embed.weight, (16, 4) bf16
+  const DcpChunk& ch = t.chunks[0];
+  std::vector<char> buffer(16 * 4 * 2);
+  DcpReadItem item{t.name,  ch.relative_path, ch.offset, ch.length,
+                   t.dtype, {0, 2},           {16, 4},   buffer.data()};
+  std::string why = error_of([&] { read_dcp_items(golden("single"), {&item, 1}); });
+  EXPECT_NE(why.find("__0_0.distcp: tensor 'model.embed.weight'"), std::string::npos) << why;
+  EXPECT_NE(why.find("asks for elements 2..6 of dimension 1"), std::string::npos) << why;
+  item.offsets = {0, 0};
+  item.dtype = Dtype::kF32;
+  why = error_of([&] { read_dcp_items(golden("single"), {&item, 1}); });
+  EXPECT_NE(why.find("holds a torch.BFloat16Storage, not the F32"), std::string::npos) << why;
+  item.dtype = t.dtype;
+  item.relative_path = "../single/__0_0.distcp";
+  why = error_of([&] { read_dcp_items(golden("single"), {&item, 1}); });
+  EXPECT_NE(why.find("outside the folder"), std::string::npos) << why;
+  item.relative_path = ch.relative_path;
+  item.blob_length = 1u << 30;
+  why = error_of([&] { read_dcp_items(golden("single"), {&item, 1}); });
+  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+  // Nothing was read into the buffer by the refused requests.
+  EXPECT_EQ(std::count(buffer.begin(), buffer.end(), 0), static_cast<long>(buffer.size()));
 }
 
 }  // namespace

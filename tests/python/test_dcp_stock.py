@@ -113,17 +113,61 @@ def test_ferry_output_opens_for_inference_by_its_flattened_names(tmp_path):
     assert torch.equal(tensors["optim.state.0.exp_avg"], sd["optim"]["state"][0]["exp_avg"])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("folder", ["single", "two_ranks"])
-def test_ferry_reader_loads_stock_output_as_stock_reader_does(folder):
+def test_ferry_reader_loads_stock_output_as_stock_reader_does(folder, device):
     expected = json.loads((DATA / "expected.json").read_text())[folder]
     md = StockReader(DATA / folder).read_metadata()
-    sd = {k: torch.empty(m.size, dtype=m.properties.dtype)
+    sd = {k: torch.empty(m.size, dtype=m.properties.dtype, device=device)
           for k, m in md.state_dict_metadata.items() if hasattr(m, "chunks")}
-    dcp.load(sd, storage_reader=ferry.dcp.FileSystemReader(DATA / folder), no_dist=True)
+    reader = ferry.dcp.FileSystemReader(DATA / folder)
+    dcp.load(sd, storage_reader=reader, no_dist=True)
     for k, t in sd.items():
-        flat = t.contiguous().reshape(-1).view(torch.uint8)
+        flat = t.cpu().contiguous().reshape(-1).view(torch.uint8)
         digest = hashlib.sha256(flat.numpy().tobytes() if t.numel() else b"").hexdigest()
         assert digest == expected[k]["sha256"], k
+    # Every tensor came through ferry's reader (two_ranks: each chunk of a sharded tensor is an
+    # item of its own), none through stock's torch.load.
+    items = sum(len(m.chunks) for m in md.state_dict_metadata.values() if hasattr(m, "chunks"))
+    assert reader.last_report.tensors == items
+    assert reader.last_report.bytes == sum(t.numel() * t.element_size() for t in sd.values())
+
+
+def _tensors(sd):
+    if isinstance(sd, dict):
+        return [t for v in sd.values() for t in _tensors(v)]
+    return [sd] if isinstance(sd, torch.Tensor) else []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ferry_reader_reads_every_tensor_by_ferry_into_the_targets_memory(tmp_path, device):
+    sd = _state(4, "cpu")
+    _save(sd, StockWriter(tmp_path))
+    got = _empty_like(sd)
+    for part in (got["model"], got["optim"]["state"][0]):
+        for k in part:
+            part[k] = part[k].to(device)
+    reader = ferry.dcp.FileSystemReader(tmp_path)
+    dcp.load(got, storage_reader=reader, no_dist=True)
+    _assert_equal(got["model"], sd["model"])
+    _assert_equal(got["optim"]["state"], sd["optim"]["state"])
+    assert got["note"] == sd["note"] and got["step"] == sd["step"]  # byte items: stock's path
+    assert all(t.device.type == device for t in _tensors(got["model"]))
+    report = reader.last_report
+    assert report.tensors == len(_tensors(sd["model"])) + len(_tensors(sd["optim"]))
+    assert report.bytes == sum(t.numel() * t.element_size() for t in _tensors(sd))
+    assert report.routes, report.summary()
+
+
+def test_ferry_reader_casts_into_another_dtype_and_fills_a_non_contiguous_target(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    sd = {"a": torch.randn(8, 6, generator=g).to(torch.bfloat16), "b": torch.randn(6, 8, generator=g)}
+    _save(sd, StockWriter(tmp_path))
+    a = torch.zeros(8, 6)  # float32 for a bf16 tensor: cast as stock's copy_ casts
+    b = torch.zeros(8, 6).t()  # a transposed view: filled in place
+    dcp.load({"a": a, "b": b}, storage_reader=ferry.dcp.FileSystemReader(tmp_path), no_dist=True)
+    assert torch.equal(a, sd["a"].float())
+    assert torch.equal(b, sd["b"]) and not b.is_contiguous()
 
 
 def test_an_overwrite_replaces_the_old_files_and_keeps_nothing_else(tmp_path):
