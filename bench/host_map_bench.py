@@ -14,8 +14,13 @@ MADV_POPULATE_READ over a private mapping 4 MiB at a time (the populated route w
 one thread touching a private mapping (safetensors' faults without torch), and one thread of
 buffered 4 MiB preads. Where the bytes stay in memory, "touched" adds one read of each page.
 
+Before the rounds, each ferry and safetensors case runs once untimed on the resident file (a
+warm-up, printed with round "warm-up" and left out of the summary): the first process of a run
+reads torch's and ferry's code from disk inside its timed section, several milliseconds that
+would fall on whichever case came first (bench/NOTES.md §47).
+
     python bench/host_map_bench.py DIR [--size-mib 2048] [--rounds 5] [--states resident,cold]
-                                       [--no-raw]
+                                       [--no-raw] [--no-warm-up]
 
 The file (DIR/model.safetensors: BF16 layers of 4 matrices and 2 vectors each, about the given
 size) is made when DIR lacks it. safetensors is imported where installed; else its column is
@@ -166,6 +171,15 @@ def set_state(path: str, state: str) -> float:
     return drop_pages([path]) if state == "cold" else warm_pages([path])
 
 
+def run_case(case: str, path: str, raw: bool) -> dict:
+    """One case in a fresh process: its row, or {"error": the end of its stderr}."""
+    out = subprocess.run([sys.executable, "-c", RAW if raw else CHILD, case, path],
+                         capture_output=True, text=True)
+    if out.returncode:
+        return {"error": out.stderr.strip()[-300:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
@@ -173,6 +187,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--states", default="resident,cold")
     ap.add_argument("--no-raw", action="store_true", help="skip the routes without ferry")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="time the first process of the run too (its libraries' first reads)")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     path = os.path.join(a.dir, "model.safetensors")
@@ -185,16 +201,19 @@ def main() -> int:
         cases.remove("safetensors")
     raw = [] if a.no_raw else ["raw direct", "raw direct fresh", "raw populate",
                                "raw mmap touch", "raw buffered"]
+    for case in [] if a.no_warm_up else cases:
+        resident = set_state(path, "resident")
+        row = run_case(case, path, False)
+        row.update({"case": case, "state": "resident", "round": "warm-up",
+                    "resident_before": round(resident, 3)})
+        print(json.dumps(row), flush=True)
     rows = []
     for state in a.states.split(","):
         run = cases + (raw if state == "cold" else [])
         for r in range(a.rounds):
             for case in run if r % 2 == 0 else run[::-1]:
                 resident = set_state(path, state)
-                out = subprocess.run([sys.executable, "-c", RAW if case in raw else CHILD, case,
-                                      path], capture_output=True, text=True)
-                row = ({"error": out.stderr.strip()[-300:]} if out.returncode else
-                       json.loads(out.stdout.strip().splitlines()[-1]))
+                row = run_case(case, path, case in raw)
                 row.update({"case": case, "state": state, "round": r,
                             "resident_before": round(resident, 3)})
                 rows.append(row)

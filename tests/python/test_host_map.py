@@ -161,6 +161,50 @@ def test_torch_tensors_are_views_of_the_mapping_and_match_the_read_route(tmp_pat
             assert mapped[name].reshape(-1).view(torch.uint8).numpy().tobytes() == data, name
 
 
+def _mapping_facts(address: int) -> dict:
+    """Size and Rss (KiB) and VmFlags of the mapping of this process that holds `address`."""
+    facts, inside = {}, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and ":" not in head:
+                if inside:
+                    break
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith(("Size:", "Rss:")):
+                facts[line.split(":")[0]] = int(line.split()[1])
+            elif inside and line.startswith("VmFlags:"):
+                facts["VmFlags"] = line.split(":", 1)[1].strip()
+    return facts
+
+
+def test_torch_load_file_of_a_resident_file_maps_under_auto_as_under_map(tmp_path):
+    # The H100's "auto 0.55x of map" on a resident file was the bench's first process reading
+    # torch's code from disk (bench/NOTES.md §47): both modes must stay one lazy mapping with the
+    # same advice, nothing faulted in before the load returns, as safetensors' is.
+    torch = pytest.importorskip("torch")
+    from ferry.safetensors.torch import load_file
+    big = rng_bytes(4 << 20, 7)
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(encode([("big", "U8", (len(big),), big)] + unaligned()))
+    path.read_bytes()  # every page cached
+    loads, facts = {}, {}
+    for mode in ("map", "auto"):
+        with ferry.settings(host_load=mode):
+            loads[mode] = load_file(path)
+        (route,) = ferry.last_load_report().host_routes
+        if mode == "auto" and route.page_cache.fraction < 0.9:
+            pytest.skip(f"the file did not stay resident: {route.reason}")
+        assert route.path == "mapped", (mode, route.reason)
+        facts[mode] = _mapping_facts(loads[mode]["big"].data_ptr())
+    assert facts["auto"]["VmFlags"] == facts["map"]["VmFlags"]
+    assert facts["auto"]["Size"] == facts["map"]["Size"] >= 4 << 10
+    assert facts["auto"]["Rss"] == facts["map"]["Rss"] == 0, facts
+    assert int(loads["auto"]["big"][::4096].sum()) == sum(big[::4096])
+    assert _mapping_facts(loads["auto"]["big"].data_ptr())["Rss"] > 0  # the check sees faults
+
+
 @pytest.mark.gpu
 def test_a_gpu_load_of_a_resident_file_is_read_as_before(torch, tmp_path):
     # The host route is for pageable host memory only: a GPU load has none, and reads.
