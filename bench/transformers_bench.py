@@ -24,6 +24,11 @@ Mistral-family one of 13.5 GiB (hidden 4096, 32 layers, intermediate 14336, 8 KV
 Prints one JSON line per process (also written to --out) and a table of medians, side by side,
 with the ratios ferry/bare and ferry/stock (speeds), then each target of the issues met or
 missed. About 8 minutes on the H200 machine.
+
+With FERRY_TF_PROFILE=PREFIX in the environment, each process also profiles its first call with
+cProfile (the calling thread only: ferry's reads run in C++ threads, which it does not see) and
+writes the 30 functions of most cumulative and most own time to PREFIX.<way>.txt: where the
+first call's time beyond the read goes.
 """
 
 from __future__ import annotations
@@ -137,12 +142,27 @@ def case(path: str, how: str, calls: int) -> Dict[str, Any]:
     seconds, reports = [], []
     out: Dict[str, Any] = {"kind": "case", "how": how, "imports_s": imports,
                            "cuda_init_s": cuda_init}
+    profile_to = os.environ.get("FERRY_TF_PROFILE")
     for n in range(1 + calls):
         torch.cuda.reset_peak_memory_stats()
+        profiler = None
+        if n == 0 and profile_to:
+            import cProfile
+            profiler = cProfile.Profile()
+            profiler.enable()
         t = time.perf_counter()
         loaded = once()
         torch.cuda.synchronize()
         seconds.append(time.perf_counter() - t)
+        if profiler is not None:
+            profiler.disable()
+            import io
+            import pstats
+            text = io.StringIO()
+            for key in ("cumulative", "tottime"):
+                pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(30)
+            with open(f"{profile_to}.{how}.txt", "w") as f:
+                f.write(f"first call {seconds[0]:.3f} s\n" + text.getvalue())
         if n == 0:
             out["peak_gpu_bytes"] = torch.cuda.max_memory_allocated()
             tensors = loaded.values() if how == "bare" else loaded.parameters()
