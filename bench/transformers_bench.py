@@ -13,8 +13,10 @@ Mistral-family one of 13.5 GiB (hidden 4096, 32 layers, intermediate 14336, 8 KV
 - one process loads it both ways and checks them identical (every state_dict tensor
   torch.equal, the same ties, the logits of a fixed input torch.equal);
 - rounds of fresh processes, one per way (stock from_pretrained, ferry's from_pretrained,
-  ``ferry.load_checkpoint`` bare): after the imports (torch, transformers, ferry; timed apart)
-  and CUDA's start, the first call of the process (transformers still imports the model's
+  ``ferry.load_checkpoint`` bare): after the imports (torch, transformers, ferry; timed apart),
+  CUDA's start and the lookup of ``transformers.AutoModelForCausalLM`` (which imports the auto
+  classes' module and generation's dependencies: ``auto_class_s``, apart), the first call of the
+  process (transformers still imports the model's
   modules lazily in it, the caching allocator is cold), then --calls more calls in the same
   process, the model freed between them: their median is the steady state. Each call runs to
   the weights on cuda:0 after torch.cuda.synchronize() (device_map="cuda:0", dtype=bfloat16);
@@ -132,16 +134,21 @@ def case(path: str, how: str, calls: int) -> Dict[str, Any]:
     cuda_init = time.perf_counter() - t
     if how == "ferry":
         ft.enable()
+    # transformers imports its auto classes' module when the attribute is first looked up, and
+    # with it generation's (sklearn and scipy where installed: 0.5 s and more on the H100), before
+    # from_pretrained is entered: an import of the process, timed apart like the ones above.
+    t = time.perf_counter()
+    auto_class = transformers.AutoModelForCausalLM
+    auto_class_s = time.perf_counter() - t
 
     def once() -> Any:
         if how == "bare":
             return ferry.load_checkpoint(path, device="cuda:0")
-        return transformers.AutoModelForCausalLM.from_pretrained(path, device_map="cuda:0",
-                                                                 dtype=torch.bfloat16)
+        return auto_class.from_pretrained(path, device_map="cuda:0", dtype=torch.bfloat16)
 
     seconds, reports = [], []
     out: Dict[str, Any] = {"kind": "case", "how": how, "imports_s": imports,
-                           "cuda_init_s": cuda_init}
+                           "cuda_init_s": cuda_init, "auto_class_s": auto_class_s}
     profile_to = os.environ.get("FERRY_TF_PROFILE")
     for n in range(1 + calls):
         torch.cuda.reset_peak_memory_stats()
