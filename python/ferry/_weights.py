@@ -288,30 +288,6 @@ def _setting(settings: Mapping[str, Any], name: str) -> int:
         return int(current[name])
 
 
-# Into a GPU, the staging takes at most this share of the budget where neither the caller nor the
-# environment chose bounce_buffer_size: the iterator's reads then use smaller bounce buffers (down
-# to _MIN_BOUNCE), which leaves more of the budget for tensors read ahead (bench/NOTES.md §49).
-_STAGING_SHARE = 8
-_MIN_BOUNCE = 1 << 20
-
-
-def _bounce_for(budget: int, settings: Mapping[str, Any]) -> Optional[int]:
-    """The bounce_buffer_size the iterator's reads into a GPU use, where the setting is ferry's
-    default and a smaller one keeps the staging within budget / _STAGING_SHARE; else None."""
-    if "bounce_buffer_size" in settings:
-        return None
-    from ._settings import settings as current
-    if any(r["name"] == "bounce_buffer_size" and r["source"] != "default"
-           for r in current.describe()):
-        return None
-    bounce = _setting(settings, "bounce_buffer_size")
-    chosen = bounce
-    while _setting(settings, "nthreads") * 2 * chosen > budget // _STAGING_SHARE \
-            and chosen // 2 >= _MIN_BOUNCE:
-        chosen //= 2
-    return chosen if chosen != bounce else None
-
-
 def _staging_bytes(settings: Mapping[str, Any]) -> int:
     """ferry's pinned staging behind reads into a GPU: two bounce buffers per worker thread, as
     the settings in force with this call's overrides make them."""
@@ -366,9 +342,6 @@ class WeightIterator:
         if evict and "://" in str(source):
             raise ValueError(f"ferry: evict=True drops local files' pages; {source!s} is a URL")
         self._fw = _framework(framework, device)
-        bounce = None if self._fw.host else _bounce_for(budget, settings)
-        if bounce is not None:
-            settings = dict(settings, bounce_buffer_size=bounce)
         self._ckpt = Checkpoint(source, **settings)
         self._items = _choose(self._ckpt, names, shard)
         staging = 0 if self._fw.host else _staging_bytes(settings)
