@@ -38,11 +38,14 @@ struct DcpItemPlace {
 // Writes `items`, in order, into `file` (a name no committed .metadata uses: the save's own),
 // tensors' bytes through ferry's write path from the memory they live in, each starting at a
 // multiple of 4096 of the file (64 for tensors under 4096 B). The file appears whole under its
-// name or not at all (an AtomicFile), fsynced with its folder when `options.durable`. Throws
-// IoError or CheckpointError naming `file` (and the item); nothing else in the folder changes.
+// name or not at all (an AtomicFile), fsynced with its folder when `options.durable`;
+// `options.progress` is called as the bytes go. Throws IoError or CheckpointError naming `file`
+// (and the item); nothing else in the folder changes. `report`, when given, gets the file, its
+// bytes, the tensors, the fsyncs, the seconds and a route report per gathered request.
 std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items,
                                          const std::filesystem::path& file,
-                                         const SaveOptions& options = {});
+                                         const SaveOptions& options = {},
+                                         SaveReport* report = nullptr);
 
 // The save lock of a DCP folder, taken by the coordinator before any rank writes and held until
 // its commit: makes the folder (durably when `durable`), refuses at once (IoError EBUSY) when
@@ -63,7 +66,9 @@ class DcpSaveLock {
 // fsynced; then every *.distcp file in `dir` that `files` does not name is removed. A failure
 // before the rename leaves the old checkpoint as it was; one after it says the new checkpoint is
 // committed. Call with the folder's DcpSaveLock held, after every rank's write_dcp_file returned.
+// `report`, when given, gets .metadata (the commit point), its bytes, the fsyncs and the seconds.
 void commit_dcp_metadata(const std::filesystem::path& dir, std::string_view metadata,
-                         std::span<const std::string> files, const SaveOptions& options = {});
+                         std::span<const std::string> files, const SaveOptions& options = {},
+                         SaveReport* report = nullptr);
 
 }  // namespace ferry

@@ -42,11 +42,11 @@ except Exception as e:  # absent in torch 1.x; torch.distributed._shard fails on
         f"ferry.dcp needs torch.distributed.checkpoint (torch 2.x), which torch "
         f"{torch.__version__} here cannot import ({type(e).__name__}: {e})") from None
 
-from . import _ferry
+from . import _ferry, _progress
 from ._save import _TORCH_FORMAT
 from ._stager import Stager as _Stager
 
-__all__ = ["FileSystemWriter", "FileSystemReader", "Stager"]
+__all__ = ["FileSystemWriter", "FileSystemReader", "SaveReport", "Stager"]
 
 _METADATA = ".metadata"
 
@@ -94,18 +94,70 @@ def _rows(items: List[Any], planner: SavePlanner, keep: List[Any]) -> List[tuple
     return rows
 
 
+class SaveReport:
+    """This rank's part of the last save through a ``FileSystemWriter``: the report of each
+    ``.distcp`` file it wrote (bytes, fsyncs, seconds, and a route report at both layers per
+    gathered write) and, on the coordinator, the commit's: ``.metadata`` renamed over the old
+    one, the commit point."""
+
+    def __init__(self, writes: List[Any], commit: Any = None) -> None:
+        self.writes = writes
+        self.commit = commit
+
+    @property
+    def files(self) -> List[str]:
+        return [f for r in self.writes for f in r.files] + (self.commit.files if self.commit else [])
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.writes) + (self.commit.bytes if self.commit else 0)
+
+    @property
+    def tensors(self) -> int:
+        return sum(r.tensors for r in self.writes)
+
+    @property
+    def fsyncs(self) -> int:
+        return sum(r.fsyncs for r in self.writes) + (self.commit.fsyncs if self.commit else 0)
+
+    @property
+    def routes(self) -> List[Any]:
+        return [route for r in self.writes for route in r.routes]
+
+    @property
+    def committed(self) -> Optional[str]:
+        """The ``.metadata`` this rank committed (the coordinator), else None."""
+        return self.commit.files[0] if self.commit else None
+
+    def summary(self) -> str:
+        seconds = sum(r.seconds for r in self.writes)
+        rate = _ferry.format_rate(sum(r.bytes for r in self.writes) / seconds) if seconds else "-"
+        where = (f"committed by renaming {self.committed} in {self.commit.seconds:.3f} s"
+                 if self.commit else "not the coordinator: the commit is rank 0's")
+        return (f"{self.tensors} tensor(s), {_ferry.format_size(self.bytes, True)} in "
+                f"{len(self.files)} file(s), {self.fsyncs} fsync(s); data {seconds:.3f} s "
+                f"({rate}); {where}")
+
+    def __repr__(self) -> str:
+        return f"<ferry.dcp.SaveReport {self.summary()}>"
+
+
 class FileSystemWriter(StorageWriter):
     """Stock ``FileSystemWriter``'s arguments and output, written crash-safe by ferry.
 
     ``thread_count`` and ``per_thread_copy_ahead`` are accepted for compatibility: ferry's
     write path splits and stages the writes itself. ``sync_files=False`` skips the fsyncs (the
     renames still commit whole, but a power loss may lose what the page cache held).
+    ``progress`` (not stock's) draws a bar or calls back as ``ferry.save_file``'s does, per
+    ``.distcp`` file. ``last_report`` is this rank's ``SaveReport`` of the last save.
     """
+
+    last_report: Optional[SaveReport] = None
 
     def __init__(self, path: Union[str, os.PathLike], single_file_per_rank: bool = True,
                  sync_files: bool = True, thread_count: int = 1,
                  per_thread_copy_ahead: int = 10_000_000, cache_staged_state_dict: bool = False,
-                 overwrite: bool = True) -> None:
+                 overwrite: bool = True, *, progress: Any = None) -> None:
         super().__init__()
         self.path = Path(path)
         self.single_file_per_rank = single_file_per_rank
@@ -114,6 +166,8 @@ class FileSystemWriter(StorageWriter):
         self.per_thread_copy_ahead = per_thread_copy_ahead
         self.cache_staged_state_dict = cache_staged_state_dict
         self.overwrite = overwrite
+        _progress.check(progress)
+        self.progress = progress
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self._lock: Any = None
@@ -143,14 +197,22 @@ class FileSystemWriter(StorageWriter):
         where: _SavePrefix = plan.storage_data
         groups = [plan.items] if self.single_file_per_rank else [[i] for i in plan.items]
         results: List[WriteResult] = []
+        reports: List[Any] = []
         for k, items in enumerate(g for g in groups if g):
             name = f"{where.prefix}{k}.{where.save_id}.distcp"
             keep: List[Any] = []
             rows = _rows(items, planner, keep)
-            places = _ferry.dcp_write_file(rows, str(self.path / name), self.sync_files)
+            callback = _progress.reporter(self.progress, "saving " + name)
+            try:
+                places, report = _ferry.dcp_write_file(rows, str(self.path / name),
+                                                       self.sync_files, progress=callback)
+            finally:
+                _progress.close(callback)
+            reports.append(report)
             for item, (offset, length) in zip(items, places):
                 results.append(WriteResult(index=item.index, size_in_bytes=length,
                                            storage_data=_StorageInfo(name, offset, length)))
+        self.last_report = SaveReport(reports)
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -163,7 +225,10 @@ class FileSystemWriter(StorageWriter):
             metadata.storage_data = storage
             metadata.storage_meta = self.storage_meta()
             files = sorted({info.relative_path for info in storage.values()})
-            _ferry.dcp_commit(str(self.path), pickle.dumps(metadata), files, self.sync_files)
+            commit = _ferry.dcp_commit(str(self.path), pickle.dumps(metadata), files,
+                                       self.sync_files)
+            self.last_report = SaveReport(self.last_report.writes if self.last_report else [],
+                                          commit)
         finally:
             self._lock = None
 

@@ -142,23 +142,26 @@ void bind_dcp(py::module_& m) {
   m.def(
       "dcp_write_file",
       [](const py::list& rows, const py::object& path, bool durable,
-         const std::map<std::string, std::string>& settings) {
+         const std::map<std::string, std::string>& settings, const py::object& progress) {
         const std::vector<DcpWriteItem> items = dcp_items(rows);
         const std::string file = path_arg(path);
+        SaveOptions o = dcp_options(durable, settings);
+        o.progress = python_progress(progress);
         std::vector<DcpItemPlace> places;
+        SaveReport report;
         {
           py::gil_scoped_release release;
-          places = write_dcp_file(items, file, dcp_options(durable, settings));
+          places = write_dcp_file(items, file, o, &report);
         }
         py::list out;
         for (const DcpItemPlace& p : places) out.append(py::make_tuple(p.offset, p.length));
-        return out;
+        return py::make_tuple(out, report);
       },
       arg("items"), arg("path"), arg("durable") = true,
-      arg("settings") = std::map<std::string, std::string>{},
+      arg("settings") = std::map<std::string, std::string>{}, arg("progress") = py::none(),
       "Writes [(name, bytes) | (name, dtype, shape, ptr, nbytes), ...] into the .distcp file "
-      "`path` (write_dcp_file); [(offset, length), ...] of each item. The memory must stay "
-      "unchanged until it returns.");
+      "`path` (write_dcp_file); ([(offset, length), ...] of each item, its SaveReport). The "
+      "memory must stay unchanged until it returns.");
   py::class_<DcpSaveLock>(m, "DcpSaveLock")
       .def(py::init([](const py::object& path, bool durable) {
              const std::string dir = path_arg(path);
@@ -174,13 +177,15 @@ void bind_dcp(py::module_& m) {
          bool durable, const std::map<std::string, std::string>& settings) {
         const std::string dir = path_arg(path);
         const std::string bytes = metadata;
+        SaveReport report;
         py::gil_scoped_release release;
-        commit_dcp_metadata(dir, bytes, files, dcp_options(durable, settings));
+        commit_dcp_metadata(dir, bytes, files, dcp_options(durable, settings), &report);
+        return report;
       },
       arg("path"), arg("metadata"), arg("files"), arg("durable") = true,
       arg("settings") = std::map<std::string, std::string>{},
       "Commits `metadata` as .metadata of the folder `path` and removes the .distcp files "
-      "`files` does not name (commit_dcp_metadata).");
+      "`files` does not name (commit_dcp_metadata); the commit's SaveReport.");
   m.def(
       "dcp_read",
       [](const py::object& path, const py::list& rows,

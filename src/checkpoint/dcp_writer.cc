@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <set>
 
 #include "checkpoint/folder_commit.h"
+#include "checkpoint/progress_meter.h"
 #include "checkpoint/torch_save_writer.h"
 #include "ferry/atomic_file.h"
 
@@ -30,10 +32,15 @@ FileOptions file_options(const SaveOptions& options) {
   return f;
 }
 
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items, const fs::path& file,
-                                         const SaveOptions& options) {
+                                         const SaveOptions& options, SaveReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
   refuse_remote_destination(file);
   std::vector<DcpItemPlace> places;
   std::vector<std::string> records;  // the blobs' heads and tails, alive until written
@@ -72,9 +79,20 @@ std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items, co
     at += blob.length;
   }
 
+  SaveReport written;
   AtomicFile out(file, file_options(options));
-  checkpoint::write_groups(out, groups, nullptr, nullptr);
+  checkpoint::ProgressMeter meter(options.progress, at);
+  checkpoint::write_groups(out, groups, &meter, &written.routes);
+  meter.finish();  // before the rename: a callback that throws leaves no file
   out.commit(options.durable);
+  if (report != nullptr) {
+    written.files.push_back(file.string());
+    written.bytes = at;
+    for (const DcpWriteItem& item : items) written.tensors += item.is_bytes ? 0 : 1;
+    written.fsyncs = options.durable ? 2 : 0;  // the file, then its folder after the rename
+    written.seconds = since(t0);
+    *report = std::move(written);
+  }
   return places;
 }
 
@@ -88,7 +106,9 @@ DcpSaveLock::DcpSaveLock(const fs::path& dir, bool durable) {
 DcpSaveLock::~DcpSaveLock() = default;
 
 void commit_dcp_metadata(const fs::path& dir, std::string_view metadata,
-                         std::span<const std::string> files, const SaveOptions& options) {
+                         std::span<const std::string> files, const SaveOptions& options,
+                         SaveReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
   bool renamed = false;
   try {
     checkpoint::write_commit_file(dir / kMetadataName, metadata, file_options(options),
@@ -115,6 +135,14 @@ void commit_dcp_metadata(const fs::path& dir, std::string_view metadata,
       }
     }
     if (options.durable && !stale.empty()) sync_folder(dir);
+    if (report != nullptr) {
+      report->files = {(dir / kMetadataName).string()};
+      report->bytes = metadata.size();
+      // .metadata's temporary file and the folder after its rename; the folder again after the
+      // old files went.
+      report->fsyncs = options.durable ? (stale.empty() ? 2 : 3) : 0;
+      report->seconds = since(t0);
+    }
   } catch (const IoError&) {
     checkpoint::rethrow_after_commit(dir, "removing the old checkpoint's files failed");
   }

@@ -171,6 +171,22 @@ def test_ferry_reader_casts_into_another_dtype_and_fills_a_non_contiguous_target
     assert torch.equal(b, sd["b"]) and not b.is_contiguous()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_save_reports_its_files_bytes_fsyncs_routes_and_commit_point(tmp_path, device):
+    seen = []
+    writer = ferry.dcp.FileSystemWriter(tmp_path, progress=lambda done, total: seen.append(
+        (done, total)))
+    _save(_state(6, device), writer)
+    r = writer.last_report
+    assert r.committed == str(tmp_path / ".metadata")
+    distcp = [f for f in r.files if f.endswith(".distcp")]
+    assert len(distcp) == 1 and os.path.getsize(distcp[0]) == r.writes[0].bytes
+    assert r.fsyncs == 4  # the .distcp file and the folder, .metadata and the folder
+    assert r.tensors >= 9 and r.routes, r.summary()
+    assert seen and seen[-1][0] == seen[-1][1] == r.writes[0].bytes
+    assert "committed by renaming" in r.summary()
+
+
 def test_an_overwrite_replaces_the_old_files_and_keeps_nothing_else(tmp_path):
     _save(_state(1, "cpu"), StockWriter(tmp_path))  # a stock checkpoint first
     (tmp_path / "config.json").write_text("{}")

@@ -42,7 +42,7 @@ def test_each_blob_loads_bit_exact_with_stock_torch_load(tmp_path):
     rows = [_row(k, v) for k, v in tensors.items()]
     rows.insert(2, ("optim.param_groups", b"\x80\x04 pickled bytes, as DCP hands them"))
     path = tmp_path / "__0_0.test.distcp"
-    places = _ferry.dcp_write_file(rows, str(path))
+    places, _ = _ferry.dcp_write_file(rows, str(path))
     data = path.read_bytes()
     assert len(places) == len(rows)
     for row, (offset, length) in zip(rows, places):
@@ -56,6 +56,30 @@ def test_each_blob_loads_bit_exact_with_stock_torch_load(tmp_path):
         assert torch.equal(got, want), row[0]
         assert got.is_contiguous()
     assert places[-1][0] + places[-1][1] == len(data)
+
+
+def test_a_rank_file_and_the_commit_report_bytes_fsyncs_routes_and_progress(tmp_path):
+    tensors = _tensors()
+    rows = [_row(k, v) for k, v in tensors.items()] + [("step", b"\x80\x04K\x07.")]
+    folder = tmp_path / "ckpt"
+    lock = _ferry.DcpSaveLock(str(folder))
+    seen = []
+    places, report = _ferry.dcp_write_file(rows, str(folder / "__0_0.s.distcp"),
+                                           progress=lambda done, total: seen.append((done, total)))
+    size = (folder / "__0_0.s.distcp").stat().st_size
+    assert report.files == [str(folder / "__0_0.s.distcp")]
+    assert report.bytes == size == places[-1][0] + places[-1][1]
+    assert report.tensors == len(tensors) and report.fsyncs == 2 and report.seconds > 0
+    assert report.routes and all(r.bytes > 0 for r in report.routes), report.summary()
+    assert seen and seen[-1] == (size, size)  # the last call: every byte
+    (folder / "__0_0.old.distcp").write_bytes(b"a file of an older save")
+    commit = _ferry.dcp_commit(str(folder), b"metadata", ["__0_0.s.distcp"])
+    assert commit.files == [str(folder / ".metadata")] and commit.bytes == len(b"metadata")
+    assert commit.fsyncs == 3  # .metadata, the folder after the rename, again after the removal
+    assert not (folder / "__0_0.old.distcp").exists()
+    _, quiet = _ferry.dcp_write_file(rows[:1], str(folder / "__0_0.t.distcp"), durable=False)
+    assert quiet.fsyncs == 0
+    del lock
 
 
 def test_a_tensor_over_4096_bytes_starts_4096_aligned_in_the_file(tmp_path):
