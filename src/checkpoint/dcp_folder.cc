@@ -9,6 +9,7 @@
 #include <exception>
 #include <map>
 
+#include "checkpoint/folder_commit.h"
 #include "checkpoint/torch_save_writer.h"
 #include "ferry/dcp_reader.h"
 #include "ferry/memory.h"
@@ -339,19 +340,17 @@ LoadReport read_dcp_items(const std::filesystem::path& dir, std::span<const DcpR
   }
   // Every file's requests in flight together, then each waited for.
   std::vector<IoFuture> requests;
-  for (std::size_t k = 0; k < files.size(); ++k) {
-    for (const auto& [memory, group] : ranges[k]) requests.push_back(files[k]->pread_gather(group));
-  }
   std::exception_ptr failed;
-  for (IoFuture& r : requests) {
-    try {
-      r.get();
-      report.routes.push_back(r.route());
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
+  try {
+    for (std::size_t k = 0; k < files.size(); ++k) {
+      for (const auto& [memory, group] : ranges[k]) {
+        requests.push_back(files[k]->pread_gather(group));
+      }
     }
+  } catch (...) {
+    failed = std::current_exception();
   }
-  if (failed) std::rethrow_exception(failed);
+  wait_all(requests, nullptr, &report.routes, failed);
   report.bytes_read = report.bytes;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;

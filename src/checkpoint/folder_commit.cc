@@ -128,6 +128,27 @@ void add_write(WriteGroups& groups, std::uint64_t offset, const void* data, std:
       {offset, static_cast<std::size_t>(n), data});
 }
 
+void wait_all(std::vector<IoFuture>& requests, ProgressMeter* meter,
+              std::vector<RouteReport>* routes, std::exception_ptr failed) {
+  const auto moved = [&requests] {
+    std::uint64_t n = 0;
+    for (const IoFuture& r : requests) n += r.progress();
+    return n;
+  };
+  std::exception_ptr first;
+  for (IoFuture& r : requests) {
+    try {
+      if (meter != nullptr) meter->wait(r, moved);
+      r.get();
+      if (routes != nullptr) routes->push_back(r.route());
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  if (first) std::rethrow_exception(first);
+}
+
 void write_groups(AtomicFile& out, const WriteGroups& groups, ProgressMeter* meter,
                   std::vector<RouteReport>* routes) {
   std::vector<IoFuture> requests;
@@ -137,23 +158,8 @@ void write_groups(AtomicFile& out, const WriteGroups& groups, ProgressMeter* met
   } catch (...) {
     failed = std::current_exception();
   }
-  const auto written = [&requests] {
-    std::uint64_t n = 0;
-    for (const IoFuture& r : requests) n += r.progress();
-    return n;
-  };
-  for (IoFuture& r : requests) {
-    try {
-      if (meter != nullptr) meter->wait(r, written);
-      r.get();
-      if (routes != nullptr) routes->push_back(r.route());
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (!failed) return;
   try {
-    std::rethrow_exception(failed);
+    wait_all(requests, meter, routes, failed);
   } catch (const IoError&) {
     rethrow_naming(out.dest(), out.temp());
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -65,6 +66,12 @@ using WriteGroups = std::map<std::pair<int, int>, std::vector<WriteRange>>;
 
 // Adds `n` bytes from `data` at `offset` to its group; an empty piece is left out.
 void add_write(WriteGroups& groups, std::uint64_t offset, const void* data, std::uint64_t n);
+
+// Waits for every one of `requests`, also after a failure (they use the caller's memory): through
+// `meter` (the bytes moved so far) when given, each route appended to `routes` when given. Then
+// rethrows the first failure, or `failed` (a failure to submit more) when given.
+void wait_all(std::vector<IoFuture>& requests, ProgressMeter* meter,
+              std::vector<RouteReport>* routes, std::exception_ptr failed = nullptr);
 
 // Writes `groups` to `out`'s file, one pwrite_scatter each, and waits for every request, also after
 // a failure (they read the caller's memory): through `meter` (the bytes written so far) when given,

@@ -177,17 +177,13 @@ LoadReport read_torch_storages(const fs::path& file, std::span<const ReadRange> 
   if (groups.empty()) return report;
   File f(file, "r", options);
   std::vector<IoFuture> requests;
-  for (const auto& [kind, group] : groups) requests.push_back(f.pread_gather(group));
   std::exception_ptr failed;
-  for (IoFuture& r : requests) {
-    try {
-      r.get();
-      report.routes.push_back(r.route());
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
+  try {
+    for (const auto& [kind, group] : groups) requests.push_back(f.pread_gather(group));
+  } catch (...) {
+    failed = std::current_exception();
   }
-  if (failed) std::rethrow_exception(failed);
+  checkpoint::wait_all(requests, nullptr, &report.routes, failed);
   report.seconds = since(t0);
   return report;
 }
