@@ -33,9 +33,14 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
     ``add_done_callback`` work, and it can be awaited in asyncio without blocking the loop.
     Waiting in ``result()`` or ``exception()`` is interruptible: Ctrl-C cancels the request."""
 
+    # The state that a finished Future's result() reads lives in slots, which C reads and writes
+    # at their offsets (_ferry.add_future_methods, bind_file.cc's future_of and future_result:
+    # generic attribute access there cost 300 instructions an attribute, bench/NOTES.md §48).
+    # concurrent.futures.Future's own code reaches them by name, through the slots' descriptors.
+    __slots__ = ("_state", "_result", "_exception", "_waiters", "_ended")
+
     # A Future born finished reads these class defaults; __init__ below sets its own otherwise.
     _request: Optional[_ferry.Request] = None
-    _exception: Optional[BaseException] = None
     _done_callbacks: Any = ()  # a finished Future runs a callback at once and keeps none
     _once = threading.Lock()  # shared by Futures born finished, which never settle again
     _settled = True
@@ -45,10 +50,12 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
             # Ended well in the submitting thread (a small local request): (bytes moved, the
             # handle its Request is made from if asked for). Finished as set_result() leaves a
             # Future, without a Request, the watcher or the Condition (made if someone waits or
-            # adds a callback): bench/NOTES.md §30.
+            # adds a callback): bench/NOTES.md §30. _ferry's future_of (bind_file.cc) makes
+            # ferry.File.pread's the same way, in C: keep the two alike.
             self._result, self._ended = request
             self._state = _FINISHED
-            self._waiters: list[Any] = []  # concurrent.futures.wait() adds and removes its own
+            self._exception = None
+            self._waiters = []  # concurrent.futures.wait() adds and removes its own
             return
         super().__init__()
         self._request = request
@@ -107,6 +114,12 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         """Waits (``TimeoutError`` after `timeout` s) and returns the bytes moved, or raises the
         request's error. Ctrl-C cancels the request and raises KeyboardInterrupt with
         ``bytes_done`` (bytes in place)."""
+        # Replaced by a C method (_ferry.add_future_methods, called by _file.py) that returns a
+        # finished Future's bytes itself and calls _result_slow for everything else.
+        return self._result_slow(timeout)
+
+    def _result_slow(self, timeout: Optional[float] = None) -> int:
+        """``result()`` in Python: all of it, for a Future not yet finished well."""
         if self._state == _FINISHED:  # final: read without the lock
             if self._exception is None:
                 return int(self._result)

@@ -5,6 +5,7 @@
 // One that ended in the submitting thread (a small one) lets go of it at once and is not kept.
 // Waits run in short slices and check for signals between them, so Ctrl-C cancels a request.
 #include <pybind11/stl.h>
+#include <structmember.h>
 
 #include <algorithm>
 #include <cctype>
@@ -681,12 +682,164 @@ PyMethodDef fast_methods[] = {
      "(bytes, handle) for one that has already ended well."},
 };
 
-void add_fast_methods(py::handle cls) {
-  for (PyMethodDef& def : fast_methods) {
-    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
+void add_methods(py::handle cls, PyMethodDef* begin, PyMethodDef* end) {
+  for (PyMethodDef* def = begin; def != end; ++def) {
+    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
     if (descr == nullptr) throw py::error_already_set();
-    cls.attr(def.ml_name) = py::reinterpret_steal<py::object>(descr);
+    cls.attr(def->ml_name) = py::reinterpret_steal<py::object>(descr);
   }
+}
+
+// ferry.File.pread/pwrite and ferry.Future.result, made here rather than in Python: for a 4 KiB
+// read that ended in the caller's thread, File.pread's frame, Future.__init__'s and result()'s
+// cost 5,200 of the 8,500 instructions of `f.pread(buf).result()` (bench/NOTES.md §48). The
+// Future is then made as Future.__init__ makes one born finished (python/ferry/_future.py), with
+// the same four attributes; every other request goes to Future(request) as before.
+struct FutureClass {
+  PyTypeObject* cls = nullptr;  // ferry.Future, set once by add_future_methods
+  PyObject* empty = nullptr;
+  PyObject* finished = nullptr;  // concurrent.futures' FINISHED
+  PyObject* result_slow = nullptr;
+  // Offsets of ferry.Future's slots (its __slots__), the state a finished Future's result()
+  // reads. concurrent.futures.Future's code reaches them by name through their descriptors.
+  Py_ssize_t state = 0, result = 0, exception = 0, waiters = 0, ended = 0;
+};
+FutureClass future_class;
+
+PyObject*& slot(PyObject* object, Py_ssize_t offset) {
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(object) + offset);
+}
+
+// A finished ferry.Future holding `n` bytes moved and `handle` (request_or_ended's), or null
+// with the Python error set. Its slots start empty (tp_alloc zeroes them).
+PyObject* finished_future(std::size_t n, py::object handle) {
+  const FutureClass& c = future_class;
+  PyObject* future = c.cls->tp_new(c.cls, c.empty, nullptr);
+  if (future == nullptr) return nullptr;
+  PyObject* bytes = PyLong_FromSize_t(n);
+  PyObject* waiters = PyList_New(0);
+  if (bytes == nullptr || waiters == nullptr) {
+    Py_XDECREF(bytes);
+    Py_XDECREF(waiters);
+    Py_DECREF(future);
+    return nullptr;
+  }
+  slot(future, c.result) = bytes;
+  slot(future, c.ended) = handle.release().ptr();
+  slot(future, c.state) = Py_NewRef(c.finished);
+  slot(future, c.exception) = Py_NewRef(Py_None);
+  slot(future, c.waiters) = waiters;
+  return future;
+}
+
+// The ferry.Future of a request File.pread/pwrite submitted.
+PyObject* future_of(std::shared_ptr<Pending> p, bool remote) {
+  std::size_t n = 0;
+  bool ended_well = false;
+  if (!remote && p->future.ready()) {
+    try {
+      n = p->future.get();
+      ended_well = true;
+    } catch (const std::exception&) {  // the Request holds the error, for the Future to raise
+    }
+  }
+  if (ended_well) {
+    py::capsule handle(new std::shared_ptr<Pending>(std::move(p)), kEnded, [](PyObject* h) {
+      delete static_cast<std::shared_ptr<Pending>*>(PyCapsule_GetPointer(h, kEnded));
+    });
+    return finished_future(n, std::move(handle));
+  }
+  py::object request = request_or_ended(std::move(p), remote);
+  return PyObject_CallOneArg(reinterpret_cast<PyObject*>(future_class.cls), request.ptr());
+}
+
+PyObject* pread_future_body(PyFile& f, const py::object& buf, const py::object& size,
+                            const py::object& off) {
+  return future_of(f.submit(Op::kRead, buf, size, off), f.remote());
+}
+PyObject* pwrite_future_body(PyFile& f, const py::object& buf, const py::object& size,
+                             const py::object& off) {
+  return future_of(f.submit(Op::kWrite, buf, size, off), f.remote());
+}
+
+// ferry.Future.result: a Future finished well returns its bytes here; any other (waiting, an
+// error, a timeout, Ctrl-C) goes to the Python method _result_slow, a subclass's if it has one.
+PyObject* future_result(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                        PyObject* kwnames) {
+  const FutureClass& c = future_class;
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  if (n + nkw <= 1 && slot(self, c.state) == c.finished && slot(self, c.exception) == Py_None) {
+    PyObject* bytes = slot(self, c.result);
+    if (bytes != nullptr && PyLong_CheckExact(bytes)) return Py_NewRef(bytes);
+  }
+  if (n + nkw > 1) {
+    PyErr_Format(PyExc_TypeError, "result() takes at most 1 argument (%zd given)", n + nkw);
+    return nullptr;
+  }
+  PyObject* call[2] = {self, n + nkw == 1 ? args[0] : nullptr};
+  return PyObject_VectorcallMethod(c.result_slow, call, static_cast<std::size_t>(n + 1), kwnames);
+}
+
+constexpr char kFuturePreadName[] = "pread";
+constexpr char kFuturePwriteName[] = "pwrite";
+
+PyMethodDef file_future_methods[] = {
+    {"pread",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<pread_future_body, kFuturePreadName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "pread($self, /, buf, size=None, file_offset=0)\n--\n\nStarts reading `size` bytes "
+     "(default: the whole buffer) at `file_offset` into `buf`; the Future's result is the bytes "
+     "read. The buffer is kept alive until the read ends."},
+    {"pwrite",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<pwrite_future_body, kFuturePwriteName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "pwrite($self, /, buf, size=None, file_offset=0)\n--\n\nStarts writing `buf` (or its "
+     "first `size` bytes) at `file_offset`; the Future's result is the bytes written. The buffer "
+     "is kept alive until the write ends."},
+};
+
+PyMethodDef future_methods[] = {
+    {"result", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(future_result)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "result($self, /, timeout=None)\n--\n\nWaits (``TimeoutError`` after `timeout` s) and "
+     "returns the bytes moved, or raises the request's error. Ctrl-C cancels the request and "
+     "raises KeyboardInterrupt with ``bytes_done`` (bytes in place)."},
+};
+
+// The offset of `cls`'s slot `name` (one of its __slots__: an object member).
+Py_ssize_t slot_offset(const py::object& cls, const char* name) {
+  py::object d = cls.attr(name);
+  if (!Py_IS_TYPE(d.ptr(), &PyMemberDescr_Type)) {
+    throw py::type_error(std::string("ferry: Future.") + name + " is not a slot");
+  }
+  const PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(d.ptr())->d_member;
+  if (member->type != T_OBJECT_EX) {
+    throw py::type_error(std::string("ferry: Future.") + name + " is not an object slot");
+  }
+  return member->offset;
+}
+
+// Called once by python/ferry/_file.py: File.pread/pwrite of the Python class `file` return
+// `future` instances, and `future`.result is future_result.
+void add_future_methods(const py::object& file, const py::object& future) {
+  FutureClass& c = future_class;
+  if (c.cls != nullptr) throw py::value_error("ferry: the Future class is already set");
+  c.state = slot_offset(future, "_state");
+  c.result = slot_offset(future, "_result");
+  c.exception = slot_offset(future, "_exception");
+  c.waiters = slot_offset(future, "_waiters");
+  c.ended = slot_offset(future, "_ended");
+  c.empty = PyTuple_New(0);
+  c.finished =
+      py::object(py::module_::import("concurrent.futures._base").attr("FINISHED")).release().ptr();
+  c.result_slow = PyUnicode_InternFromString("_result_slow");
+  // Kept for the process's life, as pybind11 keeps its own functions.
+  c.cls = reinterpret_cast<PyTypeObject*>(py::object(future).release().ptr());
+  add_methods(future, std::begin(future_methods), std::end(future_methods));
+  add_methods(file, std::begin(file_future_methods), std::end(file_future_methods));
 }
 
 }  // namespace
@@ -812,7 +965,10 @@ void bind_file(py::module_& m) {
             return settings_dict(f.file().effective_settings());
           },
           "The file's effective settings.");
-  add_fast_methods(m.attr("File"));
+  add_methods(m.attr("File"), std::begin(fast_methods), std::end(fast_methods));
+  m.def("add_future_methods", &add_future_methods, arg("file"), arg("future"),
+        "Makes File.pread/pwrite of `file` return `future` instances, and `future`.result a "
+        "C method (python/ferry/_file.py calls it once).");
 
   m.def(
       "request_of",
