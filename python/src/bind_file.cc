@@ -360,23 +360,32 @@ class PyFile {
 
   std::shared_ptr<Pending> submit_view(Op op, std::shared_ptr<BufferView> view, std::size_t n,
                                        std::uint64_t offset) {
-    auto pending = std::make_shared<Pending>();
-    pending->op = op;
-    pending->buffer = std::move(view);
-    pending->nbytes = n;
+    IoFuture future = start(op, view->data(), n, offset);
+    return keep(op, std::move(view), n, std::move(future));
+  }
+
+  // Starts a request, the GIL released while File::pread/pwrite runs. One that ended in this
+  // thread (a small request) has nothing for close() to wait for and no buffer to keep.
+  IoFuture start(Op op, void* data, std::size_t n, std::uint64_t offset) {
+    IoFuture future;
     {
       py::gil_scoped_release release;
-      void* data = pending->buffer->data();
-      pending->future = op == Op::kRead ? file_.pread(data, pending->nbytes, offset)
-                                        : file_.pwrite(data, pending->nbytes, offset);
+      future = op == Op::kRead ? file_.pread(data, n, offset) : file_.pwrite(data, n, offset);
     }
-    if (pending->future.ready()) {
-      // Ended in this thread (a small request): nothing for close() to wait for, no buffer to
-      // keep.
-      pending->buffer.reset();
-      any_done_ = true;
-      return pending;
-    }
+    if (future.ready()) any_done_ = true;
+    return future;
+  }
+
+  // The Pending entry of a request that start() began: while it runs, it keeps the buffer and
+  // the File keeps it, for close() to wait for.
+  std::shared_ptr<Pending> keep(Op op, std::shared_ptr<BufferView> view, std::size_t n,
+                                IoFuture future) {
+    auto pending = std::make_shared<Pending>();
+    pending->op = op;
+    pending->nbytes = n;
+    pending->future = std::move(future);
+    if (pending->future.ready()) return pending;
+    pending->buffer = std::move(view);
     forget_finished();
     pending_.push_back(pending);
     return pending;
@@ -732,34 +741,97 @@ PyObject* finished_future(std::size_t n, py::object handle) {
   return future;
 }
 
-// The ferry.Future of a request File.pread/pwrite submitted.
-PyObject* future_of(std::shared_ptr<Pending> p, bool remote) {
-  std::size_t n = 0;
-  bool ended_well = false;
-  if (!remote && p->future.ready()) {
+// The handle of a ferry.Future that future_of made finished: the request's IoFuture, made into
+// a Request's Pending only when asked (request_of: nbytes, progress, last_route). One Python
+// object, where request_or_ended's handle is a Pending, a shared_ptr and a capsule.
+struct EndedRequest {
+  PyObject_HEAD IoFuture future;
+  std::shared_ptr<Pending> pending;  // made by request_of, from `future`
+  std::size_t nbytes;
+  Op op;
+};
+PyTypeObject* ended_type = nullptr;
+
+void ended_dealloc(PyObject* self) {
+  auto* e = reinterpret_cast<EndedRequest*>(self);
+  PyTypeObject* type = Py_TYPE(self);
+  e->future.~IoFuture();
+  e->pending.~shared_ptr();
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyType_Slot ended_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(ended_dealloc)},
+    {Py_tp_doc, const_cast<char*>("A finished ferry.Future's request (request_of makes it).")},
+    {0, nullptr},
+};
+PyType_Spec ended_spec = {"ferry._ferry.EndedRequest", sizeof(EndedRequest), 0,
+                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, ended_slots};
+
+PyObject* new_ended(IoFuture future, std::size_t nbytes, Op op) {
+  PyObject* self = ended_type->tp_alloc(ended_type, 0);
+  if (self == nullptr) return nullptr;
+  auto* e = reinterpret_cast<EndedRequest*>(self);
+  new (&e->future) IoFuture(std::move(future));
+  new (&e->pending) std::shared_ptr<Pending>();
+  e->nbytes = nbytes;
+  e->op = op;
+  return self;
+}
+
+// The Pending behind a handle of either kind (an EndedRequest, or request_or_ended's capsule).
+std::shared_ptr<Pending> pending_of(const py::handle& handle) {
+  if (Py_IS_TYPE(handle.ptr(), ended_type)) {
+    auto* e = reinterpret_cast<EndedRequest*>(handle.ptr());
+    if (!e->pending) {
+      e->pending = std::make_shared<Pending>();
+      e->pending->op = e->op;
+      e->pending->nbytes = e->nbytes;
+      e->pending->future = std::move(e->future);
+    }
+    return e->pending;
+  }
+  void* p = PyCapsule_GetPointer(handle.ptr(), kEnded);
+  if (p == nullptr) throw py::error_already_set();
+  return *static_cast<std::shared_ptr<Pending>*>(p);
+}
+
+// ferry.File.pread/pwrite: a ferry.Future, made here finished for a request that ended well in
+// this thread, else Future(request) as before. The arguments are checked in submit()'s order.
+PyObject* future_of(PyFile& f, Op op, const py::object& buf, const py::object& size,
+                    const py::object& off) {
+  f.check_open();
+  const std::uint64_t offset = *index_arg(off, "file_offset");
+  std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
+  const std::size_t n = checked_size(*view, size);
+  IoFuture future = f.start(op, view->data(), n, offset);
+  if (!f.remote() && future.ready()) {
+    std::size_t bytes = 0;
+    bool ended_well = false;
     try {
-      n = p->future.get();
+      bytes = future.get();
       ended_well = true;
     } catch (const std::exception&) {  // the Request holds the error, for the Future to raise
     }
+    if (ended_well) {
+      PyObject* handle = new_ended(std::move(future), n, op);
+      if (handle == nullptr) return nullptr;
+      return finished_future(bytes, py::reinterpret_steal<py::object>(handle));
+    }
   }
-  if (ended_well) {
-    py::capsule handle(new std::shared_ptr<Pending>(std::move(p)), kEnded, [](PyObject* h) {
-      delete static_cast<std::shared_ptr<Pending>*>(PyCapsule_GetPointer(h, kEnded));
-    });
-    return finished_future(n, std::move(handle));
-  }
-  py::object request = request_or_ended(std::move(p), remote);
+  py::object request =
+      request_or_ended(f.keep(op, std::move(view), n, std::move(future)), f.remote());
   return PyObject_CallOneArg(reinterpret_cast<PyObject*>(future_class.cls), request.ptr());
 }
 
 PyObject* pread_future_body(PyFile& f, const py::object& buf, const py::object& size,
                             const py::object& off) {
-  return future_of(f.submit(Op::kRead, buf, size, off), f.remote());
+  return future_of(f, Op::kRead, buf, size, off);
 }
 PyObject* pwrite_future_body(PyFile& f, const py::object& buf, const py::object& size,
                              const py::object& off) {
-  return future_of(f.submit(Op::kWrite, buf, size, off), f.remote());
+  return future_of(f, Op::kWrite, buf, size, off);
 }
 
 // ferry.Future.result: a Future finished well returns its bytes here; any other (waiting, an
@@ -838,6 +910,8 @@ void add_future_methods(const py::object& file, const py::object& future) {
   c.result_slow = PyUnicode_InternFromString("_result_slow");
   // Kept for the process's life, as pybind11 keeps its own functions.
   c.cls = reinterpret_cast<PyTypeObject*>(py::object(future).release().ptr());
+  ended_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&ended_spec));
+  if (ended_type == nullptr) throw py::error_already_set();
   add_methods(future, std::begin(future_methods), std::end(future_methods));
   add_methods(file, std::begin(file_future_methods), std::end(file_future_methods));
 }
@@ -971,12 +1045,7 @@ void bind_file(py::module_& m) {
         "C method (python/ferry/_file.py calls it once).");
 
   m.def(
-      "request_of",
-      [](const py::handle& handle) {
-        void* p = PyCapsule_GetPointer(handle.ptr(), kEnded);
-        if (p == nullptr) throw py::error_already_set();
-        return PyRequest(*static_cast<std::shared_ptr<Pending>*>(p));
-      },
+      "request_of", [](const py::handle& handle) { return PyRequest(pending_of(handle)); },
       arg("handle"), "The Request of an ended File.pread/pwrite's (bytes, handle).");
   m.def(
       "buffer_info",
