@@ -705,10 +705,10 @@ void add_methods(py::handle cls, PyMethodDef* begin, PyMethodDef* end) {
 // Future is then made as Future.__init__ makes one born finished (python/ferry/_future.py), with
 // the same four attributes; every other request goes to Future(request) as before.
 struct FutureClass {
-  PyTypeObject* cls = nullptr;  // ferry.Future, set once by add_future_methods
-  PyObject* empty = nullptr;
+  PyTypeObject* cls = nullptr;   // ferry.Future, set once by add_future_methods
   PyObject* finished = nullptr;  // concurrent.futures' FINISHED
   PyObject* result_slow = nullptr;
+  PyObject* timeout = nullptr;  // interned, as the compiler interns a call's keyword names
   // Offsets of ferry.Future's slots (its __slots__), the state a finished Future's result()
   // reads. concurrent.futures.Future's code reaches them by name through their descriptors.
   Py_ssize_t state = 0, result = 0, exception = 0, waiters = 0, ended = 0;
@@ -719,11 +719,15 @@ PyObject*& slot(PyObject* object, Py_ssize_t offset) {
   return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(object) + offset);
 }
 
-// A finished ferry.Future holding `n` bytes moved and `handle` (request_or_ended's), or null
-// with the Python error set. Its slots start empty (tp_alloc zeroes them).
+// A finished ferry.Future holding `n` bytes moved and `handle` (an EndedRequest), or null with
+// the Python error set. Its slots start empty (tp_alloc zeroes them). tp_alloc, not tp_new:
+// object.__new__ would also lay out the instance dict's inline values (an allocation), which
+// this Future never uses, its state being in slots; an instance without them is the state
+// CPython leaves one in once its __dict__ was asked for, and an attribute set later (_request,
+// _condition's lock) makes the dict. 136 instructions a call (bench/NOTES.md §48).
 PyObject* finished_future(std::size_t n, py::object handle) {
   const FutureClass& c = future_class;
-  PyObject* future = c.cls->tp_new(c.cls, c.empty, nullptr);
+  PyObject* future = c.cls->tp_alloc(c.cls, 0);
   if (future == nullptr) return nullptr;
   PyObject* bytes = PyLong_FromSize_t(n);
   PyObject* waiters = PyList_New(0);
@@ -841,7 +845,9 @@ PyObject* future_result(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
   const FutureClass& c = future_class;
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  if (n + nkw <= 1 && slot(self, c.state) == c.finished && slot(self, c.exception) == Py_None) {
+  const bool timeout_only = n + nkw == 0 || (n == 1 && nkw == 0) ||
+                            (n == 0 && nkw == 1 && PyTuple_GET_ITEM(kwnames, 0) == c.timeout);
+  if (timeout_only && slot(self, c.state) == c.finished && slot(self, c.exception) == Py_None) {
     PyObject* bytes = slot(self, c.result);
     if (bytes != nullptr && PyLong_CheckExact(bytes)) return Py_NewRef(bytes);
   }
@@ -904,10 +910,10 @@ void add_future_methods(const py::object& file, const py::object& future) {
   c.exception = slot_offset(future, "_exception");
   c.waiters = slot_offset(future, "_waiters");
   c.ended = slot_offset(future, "_ended");
-  c.empty = PyTuple_New(0);
   c.finished =
       py::object(py::module_::import("concurrent.futures._base").attr("FINISHED")).release().ptr();
   c.result_slow = PyUnicode_InternFromString("_result_slow");
+  c.timeout = PyUnicode_InternFromString("timeout");
   // Kept for the process's life, as pybind11 keeps its own functions.
   c.cls = reinterpret_cast<PyTypeObject*>(py::object(future).release().ptr());
   ended_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&ended_spec));
