@@ -114,18 +114,17 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         """Waits (``TimeoutError`` after `timeout` s) and returns the bytes moved, or raises the
         request's error. Ctrl-C cancels the request and raises KeyboardInterrupt with
         ``bytes_done`` (bytes in place)."""
-        # Replaced by a C method (_ferry.add_future_methods, called by _file.py) that returns a
-        # finished Future's bytes itself and calls _result_slow for everything else.
-        return self._result_slow(timeout)
-
-    def _result_slow(self, timeout: Optional[float] = None) -> int:
-        """``result()`` in Python: all of it, for a Future not yet finished well."""
         if self._state == _FINISHED:  # final: read without the lock
             if self._exception is None:
                 return int(self._result)
         elif not super().done():
             self._wait(timeout)
         return int(super().result())
+
+    # ferry.File.pread/pwrite's module replaces result with a C method
+    # (_ferry.add_future_methods) that returns a finished Future's bytes itself and calls this
+    # one, under its own name in errors, for everything else.
+    _result_slow = result
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """Waits like ``result()``; the request's error, or None."""

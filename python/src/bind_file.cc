@@ -851,11 +851,16 @@ PyObject* future_result(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
     PyObject* bytes = slot(self, c.result);
     if (bytes != nullptr && PyLong_CheckExact(bytes)) return Py_NewRef(bytes);
   }
-  if (n + nkw > 1) {
-    PyErr_Format(PyExc_TypeError, "result() takes at most 1 argument (%zd given)", n + nkw);
-    return nullptr;
+  // Python's own errors for wrong arguments, under the method's name: Future.result's.
+  PyObject* few[3];
+  std::vector<PyObject*> many;
+  PyObject** call = few;
+  if (n + nkw + 1 > 3) {
+    many.resize(static_cast<std::size_t>(n + nkw + 1));
+    call = many.data();
   }
-  PyObject* call[2] = {self, n + nkw == 1 ? args[0] : nullptr};
+  call[0] = self;
+  std::copy(args, args + n + nkw, call + 1);
   return PyObject_VectorcallMethod(c.result_slow, call, static_cast<std::size_t>(n + 1), kwnames);
 }
 
