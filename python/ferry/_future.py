@@ -37,7 +37,7 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
     # at their offsets (_ferry.add_future_methods, bind_file.cc's future_of and future_result:
     # generic attribute access there cost 300 instructions an attribute, bench/NOTES.md §48).
     # concurrent.futures.Future's own code reaches them by name, through the slots' descriptors.
-    __slots__ = ("_state", "_result", "_exception", "_waiters", "_ended")
+    __slots__ = ("_state", "_result", "_exception", "_ended", "_waiter_list")
 
     # A Future born finished reads these class defaults; __init__ below sets its own otherwise.
     _request: Optional[_ferry.Request] = None
@@ -55,7 +55,6 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
             self._result, self._ended = request
             self._state = _FINISHED
             self._exception = None
-            self._waiters = []  # concurrent.futures.wait() adds and removes its own
             return
         super().__init__()
         self._request = request
@@ -71,6 +70,22 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         if self._request is None:
             self._request = _ferry.request_of(self._ended)
         return self._request
+
+    @property
+    def _waiters(self) -> list[Any]:
+        """concurrent.futures.Future's waiters (wait() and as_completed() add and remove their
+        own), made on first use: a Future born finished has none unless someone waits on it.
+        concurrent.futures touches it only under _condition, so two threads never both make
+        it."""
+        try:
+            return self._waiter_list
+        except AttributeError:
+            self._waiter_list: list[Any] = []
+            return self._waiter_list
+
+    @_waiters.setter
+    def _waiters(self, waiters: list[Any]) -> None:
+        self._waiter_list = waiters
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]

@@ -447,18 +447,19 @@ class PyFile {
   std::size_t run(Op op, const py::object& buf, const py::handle& size, const py::handle& offset) {
     check_open();
     const std::uint64_t at = *index_arg(offset, "file_offset");
-    std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
-    const std::size_t n = checked_size(*view, size);
+    BufferView view;  // what a large request's Pending keeps is a view of its own
+    view.fill(buf, op == Op::kRead);
+    const std::size_t n = checked_size(view, size);
     // A remote object's GETs can wait on the network whatever their size: an interruptible wait.
     if (n > kSmallSync || remote_) {
-      std::size_t done = submit_view(op, std::move(view), n, at)->get();
+      std::size_t done = submit_view(op, BufferView::of(buf, op == Op::kRead), n, at)->get();
       any_done_ = true;
       return done;
     }
     // A request that the settings refuse keeps its future, whose report the RouteError carries.
     auto through_future = [&] {
       IoFuture future =
-          op == Op::kRead ? file_.pread(view->data(), n, at) : file_.pwrite(view->data(), n, at);
+          op == Op::kRead ? file_.pread(view.data(), n, at) : file_.pwrite(view.data(), n, at);
       try {
         return future.get();
       } catch (const RouteError& e) {
@@ -472,12 +473,12 @@ class PyFile {
         // File::read makes no future (600 instructions of a 4 KiB read, bench/NOTES.md §30). A
         // refusal comes before any I/O, so the read is asked again for its report.
         try {
-          done = file_.read(view->data(), n, at);
+          done = file_.read(view.data(), n, at);
         } catch (const RouteError&) {
           done = through_future();
         }
       } else if (n > kSmallAsync && !may_refuse()) {
-        done = file_.write(view->data(), n, at);
+        done = file_.write(view.data(), n, at);
       } else {
         // A write is not asked twice: in append mode each asking reserves a range. Up to
         // 64 KiB it runs in this thread too (File::pwrite's small path).
@@ -703,7 +704,7 @@ void add_methods(py::handle cls, PyMethodDef* begin, PyMethodDef* end) {
 // read that ended in the caller's thread, File.pread's frame, Future.__init__'s and result()'s
 // cost 5,200 of the 8,500 instructions of `f.pread(buf).result()` (bench/NOTES.md §48). The
 // Future is then made as Future.__init__ makes one born finished (python/ferry/_future.py), with
-// the same four attributes; every other request goes to Future(request) as before.
+// the same four slots; every other request goes to Future(request) as before.
 struct FutureClass {
   PyTypeObject* cls = nullptr;   // ferry.Future, set once by add_future_methods
   PyObject* finished = nullptr;  // concurrent.futures' FINISHED
@@ -711,7 +712,7 @@ struct FutureClass {
   PyObject* timeout = nullptr;  // interned, as the compiler interns a call's keyword names
   // Offsets of ferry.Future's slots (its __slots__), the state a finished Future's result()
   // reads. concurrent.futures.Future's code reaches them by name through their descriptors.
-  Py_ssize_t state = 0, result = 0, exception = 0, waiters = 0, ended = 0;
+  Py_ssize_t state = 0, result = 0, exception = 0, ended = 0;
 };
 FutureClass future_class;
 
@@ -730,10 +731,7 @@ PyObject* finished_future(std::size_t n, py::object handle) {
   PyObject* future = c.cls->tp_alloc(c.cls, 0);
   if (future == nullptr) return nullptr;
   PyObject* bytes = PyLong_FromSize_t(n);
-  PyObject* waiters = PyList_New(0);
-  if (bytes == nullptr || waiters == nullptr) {
-    Py_XDECREF(bytes);
-    Py_XDECREF(waiters);
+  if (bytes == nullptr) {
     Py_DECREF(future);
     return nullptr;
   }
@@ -741,7 +739,6 @@ PyObject* finished_future(std::size_t n, py::object handle) {
   slot(future, c.ended) = handle.release().ptr();
   slot(future, c.state) = Py_NewRef(c.finished);
   slot(future, c.exception) = Py_NewRef(Py_None);
-  slot(future, c.waiters) = waiters;
   return future;
 }
 
@@ -807,9 +804,10 @@ PyObject* future_of(PyFile& f, Op op, const py::object& buf, const py::object& s
                     const py::object& off) {
   f.check_open();
   const std::uint64_t offset = *index_arg(off, "file_offset");
-  std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
-  const std::size_t n = checked_size(*view, size);
-  IoFuture future = f.start(op, view->data(), n, offset);
+  BufferView view;  // a request that ends in this thread needs no shared one
+  view.fill(buf, op == Op::kRead);
+  const std::size_t n = checked_size(view, size);
+  IoFuture future = f.start(op, view.data(), n, offset);
   if (!f.remote() && future.ready()) {
     std::size_t bytes = 0;
     bool ended_well = false;
@@ -824,8 +822,12 @@ PyObject* future_of(PyFile& f, Op op, const py::object& buf, const py::object& s
       return finished_future(bytes, py::reinterpret_steal<py::object>(handle));
     }
   }
+  // A request still running keeps the buffer through a view of its own, taken while this one
+  // still holds the memory in place (an exporter cannot move or free it while either is held).
+  std::shared_ptr<BufferView> kept;
+  if (!future.ready()) kept = BufferView::of(buf, op == Op::kRead);
   py::object request =
-      request_or_ended(f.keep(op, std::move(view), n, std::move(future)), f.remote());
+      request_or_ended(f.keep(op, std::move(kept), n, std::move(future)), f.remote());
   return PyObject_CallOneArg(reinterpret_cast<PyObject*>(future_class.cls), request.ptr());
 }
 
@@ -913,7 +915,6 @@ void add_future_methods(const py::object& file, const py::object& future) {
   c.state = slot_offset(future, "_state");
   c.result = slot_offset(future, "_result");
   c.exception = slot_offset(future, "_exception");
-  c.waiters = slot_offset(future, "_waiters");
   c.ended = slot_offset(future, "_ended");
   c.finished =
       py::object(py::module_::import("concurrent.futures._base").attr("FINISHED")).release().ptr();
