@@ -746,19 +746,31 @@ PyObject* finished_future(std::size_t n, py::object handle) {
 // a Request's Pending only when asked (request_of: nbytes, progress, last_route). One Python
 // object, where request_or_ended's handle is a Pending, a shared_ptr and a capsule.
 struct EndedRequest {
-  PyObject_HEAD IoFuture future;
+  PyObject ob_base;  // PyObject_HEAD
+  IoFuture future;
   std::shared_ptr<Pending> pending;  // made by request_of, from `future`
   std::size_t nbytes;
   Op op;
 };
 PyTypeObject* ended_type = nullptr;
 
+// Handles freed, kept for the next ones (the GIL guards them), as CPython keeps its floats: one
+// from Python's allocator cost 150 instructions to make and 130 to free, a third of what the
+// finished Future cost in C (bench/NOTES.md §48).
+constexpr int kSpareHandles = 16;
+EndedRequest* spare_handles[kSpareHandles];
+int spare_handle_count = 0;
+
 void ended_dealloc(PyObject* self) {
   auto* e = reinterpret_cast<EndedRequest*>(self);
   PyTypeObject* type = Py_TYPE(self);
   e->future.~IoFuture();
   e->pending.~shared_ptr();
-  type->tp_free(self);
+  if (spare_handle_count < kSpareHandles) {
+    spare_handles[spare_handle_count++] = e;
+  } else {
+    type->tp_free(self);
+  }
   Py_DECREF(type);
 }
 
@@ -771,8 +783,13 @@ PyType_Spec ended_spec = {"ferry._ferry.EndedRequest", sizeof(EndedRequest), 0,
                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, ended_slots};
 
 PyObject* new_ended(IoFuture future, std::size_t nbytes, Op op) {
-  PyObject* self = ended_type->tp_alloc(ended_type, 0);
-  if (self == nullptr) return nullptr;
+  PyObject* self;
+  if (spare_handle_count > 0) {
+    self = PyObject_Init(&spare_handles[--spare_handle_count]->ob_base, ended_type);
+  } else {
+    self = ended_type->tp_alloc(ended_type, 0);
+    if (self == nullptr) return nullptr;
+  }
   auto* e = reinterpret_cast<EndedRequest*>(self);
   new (&e->future) IoFuture(std::move(future));
   new (&e->pending) std::shared_ptr<Pending>();
