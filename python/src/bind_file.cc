@@ -716,6 +716,12 @@ struct FutureClass {
 };
 FutureClass future_class;
 
+// A new reference to `o` (Py_NewRef, which Python 3.9 lacks).
+PyObject* new_ref(PyObject* o) {
+  Py_INCREF(o);
+  return o;
+}
+
 PyObject*& slot(PyObject* object, Py_ssize_t offset) {
   return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(object) + offset);
 }
@@ -737,8 +743,8 @@ PyObject* finished_future(std::size_t n, py::object handle) {
   }
   slot(future, c.result) = bytes;
   slot(future, c.ended) = handle.release().ptr();
-  slot(future, c.state) = Py_NewRef(c.finished);
-  slot(future, c.exception) = Py_NewRef(Py_None);
+  slot(future, c.state) = new_ref(c.finished);
+  slot(future, c.exception) = new_ref(Py_None);
   return future;
 }
 
@@ -779,8 +785,8 @@ PyType_Slot ended_slots[] = {
     {Py_tp_doc, const_cast<char*>("A finished ferry.Future's request (request_of makes it).")},
     {0, nullptr},
 };
-PyType_Spec ended_spec = {"ferry._ferry.EndedRequest", sizeof(EndedRequest), 0,
-                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, ended_slots};
+PyType_Spec ended_spec = {"ferry._ferry.EndedRequest", sizeof(EndedRequest), 0, Py_TPFLAGS_DEFAULT,
+                          ended_slots};
 
 PyObject* new_ended(IoFuture future, std::size_t nbytes, Op op) {
   PyObject* self;
@@ -868,7 +874,7 @@ PyObject* future_result(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
                             (n == 0 && nkw == 1 && PyTuple_GET_ITEM(kwnames, 0) == c.timeout);
   if (timeout_only && slot(self, c.state) == c.finished && slot(self, c.exception) == Py_None) {
     PyObject* bytes = slot(self, c.result);
-    if (bytes != nullptr && PyLong_CheckExact(bytes)) return Py_NewRef(bytes);
+    if (bytes != nullptr && PyLong_CheckExact(bytes)) return new_ref(bytes);
   }
   // Python's own errors for wrong arguments, under the method's name: Future.result's.
   PyObject* few[3];
@@ -941,6 +947,7 @@ void add_future_methods(const py::object& file, const py::object& future) {
   c.cls = reinterpret_cast<PyTypeObject*>(py::object(future).release().ptr());
   ended_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&ended_spec));
   if (ended_type == nullptr) throw py::error_already_set();
+  ended_type->tp_new = nullptr;  // made by new_ended only (Py_TPFLAGS_DISALLOW_INSTANTIATION)
   add_methods(future, std::begin(future_methods), std::end(future_methods));
   add_methods(file, std::begin(file_future_methods), std::end(file_future_methods));
 }
