@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from . import _ferry
 from ._future import Future, off_loop
@@ -30,10 +30,17 @@ class File(_ferry.File):
         super().__init__(path, mode, direct, dict(settings or {}))
         self._opened = True  # __del__ must not touch a File whose __init__ failed
 
-    def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
-        """Starts reading `size` bytes (default: the whole buffer) at `file_offset` into `buf`;
-        the Future's result is the bytes read. The buffer is kept alive until the read ends."""
-        return Future(_ferry.File.pread(self, buf, size, file_offset))  # super() costs 3%
+    if TYPE_CHECKING:
+        # pread and pwrite are C methods (_ferry.add_future_methods, below the class): a Python
+        # frame here and Future.__init__ cost more than the 4 KiB read (bench/NOTES.md §48).
+        def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
+            """Starts reading `size` bytes (default: the whole buffer) at `file_offset` into
+            `buf`; the Future's result is the bytes read. The buffer is kept alive until the read
+            ends."""
+
+        def pwrite(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
+            """Starts writing `buf` (or its first `size` bytes) at `file_offset`; the Future's
+            result is the bytes written. The buffer is kept alive until the write ends."""
 
     def pread_ranges(self, buf: Any, ranges: Any) -> Future:
         """Starts a gathered read of `ranges` ((n, 3) integers: file offset, length, buffer
@@ -45,11 +52,6 @@ class File(_ferry.File):
         offset, in bytes) from `buf`; see ``write_ranges``. The Future's result is the bytes
         written."""
         return Future(super().pwrite_ranges(buf, ranges))
-
-    def pwrite(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> Future:
-        """Starts writing `buf` (or its first `size` bytes) at `file_offset`; the Future's
-        result is the bytes written. The buffer is kept alive until the write ends."""
-        return Future(_ferry.File.pwrite(self, buf, size, file_offset))
 
     def read_async(self, buf: Any, stream: Any = None, size: Optional[int] = None,
                    file_offset: int = 0) -> Future:
@@ -108,3 +110,6 @@ class File(_ferry.File):
         if not self.closed and self.in_flight:
             state += f", {self.in_flight} request(s) in flight"
         return f"<ferry.File path={self.path!r} mode={self.mode!r} {state}>"
+
+
+_ferry.add_future_methods(File, Future)

@@ -33,9 +33,14 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
     ``add_done_callback`` work, and it can be awaited in asyncio without blocking the loop.
     Waiting in ``result()`` or ``exception()`` is interruptible: Ctrl-C cancels the request."""
 
+    # The state that a finished Future's result() reads lives in slots, which C reads and writes
+    # at their offsets (_ferry.add_future_methods, bind_file.cc's future_of and future_result:
+    # generic attribute access there cost 300 instructions an attribute, bench/NOTES.md §48).
+    # concurrent.futures.Future's own code reaches them by name, through the slots' descriptors.
+    __slots__ = ("_state", "_result", "_exception", "_ended", "_waiter_list")
+
     # A Future born finished reads these class defaults; __init__ below sets its own otherwise.
     _request: Optional[_ferry.Request] = None
-    _exception: Optional[BaseException] = None
     _done_callbacks: Any = ()  # a finished Future runs a callback at once and keeps none
     _once = threading.Lock()  # shared by Futures born finished, which never settle again
     _settled = True
@@ -45,10 +50,11 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
             # Ended well in the submitting thread (a small local request): (bytes moved, the
             # handle its Request is made from if asked for). Finished as set_result() leaves a
             # Future, without a Request, the watcher or the Condition (made if someone waits or
-            # adds a callback): bench/NOTES.md §30.
+            # adds a callback): bench/NOTES.md §30. _ferry's future_of (bind_file.cc) makes
+            # ferry.File.pread's the same way, in C: keep the two alike.
             self._result, self._ended = request
             self._state = _FINISHED
-            self._waiters: list[Any] = []  # concurrent.futures.wait() adds and removes its own
+            self._exception = None
             return
         super().__init__()
         self._request = request
@@ -64,6 +70,22 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         if self._request is None:
             self._request = _ferry.request_of(self._ended)
         return self._request
+
+    @property
+    def _waiters(self) -> list[Any]:
+        """concurrent.futures.Future's waiters (wait() and as_completed() add and remove their
+        own), made on first use: a Future born finished has none unless someone waits on it.
+        concurrent.futures touches it only under _condition, so two threads never both make
+        it."""
+        try:
+            return self._waiter_list
+        except AttributeError:
+            self._waiter_list: list[Any] = []
+            return self._waiter_list
+
+    @_waiters.setter
+    def _waiters(self, waiters: list[Any]) -> None:
+        self._waiter_list = waiters
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -113,6 +135,11 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         elif not super().done():
             self._wait(timeout)
         return int(super().result())
+
+    # ferry.File.pread/pwrite's module replaces result with a C method
+    # (_ferry.add_future_methods) that returns a finished Future's bytes itself and calls this
+    # one, under its own name in errors, for everything else.
+    _result_slow = result
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """Waits like ``result()``; the request's error, or None."""

@@ -5,6 +5,7 @@
 // One that ended in the submitting thread (a small one) lets go of it at once and is not kept.
 // Waits run in short slices and check for signals between them, so Ctrl-C cancels a request.
 #include <pybind11/stl.h>
+#include <structmember.h>
 
 #include <algorithm>
 #include <cctype>
@@ -359,23 +360,32 @@ class PyFile {
 
   std::shared_ptr<Pending> submit_view(Op op, std::shared_ptr<BufferView> view, std::size_t n,
                                        std::uint64_t offset) {
-    auto pending = std::make_shared<Pending>();
-    pending->op = op;
-    pending->buffer = std::move(view);
-    pending->nbytes = n;
+    IoFuture future = start(op, view->data(), n, offset);
+    return keep(op, std::move(view), n, std::move(future));
+  }
+
+  // Starts a request, the GIL released while File::pread/pwrite runs. One that ended in this
+  // thread (a small request) has nothing for close() to wait for and no buffer to keep.
+  IoFuture start(Op op, void* data, std::size_t n, std::uint64_t offset) {
+    IoFuture future;
     {
       py::gil_scoped_release release;
-      void* data = pending->buffer->data();
-      pending->future = op == Op::kRead ? file_.pread(data, pending->nbytes, offset)
-                                        : file_.pwrite(data, pending->nbytes, offset);
+      future = op == Op::kRead ? file_.pread(data, n, offset) : file_.pwrite(data, n, offset);
     }
-    if (pending->future.ready()) {
-      // Ended in this thread (a small request): nothing for close() to wait for, no buffer to
-      // keep.
-      pending->buffer.reset();
-      any_done_ = true;
-      return pending;
-    }
+    if (future.ready()) any_done_ = true;
+    return future;
+  }
+
+  // The Pending entry of a request that start() began: while it runs, it keeps the buffer and
+  // the File keeps it, for close() to wait for.
+  std::shared_ptr<Pending> keep(Op op, std::shared_ptr<BufferView> view, std::size_t n,
+                                IoFuture future) {
+    auto pending = std::make_shared<Pending>();
+    pending->op = op;
+    pending->nbytes = n;
+    pending->future = std::move(future);
+    if (pending->future.ready()) return pending;
+    pending->buffer = std::move(view);
     forget_finished();
     pending_.push_back(pending);
     return pending;
@@ -437,18 +447,19 @@ class PyFile {
   std::size_t run(Op op, const py::object& buf, const py::handle& size, const py::handle& offset) {
     check_open();
     const std::uint64_t at = *index_arg(offset, "file_offset");
-    std::shared_ptr<BufferView> view = BufferView::of(buf, op == Op::kRead);
-    const std::size_t n = checked_size(*view, size);
+    BufferView view;  // what a large request's Pending keeps is a view of its own
+    view.fill(buf, op == Op::kRead);
+    const std::size_t n = checked_size(view, size);
     // A remote object's GETs can wait on the network whatever their size: an interruptible wait.
     if (n > kSmallSync || remote_) {
-      std::size_t done = submit_view(op, std::move(view), n, at)->get();
+      std::size_t done = submit_view(op, BufferView::of(buf, op == Op::kRead), n, at)->get();
       any_done_ = true;
       return done;
     }
     // A request that the settings refuse keeps its future, whose report the RouteError carries.
     auto through_future = [&] {
       IoFuture future =
-          op == Op::kRead ? file_.pread(view->data(), n, at) : file_.pwrite(view->data(), n, at);
+          op == Op::kRead ? file_.pread(view.data(), n, at) : file_.pwrite(view.data(), n, at);
       try {
         return future.get();
       } catch (const RouteError& e) {
@@ -462,12 +473,12 @@ class PyFile {
         // File::read makes no future (600 instructions of a 4 KiB read, bench/NOTES.md §30). A
         // refusal comes before any I/O, so the read is asked again for its report.
         try {
-          done = file_.read(view->data(), n, at);
+          done = file_.read(view.data(), n, at);
         } catch (const RouteError&) {
           done = through_future();
         }
       } else if (n > kSmallAsync && !may_refuse()) {
-        done = file_.write(view->data(), n, at);
+        done = file_.write(view.data(), n, at);
       } else {
         // A write is not asked twice: in append mode each asking reserves a range. Up to
         // 64 KiB it runs in this thread too (File::pwrite's small path).
@@ -681,12 +692,264 @@ PyMethodDef fast_methods[] = {
      "(bytes, handle) for one that has already ended well."},
 };
 
-void add_fast_methods(py::handle cls) {
-  for (PyMethodDef& def : fast_methods) {
-    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
+void add_methods(py::handle cls, PyMethodDef* begin, PyMethodDef* end) {
+  for (PyMethodDef* def = begin; def != end; ++def) {
+    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
     if (descr == nullptr) throw py::error_already_set();
-    cls.attr(def.ml_name) = py::reinterpret_steal<py::object>(descr);
+    cls.attr(def->ml_name) = py::reinterpret_steal<py::object>(descr);
   }
+}
+
+// ferry.File.pread/pwrite and ferry.Future.result, made here rather than in Python: for a 4 KiB
+// read that ended in the caller's thread, File.pread's frame, Future.__init__'s and result()'s
+// cost 5,200 of the 8,500 instructions of `f.pread(buf).result()` (bench/NOTES.md §48). The
+// Future is then made as Future.__init__ makes one born finished (python/ferry/_future.py), with
+// the same four slots; every other request goes to Future(request) as before.
+struct FutureClass {
+  PyTypeObject* cls = nullptr;   // ferry.Future, set once by add_future_methods
+  PyObject* finished = nullptr;  // concurrent.futures' FINISHED
+  PyObject* result_slow = nullptr;
+  PyObject* timeout = nullptr;  // interned, as the compiler interns a call's keyword names
+  // Offsets of ferry.Future's slots (its __slots__), the state a finished Future's result()
+  // reads. concurrent.futures.Future's code reaches them by name through their descriptors.
+  Py_ssize_t state = 0, result = 0, exception = 0, ended = 0;
+};
+FutureClass future_class;
+
+// A new reference to `o` (Py_NewRef, which Python 3.9 lacks).
+PyObject* new_ref(PyObject* o) {
+  Py_INCREF(o);
+  return o;
+}
+
+PyObject*& slot(PyObject* object, Py_ssize_t offset) {
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(object) + offset);
+}
+
+// A finished ferry.Future holding `n` bytes moved and `handle` (an EndedRequest), or null with
+// the Python error set. Its slots start empty (tp_alloc zeroes them). tp_alloc, not tp_new:
+// object.__new__ would also lay out the instance dict's inline values (an allocation), which
+// this Future never uses, its state being in slots; an instance without them is the state
+// CPython leaves one in once its __dict__ was asked for, and an attribute set later (_request,
+// _condition's lock) makes the dict. 136 instructions a call (bench/NOTES.md §48).
+PyObject* finished_future(std::size_t n, py::object handle) {
+  const FutureClass& c = future_class;
+  PyObject* future = c.cls->tp_alloc(c.cls, 0);
+  if (future == nullptr) return nullptr;
+  PyObject* bytes = PyLong_FromSize_t(n);
+  if (bytes == nullptr) {
+    Py_DECREF(future);
+    return nullptr;
+  }
+  slot(future, c.result) = bytes;
+  slot(future, c.ended) = handle.release().ptr();
+  slot(future, c.state) = new_ref(c.finished);
+  slot(future, c.exception) = new_ref(Py_None);
+  return future;
+}
+
+// The handle of a ferry.Future that future_of made finished: the request's IoFuture, made into
+// a Request's Pending only when asked (request_of: nbytes, progress, last_route). One Python
+// object, where request_or_ended's handle is a Pending, a shared_ptr and a capsule.
+struct EndedRequest {
+  PyObject ob_base;  // PyObject_HEAD
+  IoFuture future;
+  std::shared_ptr<Pending> pending;  // made by request_of, from `future`
+  std::size_t nbytes;
+  Op op;
+};
+PyTypeObject* ended_type = nullptr;
+
+// Handles freed, kept for the next ones (the GIL guards them), as CPython keeps its floats: one
+// from Python's allocator cost 150 instructions to make and 130 to free, a third of what the
+// finished Future cost in C (bench/NOTES.md §48).
+constexpr int kSpareHandles = 16;
+EndedRequest* spare_handles[kSpareHandles];
+int spare_handle_count = 0;
+
+void ended_dealloc(PyObject* self) {
+  auto* e = reinterpret_cast<EndedRequest*>(self);
+  PyTypeObject* type = Py_TYPE(self);
+  e->future.~IoFuture();
+  e->pending.~shared_ptr();
+  if (spare_handle_count < kSpareHandles) {
+    spare_handles[spare_handle_count++] = e;
+  } else {
+    type->tp_free(self);
+  }
+  Py_DECREF(type);
+}
+
+PyType_Slot ended_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(ended_dealloc)},
+    {Py_tp_doc, const_cast<char*>("A finished ferry.Future's request (request_of makes it).")},
+    {0, nullptr},
+};
+PyType_Spec ended_spec = {"ferry._ferry.EndedRequest", sizeof(EndedRequest), 0, Py_TPFLAGS_DEFAULT,
+                          ended_slots};
+
+PyObject* new_ended(IoFuture future, std::size_t nbytes, Op op) {
+  PyObject* self;
+  if (spare_handle_count > 0) {
+    self = PyObject_Init(&spare_handles[--spare_handle_count]->ob_base, ended_type);
+  } else {
+    self = ended_type->tp_alloc(ended_type, 0);
+    if (self == nullptr) return nullptr;
+  }
+  auto* e = reinterpret_cast<EndedRequest*>(self);
+  new (&e->future) IoFuture(std::move(future));
+  new (&e->pending) std::shared_ptr<Pending>();
+  e->nbytes = nbytes;
+  e->op = op;
+  return self;
+}
+
+// The Pending behind a handle of either kind (an EndedRequest, or request_or_ended's capsule).
+std::shared_ptr<Pending> pending_of(const py::handle& handle) {
+  if (Py_IS_TYPE(handle.ptr(), ended_type)) {
+    auto* e = reinterpret_cast<EndedRequest*>(handle.ptr());
+    if (!e->pending) {
+      e->pending = std::make_shared<Pending>();
+      e->pending->op = e->op;
+      e->pending->nbytes = e->nbytes;
+      e->pending->future = std::move(e->future);
+    }
+    return e->pending;
+  }
+  void* p = PyCapsule_GetPointer(handle.ptr(), kEnded);
+  if (p == nullptr) throw py::error_already_set();
+  return *static_cast<std::shared_ptr<Pending>*>(p);
+}
+
+// ferry.File.pread/pwrite: a ferry.Future, made here finished for a request that ended well in
+// this thread, else Future(request) as before. The arguments are checked in submit()'s order.
+PyObject* future_of(PyFile& f, Op op, const py::object& buf, const py::object& size,
+                    const py::object& off) {
+  f.check_open();
+  const std::uint64_t offset = *index_arg(off, "file_offset");
+  BufferView view;  // a request that ends in this thread needs no shared one
+  view.fill(buf, op == Op::kRead);
+  const std::size_t n = checked_size(view, size);
+  IoFuture future = f.start(op, view.data(), n, offset);
+  if (!f.remote() && future.ready()) {
+    std::size_t bytes = 0;
+    bool ended_well = false;
+    try {
+      bytes = future.get();
+      ended_well = true;
+    } catch (const std::exception&) {  // the Request holds the error, for the Future to raise
+    }
+    if (ended_well) {
+      PyObject* handle = new_ended(std::move(future), n, op);
+      if (handle == nullptr) return nullptr;
+      return finished_future(bytes, py::reinterpret_steal<py::object>(handle));
+    }
+  }
+  // A request still running keeps the buffer through a view of its own, taken while this one
+  // still holds the memory in place (an exporter cannot move or free it while either is held).
+  std::shared_ptr<BufferView> kept;
+  if (!future.ready()) kept = BufferView::of(buf, op == Op::kRead);
+  py::object request =
+      request_or_ended(f.keep(op, std::move(kept), n, std::move(future)), f.remote());
+  return PyObject_CallOneArg(reinterpret_cast<PyObject*>(future_class.cls), request.ptr());
+}
+
+PyObject* pread_future_body(PyFile& f, const py::object& buf, const py::object& size,
+                            const py::object& off) {
+  return future_of(f, Op::kRead, buf, size, off);
+}
+PyObject* pwrite_future_body(PyFile& f, const py::object& buf, const py::object& size,
+                             const py::object& off) {
+  return future_of(f, Op::kWrite, buf, size, off);
+}
+
+// ferry.Future.result: a Future finished well returns its bytes here; any other (waiting, an
+// error, a timeout, Ctrl-C) goes to the Python method _result_slow, a subclass's if it has one.
+PyObject* future_result(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                        PyObject* kwnames) {
+  const FutureClass& c = future_class;
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  const bool timeout_only = n + nkw == 0 || (n == 1 && nkw == 0) ||
+                            (n == 0 && nkw == 1 && PyTuple_GET_ITEM(kwnames, 0) == c.timeout);
+  if (timeout_only && slot(self, c.state) == c.finished && slot(self, c.exception) == Py_None) {
+    PyObject* bytes = slot(self, c.result);
+    if (bytes != nullptr && PyLong_CheckExact(bytes)) return new_ref(bytes);
+  }
+  // Python's own errors for wrong arguments, under the method's name: Future.result's.
+  PyObject* few[3];
+  std::vector<PyObject*> many;
+  PyObject** call = few;
+  if (n + nkw + 1 > 3) {
+    many.resize(static_cast<std::size_t>(n + nkw + 1));
+    call = many.data();
+  }
+  call[0] = self;
+  std::copy(args, args + n + nkw, call + 1);
+  return PyObject_VectorcallMethod(c.result_slow, call, static_cast<std::size_t>(n + 1), kwnames);
+}
+
+constexpr char kFuturePreadName[] = "pread";
+constexpr char kFuturePwriteName[] = "pwrite";
+
+PyMethodDef file_future_methods[] = {
+    {"pread",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<pread_future_body, kFuturePreadName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "pread($self, /, buf, size=None, file_offset=0)\n--\n\nStarts reading `size` bytes "
+     "(default: the whole buffer) at `file_offset` into `buf`; the Future's result is the bytes "
+     "read. The buffer is kept alive until the read ends."},
+    {"pwrite",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(fast_method<pwrite_future_body, kFuturePwriteName>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "pwrite($self, /, buf, size=None, file_offset=0)\n--\n\nStarts writing `buf` (or its "
+     "first `size` bytes) at `file_offset`; the Future's result is the bytes written. The buffer "
+     "is kept alive until the write ends."},
+};
+
+PyMethodDef future_methods[] = {
+    {"result", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(future_result)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "result($self, /, timeout=None)\n--\n\nWaits (``TimeoutError`` after `timeout` s) and "
+     "returns the bytes moved, or raises the request's error. Ctrl-C cancels the request and "
+     "raises KeyboardInterrupt with ``bytes_done`` (bytes in place)."},
+};
+
+// The offset of `cls`'s slot `name` (one of its __slots__: an object member).
+Py_ssize_t slot_offset(const py::object& cls, const char* name) {
+  py::object d = cls.attr(name);
+  if (!Py_IS_TYPE(d.ptr(), &PyMemberDescr_Type)) {
+    throw py::type_error(std::string("ferry: Future.") + name + " is not a slot");
+  }
+  const PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(d.ptr())->d_member;
+  if (member->type != T_OBJECT_EX) {
+    throw py::type_error(std::string("ferry: Future.") + name + " is not an object slot");
+  }
+  return member->offset;
+}
+
+// Called once by python/ferry/_file.py: File.pread/pwrite of the Python class `file` return
+// `future` instances, and `future`.result is future_result.
+void add_future_methods(const py::object& file, const py::object& future) {
+  FutureClass& c = future_class;
+  if (c.cls != nullptr) throw py::value_error("ferry: the Future class is already set");
+  c.state = slot_offset(future, "_state");
+  c.result = slot_offset(future, "_result");
+  c.exception = slot_offset(future, "_exception");
+  c.ended = slot_offset(future, "_ended");
+  c.finished =
+      py::object(py::module_::import("concurrent.futures._base").attr("FINISHED")).release().ptr();
+  c.result_slow = PyUnicode_InternFromString("_result_slow");
+  c.timeout = PyUnicode_InternFromString("timeout");
+  // Kept for the process's life, as pybind11 keeps its own functions.
+  c.cls = reinterpret_cast<PyTypeObject*>(py::object(future).release().ptr());
+  ended_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&ended_spec));
+  if (ended_type == nullptr) throw py::error_already_set();
+  ended_type->tp_new = nullptr;  // made by new_ended only (Py_TPFLAGS_DISALLOW_INSTANTIATION)
+  add_methods(future, std::begin(future_methods), std::end(future_methods));
+  add_methods(file, std::begin(file_future_methods), std::end(file_future_methods));
 }
 
 }  // namespace
@@ -812,15 +1075,13 @@ void bind_file(py::module_& m) {
             return settings_dict(f.file().effective_settings());
           },
           "The file's effective settings.");
-  add_fast_methods(m.attr("File"));
+  add_methods(m.attr("File"), std::begin(fast_methods), std::end(fast_methods));
+  m.def("add_future_methods", &add_future_methods, arg("file"), arg("future"),
+        "Makes File.pread/pwrite of `file` return `future` instances, and `future`.result a "
+        "C method (python/ferry/_file.py calls it once).");
 
   m.def(
-      "request_of",
-      [](const py::handle& handle) {
-        void* p = PyCapsule_GetPointer(handle.ptr(), kEnded);
-        if (p == nullptr) throw py::error_already_set();
-        return PyRequest(*static_cast<std::shared_ptr<Pending>*>(p));
-      },
+      "request_of", [](const py::handle& handle) { return PyRequest(pending_of(handle)); },
       arg("handle"), "The Request of an ended File.pread/pwrite's (bytes, handle).");
   m.def(
       "buffer_info",

@@ -111,19 +111,26 @@ bool holds_objects(const char* format) {
 
 std::shared_ptr<BufferView> BufferView::of(const py::handle& obj, bool writable) {
   auto view = std::make_shared<BufferView>();
-  view->owner_ = py::reinterpret_borrow<py::object>(obj);
+  view->fill(obj, writable);
+  return view;
+}
+
+void BufferView::fill(const py::handle& obj, bool writable) {
+  owner_ = py::reinterpret_borrow<py::object>(obj);
   // Types that export through the buffer protocol only, and whose instances cannot gain a
   // __cuda_array_interface__ attribute: skip the attribute lookups below (they cost as much as
   // a 4 KiB read from the page cache).
   PyTypeObject* type = Py_TYPE(obj.ptr());
   const bool plain = type == &PyByteArray_Type || type == &PyBytes_Type ||
                      type == &PyMemoryView_Type || std::strcmp(type->tp_name, "numpy.ndarray") == 0;
-  if (!plain) return exported_otherwise(std::move(view), obj, writable);
-  return through_buffer(std::move(view), obj, writable);
+  if (!plain) {
+    exported_otherwise(this, obj, writable);
+  } else {
+    through_buffer(this, obj, writable);
+  }
 }
 
-std::shared_ptr<BufferView> BufferView::exported_otherwise(std::shared_ptr<BufferView> view,
-                                                           const py::handle& obj, bool writable) {
+void BufferView::exported_otherwise(BufferView* view, const py::handle& obj, bool writable) {
   // JAX arrays are immutable, whatever their exporters say.
   std::string module = py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>();
   if (writable && (module.rfind("jax", 0) == 0)) {
@@ -213,13 +220,12 @@ std::shared_ptr<BufferView> BufferView::exported_otherwise(std::shared_ptr<Buffe
     view->data_ = reinterpret_cast<void*>(pointer);
     view->nbytes_ = *bytes;
     view->exporter_ = "cuda_array_interface";
-    return view;
+    return;
   }
-  return through_buffer(std::move(view), obj, writable);
+  through_buffer(view, obj, writable);
 }
 
-std::shared_ptr<BufferView> BufferView::through_buffer(std::shared_ptr<BufferView> view,
-                                                       const py::handle& obj, bool writable) {
+void BufferView::through_buffer(BufferView* view, const py::handle& obj, bool writable) {
   if (PyObject_CheckBuffer(obj.ptr())) {
     int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &view->view_, flags) != 0) {
@@ -243,7 +249,7 @@ std::shared_ptr<BufferView> BufferView::through_buffer(std::shared_ptr<BufferVie
     view->data_ = view->view_.buf;
     view->nbytes_ = static_cast<std::size_t>(view->view_.len);
     view->exporter_ = "buffer";
-    return view;
+    return;
   }
 
   if (py::hasattr(obj, "__dlpack__")) {
@@ -264,7 +270,7 @@ std::shared_ptr<BufferView> BufferView::through_buffer(std::shared_ptr<BufferVie
     view->data_ = static_cast<char*>(t.data) + t.byte_offset;
     view->nbytes_ = *bytes;
     view->exporter_ = "dlpack";
-    return view;
+    return;
   }
 
   throw py::type_error("ferry: a " + type_name(obj) +

@@ -29,12 +29,13 @@ class BufferView {
   // Throws TypeError for an object that exports no memory, ValueError for a non-contiguous one
   // or, when `writable`, a read-only one.
   static std::shared_ptr<BufferView> of(const py::handle& obj, bool writable);
+  // The same, into an empty view the caller holds (on its stack, for a request that ends before
+  // the call returns: no shared_ptr to make and free).
+  void fill(const py::handle& obj, bool writable);
 
  private:
-  static std::shared_ptr<BufferView> exported_otherwise(std::shared_ptr<BufferView> view,
-                                                        const py::handle& obj, bool writable);
-  static std::shared_ptr<BufferView> through_buffer(std::shared_ptr<BufferView> view,
-                                                    const py::handle& obj, bool writable);
+  static void exported_otherwise(BufferView* view, const py::handle& obj, bool writable);
+  static void through_buffer(BufferView* view, const py::handle& obj, bool writable);
 
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;

@@ -101,6 +101,34 @@ def test_a_future_born_finished_behaves_as_one_finished_on_the_workers(data_file
         small_buf.extend(b"x")
 
 
+def test_a_future_made_in_c_takes_what_the_python_one_took(data_file, tmp_path):
+    """bench/NOTES.md §48: File.pread/pwrite make a small request's finished Future in C, and
+    Future.result is a C method; arguments, attributes, waiters and writes as before."""
+    path, data = data_file
+    with ferry.open(path) as f:
+        small = f.pread(bytearray(4096), None, 4096)
+        assert type(small) is ferry.Future and small._request is None
+        assert small.result(None) == small.result(timeout=5) == 4096
+        with pytest.raises(TypeError, match=r"result\(\) takes from 1 to 2 positional"):
+            small.result(1, 2)
+        with pytest.raises(TypeError, match=r"result\(\) got an unexpected keyword"):
+            small.result(wait=1)
+        small.note = "a caller's attribute"  # the instance still has a __dict__
+        assert small.note == "a caller's attribute"
+        # A wait over a finished Future and one never finished puts its waiter on both, then
+        # takes it off.
+        never = concurrent.futures.Future()
+        done, not_done = concurrent.futures.wait([small, never], timeout=0.01)
+        assert done == {small} and not_done == {never} and small._waiters == []
+        assert inspect.signature(ferry.File.pread) == inspect.signature(ferry.File.read)
+        assert str(inspect.signature(ferry.Future.result)) == "(self, /, timeout=None)"
+    with ferry.open(tmp_path / "w.bin", "w") as w:
+        wrote = w.pwrite(b"y" * 100, file_offset=10)
+        assert type(wrote) is ferry.Future and wrote._request is None
+        assert wrote.result() == 100 and wrote.nbytes == 100 and "write of 100" in repr(wrote)
+    assert (tmp_path / "w.bin").read_bytes() == b"\0" * 10 + b"y" * 100
+
+
 def test_a_small_failed_read_raises_as_a_large_one_does(data_file, tmp_path):
     """The fast path is for requests that ended well: a failed small read's Future holds the
     error as any Future does, with the same type and message as File.read raises."""
