@@ -133,7 +133,7 @@ class SaveReport:
         seconds = sum(r.seconds for r in self.writes)
         rate = _ferry.format_rate(sum(r.bytes for r in self.writes) / seconds) if seconds else "-"
         where = (f"committed by renaming {self.committed} in {self.commit.seconds:.3f} s"
-                 if self.commit else "not the coordinator: the commit is rank 0's")
+                 if self.commit else "no commit by this rank (the coordinator commits)")
         return (f"{self.tensors} tensor(s), {_ferry.format_size(self.bytes, True)} in "
                 f"{len(self.files)} file(s), {self.fsyncs} fsync(s); data {seconds:.3f} s "
                 f"({rate}); {where}")
