@@ -322,7 +322,14 @@ LoadReport read_dcp_items(const std::filesystem::path& dir, std::span<const DcpR
                         item.offsets[d], item.offsets[d] + item.lengths[d], d, item.blob_offset,
                         view.size[d]));
       }
-      view.storage_offset += item.offsets[d] * view.stride[d];
+      const unsigned __int128 start =
+          view.storage_offset + static_cast<unsigned __int128>(item.offsets[d]) * view.stride[d];
+      if (start > UINT64_MAX) {
+        throw CheckpointError(
+            file, item.name,
+            fmt::format("its chunk at offset {} has strides past 2^64 elements", item.blob_offset));
+      }
+      view.storage_offset = static_cast<std::uint64_t>(start);
     }
     view.size = item.lengths;
     const DcpTensorMeta region{item.name, item.dtype, item.lengths, {}};
