@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -175,6 +177,42 @@ inline std::vector<unsigned char> read_file(const std::filesystem::path& path) {
   ::close(fd);
   out.resize(done);
   return out;
+}
+
+// What /proc/self/smaps says of the mapping that holds `p`: its size, its pages in this process's
+// page tables (a lazy mapping none until touched, a populated one all) and its VmFlags (the
+// advice it was given: "hg" MADV_HUGEPAGE, "sq" MADV_SEQUENTIAL, "rr" MADV_RANDOM...).
+struct MappingFacts {
+  std::uint64_t size_kib = 0;
+  std::uint64_t rss_kib = 0;
+  std::string flags;
+  bool found = false;
+};
+inline MappingFacts mapping_facts(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  MappingFacts facts;
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      if (inside) break;  // past the mapping
+      inside = lo <= at && at < hi;
+      facts.found = inside;
+      continue;
+    }
+    if (!inside) continue;
+    std::istringstream field(line);
+    std::string key;
+    field >> key;
+    if (key == "Size:") field >> facts.size_kib;
+    if (key == "Rss:") field >> facts.rss_kib;
+    if (key == "VmFlags:") facts.flags = line;
+  }
+  return facts;
 }
 
 }  // namespace ferry::test

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,42 +53,6 @@ std::string bytes_of(const LoadedTensor& t) {
 std::string file_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
-}
-
-// What /proc/self/smaps says of the mapping that holds `p`: its size, its pages in this process's
-// page tables (a lazy mapping none until touched, a populated one all) and its VmFlags (the
-// advice it was given: "hg" MADV_HUGEPAGE, "sq" MADV_SEQUENTIAL, "rr" MADV_RANDOM...).
-struct MappingFacts {
-  std::uint64_t size_kib = 0;
-  std::uint64_t rss_kib = 0;
-  std::string flags;
-  bool found = false;
-};
-MappingFacts mapping_facts(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  MappingFacts facts;
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    std::uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
-      if (inside) break;  // past the mapping
-      inside = lo <= at && at < hi;
-      facts.found = inside;
-      continue;
-    }
-    if (!inside) continue;
-    std::istringstream field(line);
-    std::string key;
-    field >> key;
-    if (key == "Size:") field >> facts.size_kib;
-    if (key == "Rss:") field >> facts.rss_kib;
-    if (key == "VmFlags:") facts.flags = line;
-  }
-  return facts;
 }
 
 TEST(HostRoute, AMappedLoadGivesTheReadRoutesBytesAndCopiesTheUnalignedTensor) {
@@ -233,7 +196,7 @@ TEST(HostRoute, AutoMapsAResidentFileAndPopulatesOneDroppedFromThePageCache) {
       page_cache_residency(path.string(), 0, std::nullopt, Residency::kExact);
   EXPECT_EQ(after.resident, after.bytes) << describe(after);  // read in before the return
   // and mapped into this process: every page in its page tables (what the resident route skips)
-  const MappingFacts populated = mapping_facts(cold.mappings[0]->data());
+  const test::MappingFacts populated = test::mapping_facts(cold.mappings[0]->data());
   ASSERT_TRUE(populated.found);
   EXPECT_EQ(populated.rss_kib, populated.size_kib) << populated.flags;
   for (std::size_t k = 0; k < written.size(); ++k) {
@@ -276,8 +239,8 @@ TEST(HostRoute, AutoOnAResidentFileMapsExactlyAsMapDoes) {
   ASSERT_EQ(by_map.mappings.size(), 1u);
   EXPECT_EQ(by_auto.mappings[0]->offset(), by_map.mappings[0]->offset());
   EXPECT_EQ(by_auto.mappings[0]->size(), by_map.mappings[0]->size());
-  const MappingFacts fa = mapping_facts(by_auto.mappings[0]->data());
-  const MappingFacts fm = mapping_facts(by_map.mappings[0]->data());
+  const test::MappingFacts fa = test::mapping_facts(by_auto.mappings[0]->data());
+  const test::MappingFacts fm = test::mapping_facts(by_map.mappings[0]->data());
   ASSERT_TRUE(fa.found && fm.found);
   EXPECT_EQ(fa.size_kib, fm.size_kib);
   EXPECT_EQ(fa.flags, fm.flags);

@@ -6,35 +6,15 @@
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "ferry/memory.h"
+#include "test_util.h"
 
 namespace ferry {
 namespace {
 
 constexpr std::size_t kHuge = std::size_t{2} << 20;
-
-// The VmFlags of the mapping that holds `p`, or "" where smaps does not list it.
-std::string vm_flags(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    std::uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
-      inside = lo <= at && at < hi;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
 
 // Whether this kernel takes MADV_HUGEPAGE at all (built without THP: EINVAL).
 bool kernel_has_thp() {
@@ -59,7 +39,8 @@ TEST(HostBuffer, AdviceCoversTheWholeHugePagesInsideTheRangeOnly) {
   EXPECT_EQ(advise_huge_pages(base, 0), 0u);
   EXPECT_EQ(advise_huge_pages(reinterpret_cast<void*>(UINTPTR_MAX - 10), 100), 0u)
       << "a range past the end of the address space";
-  EXPECT_NE(vm_flags(base + kHuge).find(" hg"), std::string::npos) << vm_flags(base + kHuge);
+  EXPECT_NE(test::mapping_facts(base + kHuge).flags.find(" hg"), std::string::npos)
+      << test::mapping_facts(base + kHuge).flags;
   munmap(map, span);
 }
 
@@ -72,7 +53,8 @@ TEST(HostBuffer, LargeBuffersAreHugePageAlignedAndAdvisedSmallOnesArePageAligned
   std::memset(large.data(), 0x5a, large.size());
   EXPECT_EQ(static_cast<unsigned char*>(large.data())[large.size() - 1], 0x5a);
   if (!kernel_has_thp()) GTEST_SKIP() << "this kernel refuses MADV_HUGEPAGE (no THP)";
-  EXPECT_NE(vm_flags(large.data()).find(" hg"), std::string::npos) << vm_flags(large.data());
+  EXPECT_NE(test::mapping_facts(large.data()).flags.find(" hg"), std::string::npos)
+      << test::mapping_facts(large.data()).flags;
 }
 
 }  // namespace
