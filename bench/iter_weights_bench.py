@@ -12,9 +12,9 @@ fresh process, one after another:
   load:    ferry.load_checkpoint(device), timed to torch.cuda.synchronize;
   iter:    an engine's loop: the model's parameters allocated first (torch.empty), then
            for name, t in iter_weights(device, memory_budget): param.copy_(t); peak memory is
-           torch.cuda.max_memory_allocated and the driver's used memory (cudaMemGetInfo,
-           sampled every millisecond), both less the process's before; the claim is
-           peak <= model + budget;
+           torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved (the caching
+           allocator's segments) and the driver's used memory (cudaMemGetInfo, sampled every
+           millisecond), each less the process's before; the claim is peak <= model + budget;
   tp W:    for W in --tp (2 4 8): W processes in sequence, rank r reading its slices
            (Shard: qkv/gate_up dim 0 by sub-block, o/down dim 1, embed/lm_head dim 0, norms
            whole), each slice checked against torch.tensor_split of the full tensor; the
@@ -127,6 +127,7 @@ def case(kind: str, ckpt: str, device: str, budget: int, world: int, rank: int) 
         torch.empty(1, device=device)
         sync(device)
         base = torch.cuda.memory_allocated()
+        base_reserved = torch.cuda.memory_reserved()
         torch.cuda.reset_peak_memory_stats()
     driver = DriverPeak(device)
     start = time.perf_counter()
@@ -172,6 +173,7 @@ def case(kind: str, ckpt: str, device: str, budget: int, world: int, rank: int) 
     out["driver_peak"] = driver.stop()
     if device != "cpu":
         out["allocated_peak"] = torch.cuda.max_memory_allocated() - base
+        out["reserved_peak"] = torch.cuda.max_memory_reserved() - base_reserved
     out["gb_s"] = out.get("read", total) / out["seconds"] / 1e9
     return out
 
@@ -260,9 +262,14 @@ def main() -> int:
     print(f"iter_weights     {med['iter']:7.2f} GB/s  {med['iter'] / med['load']:.2f}x load")
     for r in rows:
         if r["case"] == "iter" and "allocated_peak" in r:
-            print(f"  peak over model: allocated {(r['allocated_peak'] - r['model']) / MIB:8.1f} "
-                  f"MiB, driver {(r['driver_peak'] - r['model']) / MIB:8.1f} MiB "
-                  f"(budget {budget / MIB:.0f} MiB)")
+            rep = r["report"]
+            print(f"  {r['gb_s']:6.2f} GB/s; peak over model: allocated "
+                  f"{(r['allocated_peak'] - r['model']) / MIB:7.1f} MiB, torch reserved "
+                  f"{(r['reserved_peak'] - r['model']) / MIB:7.1f} MiB, driver "
+                  f"{(r['driver_peak'] - r['model']) / MIB:7.1f} MiB (budget {budget / MIB:.0f} "
+                  f"MiB, staging {rep['staging_bytes'] / MIB:.0f} MiB); allocator waits "
+                  f"{rep.get('allocator_waits')}, releases {rep.get('cache_releases')}, "
+                  f"{rep.get('allocator_seconds', 0) * 1e3:.1f} ms asking it")
     for r in rows:
         if r["case"].startswith("tp "):
             print(f"{r['case']:<6} read {r['read_x']:.4f}x the checkpoint (ferry.stats "

@@ -58,13 +58,21 @@ class WeightsReport:
     """How an ``iter_weights`` pass went, so far (it fills in as the tensors are yielded):
     ``tensors``; ``bytes_read`` (asked of storage: the tensors' or their slices'); ``budget``;
     ``staging_bytes`` (ferry's pinned staging counted against it, into a GPU only);
-    ``peak_ahead_bytes`` (the most allocated and not yet yielded at once); ``evicted_bytes`` and
+    ``peak_ahead_bytes`` (the most allocated and not yet yielded at once); into a CUDA device
+    through torch, ``reserved_peak_bytes`` (the most torch's caching allocator reserved beyond its
+    reservation at the start and what the consumer kept: the driver's side of the budget; None
+    elsewhere), ``allocator_waits`` (reads held back because the allocator would have reserved
+    past the budget), ``cache_releases`` (``torch.cuda.empty_cache()`` calls made for it) and
+    ``allocator_seconds`` (the time spent asking the allocator); ``evicted_bytes`` and
     ``evicted_files`` (evict=True), with ``evict_unmeasured`` saying why the bytes are a lower
     bound, if they are; ``seconds``; ``loads``, each batch's LoadReport."""
 
     def __init__(self, budget: int, staging_bytes: int) -> None:
         self.tensors = self.bytes_read = self.peak_ahead_bytes = 0
         self.budget, self.staging_bytes = budget, staging_bytes
+        self.reserved_peak_bytes: Optional[int] = None
+        self.allocator_waits = self.cache_releases = 0
+        self.allocator_seconds = 0.0
         self.evicted_bytes = self.evicted_files = 0
         self.evict_unmeasured = ""
         self.seconds = 0.0
@@ -288,6 +296,156 @@ def _setting(settings: Mapping[str, Any], name: str) -> int:
         return int(current[name])
 
 
+# Into a GPU, the staging takes at most this share of the budget where neither the caller nor the
+# environment chose bounce_buffer_size: the iterator's reads then use smaller bounce buffers (down
+# to _MIN_BOUNCE), which leaves more of the budget for tensors read ahead (bench/NOTES.md §49).
+_STAGING_SHARE = 8
+_MIN_BOUNCE = 1 << 20
+
+
+def _bounce_for(budget: int, settings: Mapping[str, Any]) -> Optional[int]:
+    """The bounce_buffer_size the iterator's reads into a GPU use, where the setting is ferry's
+    default and a smaller one keeps the staging within budget / _STAGING_SHARE; else None."""
+    if "bounce_buffer_size" in settings:
+        return None
+    from ._settings import settings as current
+    if any(r["name"] == "bounce_buffer_size" and r["source"] != "default"
+           for r in current.describe()):
+        return None
+    bounce = _setting(settings, "bounce_buffer_size")
+    chosen = bounce
+    while _setting(settings, "nthreads") * 2 * chosen > budget // _STAGING_SHARE \
+            and chosen // 2 >= _MIN_BOUNCE:
+        chosen //= 2
+    return chosen if chosen != bounce else None
+
+
+class _TorchCache:
+    """What the iterator asks of torch's CUDA caching allocator on its device: the bytes reserved
+    and allocated, the free blocks an allocation on the current stream may take, and the rules
+    by which a request takes one or makes a new segment (c10/cuda/CUDACachingAllocator.cpp): sizes
+    round up to 512 bytes; a request up to 1 MiB comes from the small pool's 2 MiB segments; a
+    larger one from the smallest free block that holds it, split when more than 1 MiB is left,
+    else from a new segment of 20 MiB (under 10 MiB) or of its size rounded up to 2 MiB. The
+    tests' double scales these sizes down (bench/NOTES.md §50)."""
+
+    MIN_BLOCK, SMALL, SMALL_SEGMENT = 512, 1 << 20, 2 << 20
+    MIN_LARGE, LARGE_SEGMENT, ROUND_LARGE = 10 << 20, 20 << 20, 2 << 20
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self.torch, self.device = torch, device
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+
+    def stats(self) -> Tuple[int, int]:
+        """(reserved, allocated) bytes on the device."""
+        s = self.torch.cuda.memory_stats_as_nested_dict(self.index)
+        return s["reserved_bytes"]["all"]["current"], s["allocated_bytes"]["all"]["current"]
+
+    def free_blocks(self) -> Tuple[List[int], List[int]]:
+        """The sizes of the free blocks of the (large, small) pools an allocation on the current
+        stream may take."""
+        cuda = self.torch.cuda
+        try:
+            segments = cuda.memory_snapshot(include_traces=False)  # torch >= 2.10: no traces
+        except TypeError:
+            segments = cuda.memory_snapshot()
+        stream = cuda.current_stream(self.device).cuda_stream
+        large: List[int] = []
+        small: List[int] = []
+        for seg in segments:
+            if seg.get("device") != self.index or seg.get("stream", 0) != stream \
+                    or tuple(seg.get("segment_pool_id") or (0, 0)) != (0, 0):
+                continue
+            (small if seg.get("segment_type") == "small" else large).extend(
+                b["size"] for b in seg["blocks"] if b["state"] == "inactive")
+        return large, small
+
+    def release(self) -> None:
+        with self.torch.cuda.device(self.index):
+            self.torch.cuda.empty_cache()
+
+    def rounded(self, n: int) -> int:
+        return max(self.MIN_BLOCK, -(-n // self.MIN_BLOCK) * self.MIN_BLOCK)
+
+    def segment(self, n: int) -> int:
+        """The segment a request of `n` bytes makes when no free block holds it."""
+        if n <= self.SMALL:
+            return self.SMALL_SEGMENT
+        if n < self.MIN_LARGE:
+            return self.LARGE_SEGMENT
+        return -(-n // self.ROUND_LARGE) * self.ROUND_LARGE
+
+    def bound(self, sizes: Sequence[int]) -> int:
+        """The most that allocating `sizes` can add to the reservation: a new segment for each
+        large request, and for the small ones at most one 2 MiB segment per MiB (each holds
+        1 MiB or more of them) and one more."""
+        large = sum(self.segment(n) for n in sizes if n > self.SMALL)
+        small = [n for n in sizes if n <= self.SMALL]
+        return large + min(len(small), sum(small) // self.SMALL + 1) * self.SMALL_SEGMENT
+
+    def growth(self, sizes: Sequence[int]) -> int:
+        """What allocating `sizes` in order adds to the reservation, by the allocator's rules
+        over its free blocks now."""
+        large, small = self.free_blocks()
+        added = 0
+        for n in sizes:
+            n = self.rounded(n)
+            pool, keep = (small, 0) if n <= self.SMALL else (large, self.SMALL)
+            fits = [b for b in pool if b >= n]
+            if fits:
+                block = min(fits)
+                pool.remove(block)
+            else:
+                block = self.segment(n)
+                added += block
+            if block - n > keep and (keep or block - n >= self.MIN_BLOCK):
+                pool.append(block - n)
+        return added
+
+
+class _Reservation:
+    """Holds torch's reservation on the device, beyond what it was at the start and what the
+    consumer keeps, within the budget: a batch whose allocation would reserve past it waits while
+    reads are ahead (their tensors, once handed out and dropped, free the blocks it needs), and
+    with nothing ahead the allocator's free segments are given back first (bench/NOTES.md §50)."""
+
+    def __init__(self, cache: Any, budget: int) -> None:
+        self.cache, self.budget = cache, budget
+        self.r0, self.a0 = cache.stats()
+
+    def admit(self, sizes: Sequence[int], ahead: int, report: WeightsReport) -> bool:
+        """Whether the batch of `sizes` may be allocated now, `ahead` bytes being ahead."""
+        start = time.perf_counter()
+        try:
+            reserved, allocated = self.cache.stats()
+            room = self.budget + max(0, allocated - self.a0 - ahead) - (reserved - self.r0)
+            if self.cache.bound(sizes) <= room or self.cache.growth(sizes) <= room:
+                return True
+            if ahead:
+                report.allocator_waits += 1
+                return False
+            if reserved > allocated:
+                self.cache.release()
+                report.cache_releases += 1
+            return True
+        finally:
+            report.allocator_seconds += time.perf_counter() - start
+
+    def note(self, ahead: int, report: WeightsReport) -> None:
+        """Records the reservation after an allocation, `ahead` bytes being ahead."""
+        reserved, allocated = self.cache.stats()
+        over = reserved - self.r0 - max(0, allocated - self.a0 - ahead)
+        report.reserved_peak_bytes = max(report.reserved_peak_bytes or 0, over)
+
+
+def _cache_of(fw: Any) -> Optional[_TorchCache]:
+    """The caching allocator behind `fw`'s allocations, where the iterator holds it to the
+    budget: torch's on a CUDA device."""
+    if fw.name == "pt" and not fw.host and fw.device.type == "cuda":
+        return _TorchCache(fw.torch, fw.device)
+    return None
+
+
 def _staging_bytes(settings: Mapping[str, Any]) -> int:
     """ferry's pinned staging behind reads into a GPU: two bounce buffers per worker thread, as
     the settings in force with this call's overrides make them."""
@@ -342,6 +500,9 @@ class WeightIterator:
         if evict and "://" in str(source):
             raise ValueError(f"ferry: evict=True drops local files' pages; {source!s} is a URL")
         self._fw = _framework(framework, device)
+        bounce = None if self._fw.host else _bounce_for(budget, settings)
+        if bounce is not None:
+            settings = dict(settings, bounce_buffer_size=bounce)
         self._ckpt = Checkpoint(source, **settings)
         self._items = _choose(self._ckpt, names, shard)
         staging = 0 if self._fw.host else _staging_bytes(settings)
@@ -355,6 +516,7 @@ class WeightIterator:
         self._task = _setting(settings, "task_size")
         self._round = workers * self._task
         self._evict = evict
+        self._budget = budget
         self.report = WeightsReport(budget=budget, staging_bytes=staging)
         self._started = False
 
@@ -369,6 +531,8 @@ class WeightIterator:
         self._todo: Deque[_Item] = deque(self._items)
         self._batches: Deque[_Batch] = deque()
         self._ahead = 0  # bytes allocated and not yet yielded
+        cache = _cache_of(self._fw)
+        self._reserve = None if cache is None else _Reservation(cache, self._budget)
         report = self.report
         try:
             self._fill()
@@ -413,8 +577,13 @@ class WeightIterator:
                 take += 1
             if self._ahead and self._ahead + need > self._limit:
                 break
+            if self._reserve is not None and not self._reserve.admit(
+                    [todo[k].entry.nbytes for k in range(take)], self._ahead, report):
+                break
             self._batches.append(self._start([todo.popleft() for _ in range(take)]))
             self._ahead += need
+            if self._reserve is not None:
+                self._reserve.note(self._ahead, report)
             report.peak_ahead_bytes = max(report.peak_ahead_bytes, self._ahead)
             report.bytes_read += need
 

@@ -125,6 +125,37 @@ def test_into_a_gpu_the_budget_counts_ferrys_pinned_staging(tmp_path):
         == 2 * 2 * MiB
 
 
+BOUNCE_CHILD = r"""
+import ferry
+from ferry import _weights
+MiB = 1 << 20
+assert _weights._bounce_for(256 * MiB, {}) == 2 * MiB  # 8 threads x 2 x 2 MiB = 32 MiB
+assert _weights._bounce_for(1024 * MiB, {}) is None  # the default's 64 MiB fits 1/8 of 1 GiB
+assert _weights._bounce_for(16 * MiB, {}) == MiB  # never under 1 MiB
+assert _weights._bounce_for(256 * MiB, {"threads": 4}) is None  # 4 x 2 x 4 MiB = 32 MiB
+# A size the caller chose, by argument, by ferry.settings or in the environment, is kept.
+assert _weights._bounce_for(256 * MiB, {"bounce_buffer_size": "4MiB"}) is None
+with ferry.settings(bounce_buffer_size="4MiB"):
+    assert _weights._bounce_for(256 * MiB, {}) is None
+print("ok")
+"""
+
+
+def test_into_a_gpu_the_default_staging_takes_at_most_an_eighth_of_the_budget():
+    # A fresh process: this one's settings were set by the tests' fixture, so none is a default.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FERRY_", "KVIKIO_")) or k == "FERRY_CUDA_LIBRARY"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run([sys.executable, "-c", BOUNCE_CHILD], env=env, capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    env["FERRY_BOUNCE_BUFFER_SIZE"] = "4MiB"
+    out = subprocess.run([sys.executable, "-c", "from ferry import _weights\n"
+                          "print(_weights._bounce_for(256 << 20, {}))"], env=env,
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == "None", out.stderr
+
+
 def test_a_consumer_that_drops_each_tensor_keeps_peak_memory_flat(tmp_path):
     tensors = model(n=32, rows=256)  # 32 MiB of weights, 1 MiB each
     path = write(tmp_path / "model.safetensors", tensors)
