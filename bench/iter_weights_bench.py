@@ -136,7 +136,20 @@ def case(kind: str, ckpt: str, device: str, budget: int, world: int, rank: int) 
         sync(device)
         out["seconds"] = time.perf_counter() - start
         del tensors
-    elif kind == "iter":
+    elif kind in ("iter", "iter_unguarded"):
+        from ferry import _weights
+        if kind == "iter_unguarded":  # torch's reservation not held to the budget (NOTES §50)
+            _weights._cache_of = lambda fw: None
+        calls: Dict[str, List[float]] = {"stats": [], "free_blocks": []}
+        for method in calls:  # the time asking the allocator, by question
+            def timed(self: Any, *a: Any, _f: Any = getattr(_weights._TorchCache, method),
+                      _times: List[float] = calls[method]) -> Any:
+                t = time.perf_counter()
+                try:
+                    return _f(self, *a)
+                finally:
+                    _times.append(time.perf_counter() - t)
+            setattr(_weights._TorchCache, method, timed)
         params = {n: torch.empty(s, dtype=torch.bfloat16, device=device)
                   for n, (s, _) in plan.items()}
         start = time.perf_counter()
@@ -147,6 +160,7 @@ def case(kind: str, ckpt: str, device: str, budget: int, world: int, rank: int) 
         sync(device)
         out["seconds"] = time.perf_counter() - start
         out["report"] = it.report.to_dict()
+        out["asked"] = {k: [len(v), sum(v)] for k, v in calls.items()}
         out["model"] = total
         del params
     else:
@@ -222,6 +236,8 @@ def main() -> int:
     ap.add_argument("--budget", default="256MiB", help="iter_weights' memory_budget")
     ap.add_argument("--tp", default="2,4,8", help="world sizes to simulate (default 2,4,8)")
     ap.add_argument("--rounds", type=int, default=3, help="load and iter runs each (median)")
+    ap.add_argument("--unguarded", action="store_true",
+                    help="also iter_weights without holding torch's reservation to the budget")
     ap.add_argument("--dir", default=os.path.join(REPO, "build-bench-weights"))
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -234,8 +250,9 @@ def main() -> int:
     os.makedirs(ckpt, exist_ok=True)
     make(ckpt, size, "cpu" if a.device == "cpu" else a.device)
     rows = []
+    kinds = ("load", "iter") + (("iter_unguarded",) if a.unguarded else ())
     for _ in range(a.rounds):
-        for kind in ("load", "iter"):
+        for kind in kinds:
             rows.append(child([kind, ckpt, a.device, str(budget), "1", "0"]))
     for world in [int(w) for w in a.tp.split(",") if w]:
         ranks = [child(["tp", ckpt, a.device, str(budget), str(world), str(r)])
@@ -254,16 +271,19 @@ def main() -> int:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     med = {}
-    for kind in ("load", "iter"):
+    for kind in kinds:
         rates = sorted(r["gb_s"] for r in rows if r["case"] == kind)
         med[kind] = rates[len(rates) // 2]
     print(f"checkpoint {size / GIB:.2f} GiB on {a.device}, budget {budget / MIB:.0f} MiB")
     print(f"load_checkpoint  {med['load']:7.2f} GB/s (median of {a.rounds})")
-    print(f"iter_weights     {med['iter']:7.2f} GB/s  {med['iter'] / med['load']:.2f}x load")
+    for kind in kinds[1:]:
+        print(f"{kind:<16} {med[kind]:7.2f} GB/s  {med[kind] / med['load']:.2f}x load")
     for r in rows:
-        if r["case"] == "iter" and "allocated_peak" in r:
+        if r["case"].startswith("iter") and "allocated_peak" in r:
             rep = r["report"]
-            print(f"  {r['gb_s']:6.2f} GB/s; peak over model: allocated "
+            asked = ", ".join(f"{k} {n} in {t * 1e3:.1f} ms" for k, (n, t) in r["asked"].items())
+            print(f"  {r['case']:<14} {r['gb_s']:6.2f} GB/s; asked: {asked or 'nothing'}")
+            print(f"    peak over model: allocated "
                   f"{(r['allocated_peak'] - r['model']) / MIB:7.1f} MiB, torch reserved "
                   f"{(r['reserved_peak'] - r['model']) / MIB:7.1f} MiB, driver "
                   f"{(r['driver_peak'] - r['model']) / MIB:7.1f} MiB (budget {budget / MIB:.0f} "

@@ -414,13 +414,20 @@ class _Reservation:
         self.r0, self.a0 = cache.stats()
 
     def admit(self, sizes: Sequence[int], ahead: int, report: WeightsReport) -> bool:
-        """Whether the batch of `sizes` may be allocated now, `ahead` bytes being ahead."""
+        """Whether the batch of `sizes` may be allocated now, `ahead` bytes being ahead. Asks the
+        allocator's stats, and its free blocks only when the stats cannot settle it."""
         start = time.perf_counter()
         try:
-            reserved, allocated = self.cache.stats()
+            reserved, allocated = self.note(ahead, report)
             room = self.budget + max(0, allocated - self.a0 - ahead) - (reserved - self.r0)
-            if self.cache.bound(sizes) <= room or self.cache.growth(sizes) <= room:
+            if self.cache.bound(sizes) <= room:
                 return True
+            large = [self.cache.rounded(n) for n in sizes if n > self.cache.SMALL]
+            if not large or max(large) <= reserved - allocated \
+                    or self.cache.segment(max(large)) <= room:
+                if self.cache.growth(sizes) <= room:
+                    return True
+            # else no free block holds the largest request: its new segment is past the room
             if ahead:
                 report.allocator_waits += 1
                 return False
@@ -431,11 +438,15 @@ class _Reservation:
         finally:
             report.allocator_seconds += time.perf_counter() - start
 
-    def note(self, ahead: int, report: WeightsReport) -> None:
-        """Records the reservation after an allocation, `ahead` bytes being ahead."""
+    def note(self, ahead: int, report: WeightsReport) -> Tuple[int, int]:
+        """Records the reservation beyond the start's and what the consumer kept, `ahead` bytes
+        being ahead, and returns the allocator's (reserved, allocated). Between two calls only a
+        new segment grows the reservation, so a call before each allocation and one at the end
+        see its peak."""
         reserved, allocated = self.cache.stats()
         over = reserved - self.r0 - max(0, allocated - self.a0 - ahead)
         report.reserved_peak_bytes = max(report.reserved_peak_bytes or 0, over)
+        return reserved, allocated
 
 
 def _cache_of(fw: Any) -> Optional[_TorchCache]:
@@ -562,6 +573,8 @@ class WeightIterator:
                 del tensor
                 self._ahead -= it.entry.nbytes
                 self._fill()
+            if self._reserve is not None:
+                self._reserve.note(self._ahead, report)
         finally:
             self._batches.clear()  # each unwaited read waits for its bytes as it is dropped
 
@@ -582,8 +595,6 @@ class WeightIterator:
                 break
             self._batches.append(self._start([todo.popleft() for _ in range(take)]))
             self._ahead += need
-            if self._reserve is not None:
-                self._reserve.note(self._ahead, report)
             report.peak_ahead_bytes = max(report.peak_ahead_bytes, self._ahead)
             report.bytes_read += need
 
