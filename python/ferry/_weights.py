@@ -341,24 +341,23 @@ class _TorchCache:
         s = self.torch.cuda.memory_stats_as_nested_dict(self.index)
         return s["reserved_bytes"]["all"]["current"], s["allocated_bytes"]["all"]["current"]
 
-    def free_blocks(self) -> Tuple[List[int], List[int]]:
-        """The sizes of the free blocks of the (large, small) pools an allocation on the current
-        stream may take."""
+    def free_blocks(self) -> "_FreeBlocks":
+        """The allocator's free blocks on the device, from one snapshot."""
         cuda = self.torch.cuda
         try:
             segments = cuda.memory_snapshot(include_traces=False)  # torch >= 2.10: no traces
         except TypeError:
             segments = cuda.memory_snapshot()
         stream = cuda.current_stream(self.device).cuda_stream
-        large: List[int] = []
-        small: List[int] = []
+        free = _FreeBlocks()
         for seg in segments:
-            if seg.get("device") != self.index or seg.get("stream", 0) != stream \
+            if seg.get("device") != self.index \
                     or tuple(seg.get("segment_pool_id") or (0, 0)) != (0, 0):
                 continue
-            (small if seg.get("segment_type") == "small" else large).extend(
-                b["size"] for b in seg["blocks"] if b["state"] == "inactive")
-        return large, small
+            blocks = [b["size"] for b in seg["blocks"] if b["state"] == "inactive"]
+            free.add(seg.get("segment_type") == "small", seg.get("stream", 0) == stream,
+                     blocks, whole=len(blocks) == len(seg["blocks"]))
+        return free
 
     def release(self) -> None:
         with self.torch.cuda.device(self.index):
@@ -380,17 +379,20 @@ class _TorchCache:
         large request, and for the small ones at most one 2 MiB segment per MiB (each holds
         1 MiB or more of them) and one more."""
         large = sum(self.segment(n) for n in sizes if n > self.SMALL)
-        small = [n for n in sizes if n <= self.SMALL]
+        small = [n for n in sizes if 0 < n <= self.SMALL]
         return large + min(len(small), sum(small) // self.SMALL + 1) * self.SMALL_SEGMENT
 
-    def growth(self, sizes: Sequence[int]) -> int:
-        """What allocating `sizes` in order adds to the reservation, by the allocator's rules
-        over its free blocks now."""
-        large, small = self.free_blocks()
+    def growth(self, sizes: Sequence[int], free: "_FreeBlocks", released: bool = False) -> int:
+        """What allocating `sizes` in order adds to the reservation, by the allocator's rules over
+        the `free` blocks; `released`: after the wholly free segments are given back."""
+        pools = free.pools(released)
         added = 0
         for n in sizes:
+            if not n:
+                continue
             n = self.rounded(n)
-            pool, keep = (small, 0) if n <= self.SMALL else (large, self.SMALL)
+            small = n <= self.SMALL
+            pool, keep = pools[small], 0 if small else self.SMALL
             fits = [b for b in pool if b >= n]
             if fits:
                 block = min(fits)
@@ -403,11 +405,35 @@ class _TorchCache:
         return added
 
 
+class _FreeBlocks:
+    """The free blocks of one snapshot of the allocator: those an allocation on the current
+    stream may take, by pool (small or large) and by whether their segment is wholly free, and
+    the bytes of the wholly free segments, which ``torch.cuda.empty_cache()`` gives back."""
+
+    def __init__(self) -> None:
+        self.blocks: Dict[Tuple[bool, bool], List[int]] = {(False, False): [], (False, True): [],
+                                                           (True, False): [], (True, True): []}
+        self.releasable = 0
+
+    def add(self, small: bool, usable: bool, blocks: List[int], whole: bool) -> None:
+        if usable:
+            self.blocks[small, whole].extend(blocks)
+        if whole:
+            self.releasable += sum(blocks)
+
+    def pools(self, released: bool) -> Dict[bool, List[int]]:
+        """Copies of the (large, small) free lists, without the wholly free segments' if
+        `released`."""
+        return {small: self.blocks[small, False] + ([] if released else self.blocks[small, True])
+                for small in (False, True)}
+
+
 class _Reservation:
     """Holds torch's reservation on the device, beyond what it was at the start and what the
-    consumer keeps, within the budget: a batch whose allocation would reserve past it waits while
-    reads are ahead (their tensors, once handed out and dropped, free the blocks it needs), and
-    with nothing ahead the allocator's free segments are given back first (bench/NOTES.md §50)."""
+    consumer keeps, within the budget. A batch whose allocation would reserve past it goes once
+    the allocator's wholly free segments are given back, if that makes room; else it waits while
+    reads are ahead (their tensors, once handed out and dropped, free the blocks it needs); with
+    nothing ahead, the free segments are given back first (bench/NOTES.md §50)."""
 
     def __init__(self, cache: Any, budget: int) -> None:
         self.cache, self.budget = cache, budget
@@ -423,11 +449,20 @@ class _Reservation:
             if self.cache.bound(sizes) <= room:
                 return True
             large = [self.cache.rounded(n) for n in sizes if n > self.cache.SMALL]
-            if not large or max(large) <= reserved - allocated \
-                    or self.cache.segment(max(large)) <= room:
-                if self.cache.growth(sizes) <= room:
+            cached = reserved - allocated  # what giving back every free segment could add
+            if not large or max(large) <= cached or self.cache.segment(max(large)) <= room + cached:
+                free = self.cache.free_blocks()
+                if self.cache.growth(sizes, free) <= room:
                     return True
-            # else no free block holds the largest request: its new segment is past the room
+                # Giving the wholly free segments back first makes room (a device sync, but no
+                # wait for the consumer): one release ends a pattern that would wait a layer.
+                if free.releasable and \
+                        self.cache.growth(sizes, free, released=True) <= room + free.releasable:
+                    self.cache.release()
+                    report.cache_releases += 1
+                    return True
+            # else no free block holds the largest request, and its new segment is past the room
+            # however much is given back
             if ahead:
                 report.allocator_waits += 1
                 return False
