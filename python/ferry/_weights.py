@@ -61,9 +61,11 @@ class WeightsReport:
     ``peak_ahead_bytes`` (the most allocated and not yet yielded at once); into a CUDA device
     through torch, ``reserved_peak_bytes`` (the most torch's caching allocator reserved beyond its
     reservation at the start and what the consumer kept: the driver's side of the budget; None
-    elsewhere), ``allocator_waits`` (reads held back because the allocator would have reserved
-    past the budget), ``cache_releases`` (``torch.cuda.empty_cache()`` calls made for it) and
-    ``allocator_seconds`` (the time spent asking the allocator); ``evicted_bytes`` and
+    elsewhere), ``reservation_unwatched`` (why not, into a CUDA device through torch, where it
+    is not held: another allocator backend, or asking it failed), ``allocator_waits`` (reads
+    held back because the allocator would have reserved past the budget), ``cache_releases``
+    (``torch.cuda.empty_cache()`` calls made for it) and ``allocator_seconds`` (the time spent
+    asking the allocator); ``evicted_bytes`` and
     ``evicted_files`` (evict=True), with ``evict_unmeasured`` saying why the bytes are a lower
     bound, if they are; ``seconds``; ``loads``, each batch's LoadReport."""
 
@@ -71,6 +73,7 @@ class WeightsReport:
         self.tensors = self.bytes_read = self.peak_ahead_bytes = 0
         self.budget, self.staging_bytes = budget, staging_bytes
         self.reserved_peak_bytes: Optional[int] = None
+        self.reservation_unwatched = ""
         self.allocator_waits = self.cache_releases = 0
         self.allocator_seconds = 0.0
         self.evicted_bytes = self.evicted_files = 0
@@ -435,43 +438,70 @@ class _Reservation:
     reads are ahead (their tensors, once handed out and dropped, free the blocks it needs); with
     nothing ahead, the free segments are given back first (bench/NOTES.md §50)."""
 
-    def __init__(self, cache: Any, budget: int) -> None:
-        self.cache, self.budget = cache, budget
-        self.r0, self.a0 = cache.stats()
+    def __init__(self, cache: Any, budget: int, report: WeightsReport) -> None:
+        self.cache, self.budget, self.watching = cache, budget, True
+        self.r0 = self.a0 = 0
+        self._asking(report, lambda: self._start())
+
+    def _start(self) -> bool:
+        self.r0, self.a0 = self.cache.stats()
+        return True
+
+    def _asking(self, report: WeightsReport, question: Callable[[], Any]) -> Any:
+        """`question`'s answer, or True once asking the allocator failed: the pass goes on
+        unwatched, and the report and a warning say why (torch's internals moved, most likely)."""
+        if not self.watching:
+            return True
+        start = time.perf_counter()
+        try:
+            return question()
+        except Exception as e:  # noqa: BLE001 - any failure of torch's introspection
+            self.watching = False
+            report.reservation_unwatched = f"asking torch's caching allocator failed: {e!r}"
+            import warnings
+            warnings.warn(f"ferry.iter_weights: {report.reservation_unwatched}; torch's "
+                          "reservation is not held to the budget in this pass", RuntimeWarning,
+                          stacklevel=4)
+            return True
+        finally:
+            report.allocator_seconds += time.perf_counter() - start
 
     def admit(self, sizes: Sequence[int], ahead: int, report: WeightsReport) -> bool:
         """Whether the batch of `sizes` may be allocated now, `ahead` bytes being ahead. Asks the
         allocator's stats, and its free blocks only when the stats cannot settle it."""
-        start = time.perf_counter()
-        try:
-            reserved, allocated = self.note(ahead, report)
-            room = self.budget + max(0, allocated - self.a0 - ahead) - (reserved - self.r0)
-            if self.cache.bound(sizes) <= room:
+        return bool(self._asking(report, lambda: self._admit(sizes, ahead, report)))
+
+    def _admit(self, sizes: Sequence[int], ahead: int, report: WeightsReport) -> bool:
+        reserved, allocated = self.note(ahead, report)
+        room = self.budget + max(0, allocated - self.a0 - ahead) - (reserved - self.r0)
+        if self.cache.bound(sizes) <= room:
+            return True
+        large = [self.cache.rounded(n) for n in sizes if n > self.cache.SMALL]
+        cached = reserved - allocated  # what giving back every free segment could add
+        if not large or max(large) <= cached or self.cache.segment(max(large)) <= room + cached:
+            free = self.cache.free_blocks()
+            if self.cache.growth(sizes, free) <= room:
                 return True
-            large = [self.cache.rounded(n) for n in sizes if n > self.cache.SMALL]
-            cached = reserved - allocated  # what giving back every free segment could add
-            if not large or max(large) <= cached or self.cache.segment(max(large)) <= room + cached:
-                free = self.cache.free_blocks()
-                if self.cache.growth(sizes, free) <= room:
-                    return True
-                # Giving the wholly free segments back first makes room (a device sync, but no
-                # wait for the consumer): one release ends a pattern that would wait a layer.
-                if free.releasable and \
-                        self.cache.growth(sizes, free, released=True) <= room + free.releasable:
-                    self.cache.release()
-                    report.cache_releases += 1
-                    return True
-            # else no free block holds the largest request, and its new segment is past the room
-            # however much is given back
-            if ahead:
-                report.allocator_waits += 1
-                return False
-            if reserved > allocated:
+            # Giving the wholly free segments back first makes room (a device sync, but no
+            # wait for the consumer): one release ends a pattern that would wait a layer.
+            if free.releasable and \
+                    self.cache.growth(sizes, free, released=True) <= room + free.releasable:
                 self.cache.release()
                 report.cache_releases += 1
-            return True
-        finally:
-            report.allocator_seconds += time.perf_counter() - start
+                return True
+        # else no free block holds the largest request, and its new segment is past the room
+        # however much is given back
+        if ahead:
+            report.allocator_waits += 1
+            return False
+        if reserved > allocated:
+            self.cache.release()
+            report.cache_releases += 1
+        return True
+
+    def finish(self, ahead: int, report: WeightsReport) -> None:
+        """The last look at the reservation, after the last allocation."""
+        self._asking(report, lambda: self.note(ahead, report))
 
     def note(self, ahead: int, report: WeightsReport) -> Tuple[int, int]:
         """Records the reservation beyond the start's and what the consumer kept, `ahead` bytes
@@ -484,12 +514,19 @@ class _Reservation:
         return reserved, allocated
 
 
-def _cache_of(fw: Any) -> Optional[_TorchCache]:
-    """The caching allocator behind `fw`'s allocations, where the iterator holds it to the
-    budget: torch's on a CUDA device."""
-    if fw.name == "pt" and not fw.host and fw.device.type == "cuda":
-        return _TorchCache(fw.torch, fw.device)
-    return None
+def _cache_of(fw: Any) -> Tuple[Optional[_TorchCache], str]:
+    """The caching allocator behind `fw`'s allocations, where the iterator holds it to the budget
+    (torch's on a CUDA device), or None and why not, where the device's memory is not held so
+    ("" for host memory and other frameworks, whose allocations are what they are)."""
+    if fw.name != "pt" or fw.host or fw.device.type != "cuda":
+        return None, ""
+    torch = fw.torch
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
+        return None, "torch's caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING)"
+    backend = getattr(torch.cuda, "get_allocator_backend", lambda: "native")()
+    if backend != "native":
+        return None, f"torch's CUDA allocator is {backend!r}, not the caching allocator"
+    return _TorchCache(torch, fw.device), ""
 
 
 def _staging_bytes(settings: Mapping[str, Any]) -> int:
@@ -577,9 +614,9 @@ class WeightIterator:
         self._todo: Deque[_Item] = deque(self._items)
         self._batches: Deque[_Batch] = deque()
         self._ahead = 0  # bytes allocated and not yet yielded
-        cache = _cache_of(self._fw)
-        self._reserve = None if cache is None else _Reservation(cache, self._budget)
         report = self.report
+        cache, report.reservation_unwatched = _cache_of(self._fw)
+        self._reserve = None if cache is None else _Reservation(cache, self._budget, report)
         try:
             self._fill()
             while self._batches:
@@ -609,7 +646,7 @@ class WeightIterator:
                 self._ahead -= it.entry.nbytes
                 self._fill()
             if self._reserve is not None:
-                self._reserve.note(self._ahead, report)
+                self._reserve.finish(self._ahead, report)
         finally:
             self._batches.clear()  # each unwaited read waits for its bytes as it is dropped
 

@@ -149,7 +149,7 @@ BUDGET = 256 * MiB // SCALE
 def device(monkeypatch):
     dev = DoubleDevice()
     monkeypatch.setattr(_weights, "_framework", lambda framework, device: dev)
-    monkeypatch.setattr(_weights, "_cache_of", lambda fw: fw.cache)
+    monkeypatch.setattr(_weights, "_cache_of", lambda fw: (fw.cache, ""))
     return dev
 
 
@@ -165,7 +165,7 @@ def test_the_double_reserves_past_the_budget_without_the_guard(tmp_path, device,
     # The double reproduces the H100's figure: the same model and budget reserve a third over.
     tensors = bench_model()
     path = write(tmp_path / "model.safetensors", tensors)
-    monkeypatch.setattr(_weights, "_cache_of", lambda fw: None)
+    monkeypatch.setattr(_weights, "_cache_of", lambda fw: (None, ""))
     it = ferry.iter_weights(path, device="cuda", memory_budget=BUDGET, **SETTINGS)
     consume(it, tensors)
     largest = max(t.numel() for t in tensors.values())  # lm_head, read alone
@@ -230,6 +230,48 @@ def test_with_nothing_ahead_the_free_segments_are_given_back_first(tmp_path, dev
     assert it.report.cache_releases == 1 and it.report.allocator_waits == 0
     assert device.double.peak_reserved <= BUDGET
     assert it.report.reserved_peak_bytes <= BUDGET
+
+
+def test_a_failing_question_to_the_allocator_leaves_the_pass_unwatched_and_says_so(
+        tmp_path, device, monkeypatch):
+    tensors = bench_model()
+    path = write(tmp_path / "model.safetensors", tensors)
+    asked = []
+
+    def snapshot_moved():
+        asked.append(1)
+        raise KeyError("segments")
+
+    monkeypatch.setattr(device.cache, "free_blocks", snapshot_moved)
+    it = ferry.iter_weights(path, device="cuda", memory_budget=BUDGET, **SETTINGS)
+    with pytest.warns(RuntimeWarning, match="not held to the budget"):
+        consume(it, tensors)
+    assert len(asked) == 1  # asked once, then never again
+    assert "asking torch's caching allocator failed: KeyError('segments')" \
+        in it.report.reservation_unwatched
+    assert it.report.tensors == len(tensors)
+
+
+def test_other_torch_allocators_are_not_watched_and_the_report_says_why(monkeypatch):
+    class Cuda:
+        def get_allocator_backend(self):
+            return "cudaMallocAsync"
+
+    class Torch:
+        cuda = Cuda()
+
+    class Fw:
+        name, host, torch = "pt", False, Torch()
+        device = None
+
+    fw = Fw()
+    fw.device = torch.device("cuda:0")
+    cache, why = _weights._cache_of(fw)
+    assert cache is None and "'cudaMallocAsync'" in why
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in _weights._cache_of(fw)[1]
+    fw.device = torch.device("cpu")
+    assert _weights._cache_of(fw) == (None, "")
 
 
 def test_growth_predicts_the_doubles_reservation():
