@@ -26,7 +26,7 @@ from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Mappin
 from . import _ferry
 from ._errors import IoError
 from .checkpoint import (_PACKED, Checkpoint, CheckpointError, PendingRead, _convert, _Entry,
-                         _framework, _target_dtype)
+                         _framework, _target_dtype, _Torch)
 
 # `import ferry` imports this module: it keeps to what ferry imports anyway (no dataclasses, no
 # ferry.distributed, whose tensor_split cut is imported when a tensor is sliced).
@@ -257,6 +257,7 @@ def read_index(ckpt: Checkpoint, fw: Any, e: _Entry, index: Any) -> Tuple[Any, i
     spans, local = box if box is not None else ([[(0, n)] for n in e.shape], index)
     item = _part(ckpt, e, spans)
     raw = fw.raw(item.entry.nbytes)
+    fw.settle()
     if item.runs:
         ckpt.start_read_into([(e.name, raw, item.runs)]).result()
     return fw.view(raw, item.entry)[local], item.entry.nbytes
@@ -518,7 +519,7 @@ def _cache_of(fw: Any) -> Tuple[Optional[_TorchCache], str]:
     """The caching allocator behind `fw`'s allocations, where the iterator holds it to the budget
     (torch's on a CUDA device), or None and why not, where the device's memory is not held so
     ("" for host memory and other frameworks, whose allocations are what they are)."""
-    if fw.name != "pt" or fw.host or fw.device.type != "cuda":
+    if not isinstance(fw, _Torch) or fw.host or fw.device.type != "cuda":
         return None, ""
     torch = fw.torch
     if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
@@ -673,6 +674,7 @@ class WeightIterator:
     def _start(self, items: List[_Item]) -> _Batch:
         """Allocates `items` and starts their read: one gathered request, one target per run."""
         raws = [self._fw.raw(it.entry.nbytes) for it in items]
+        self._fw.settle()  # the consumer queued work between batches
         targets: List[Tuple[Any, ...]] = []
         for it, raw in zip(items, raws):
             if len(it.runs) > 16:  # a slice's runs: one target, no Python tuple a run

@@ -77,6 +77,10 @@ class _Framework:
     def raw(self, nbytes: int) -> Any:
         raise NotImplementedError
 
+    def settle(self) -> None:
+        """Before ferry writes into memory raw() gave: waits for the work queued where the
+        framework orders that memory's reuse, which ferry's copies are not ordered after."""
+
     def view(self, raw: Any, entry: _Entry) -> Any:
         raise NotImplementedError
 
@@ -119,6 +123,13 @@ class _Cupy(_Numpy):
         with self.np.cuda.Device(self.device):
             return self.np.empty(nbytes, dtype=self.np.uint8)
 
+    def settle(self) -> None:
+        # CuPy's memory pool reuses a block on the stream that freed it, as torch's does.
+        with self.np.cuda.Device(self.device):
+            stream = self.np.cuda.get_current_stream()
+            if stream.ptr != 0:
+                stream.synchronize()
+
 
 class _Torch(_Framework):
     name = "pt"
@@ -134,6 +145,17 @@ class _Torch(_Framework):
             raise CudaError(f"ferry: device {str(device)!r} asked of torch {torch.__version__}, "
                             "which sees no GPU (torch.cuda.is_available() is False); load to "
                             "device='cpu' instead")
+
+    def settle(self) -> None:
+        # torch's allocator hands a block freed on the current stream to the next allocation on
+        # it at once, trusting that whatever writes it next is queued on that stream after the
+        # work that read it. ferry's copies run on its own streams, which wait for the legacy
+        # default stream's work only: under `torch.cuda.stream(s)` a read into a block the
+        # consumer's queued work still reads would overwrite it first (issue 49).
+        if not self.host:
+            stream = self.torch.cuda.current_stream(self.device)
+            if stream.cuda_stream != 0:
+                stream.synchronize()
 
     def raw(self, nbytes: int) -> Any:
         t = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
@@ -418,6 +440,7 @@ class Checkpoint:
         (host_load) comes back as views of a private mapping of it, which fw.wrap makes an array
         of (a cold one's pages read in first): writes to them never reach the file."""
         names = [] if len(chosen) == len(self.entries) else [e.name for e in chosen]
+        fw.settle()  # every allocation below is made from this thread, in this call
         report, allocations, places = self._c.load(fw.raw, names, fw.host, one_allocation,
                                                     progress, fw.wrap if fw.host else None)
         self.last_report = _last[0] = report

@@ -312,6 +312,42 @@ def test_gpu_peak_memory_is_what_was_kept_plus_the_budget(tmp_path, torch):
     assert it.report.peak_ahead_bytes <= budget - it.report.staging_bytes
 
 
+@pytest.mark.gpu
+def test_gpu_a_consumer_on_its_own_stream_never_sees_a_later_read_in_its_tensors(tmp_path, torch):
+    # torch hands a block freed on stream s to the next allocation on s at once; ferry's copies
+    # are not queued on s. Each copy below waits behind a millisecond of GPU sleep on s, so a
+    # read into the freed block that did not wait for s would land before the copy reads it.
+    tensors = model(n=24, rows=1024)  # 4 MiB each
+    path = write(tmp_path / "model.safetensors", tensors)
+    params = {n: torch.empty(t.shape, dtype=t.dtype, device="cuda:0") for n, t in tensors.items()}
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for name, t in ferry.iter_weights(path, device="cuda:0", memory_budget=24 * MiB):
+            torch.cuda._sleep(2_000_000)
+            params[name].copy_(t)
+            del t
+    s.synchronize()
+    bad = [n for n, t in tensors.items() if not torch.equal(params[n].cpu(), t)]
+    assert not bad, f"{len(bad)} of {len(tensors)} tensors hold another tensor's bytes: {bad[:4]}"
+
+
+@pytest.mark.gpu
+def test_gpu_a_load_into_blocks_the_streams_queued_work_still_reads(tmp_path, torch):
+    t = torch.full((1024, 1024), 3.0)
+    path = write(tmp_path / "model.safetensors", {"w": t})
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.full((1024, 1024), 7.0, device="cuda:0")
+        out = torch.empty_like(x)
+        torch.cuda._sleep(20_000_000)
+        out.copy_(x)
+        del x  # its block goes to the next allocation on s: the load's
+        loaded = ferry.load_checkpoint(path, device="cuda:0")
+    s.synchronize()
+    assert bool((out == 7).all()), "the load wrote into x's block before s's copy read it"
+    assert torch.equal(loaded["w"].cpu(), t)
+
+
 FAKE_GPU_CHILD = r'''
 import ctypes, os, sys
 import numpy as np
@@ -342,6 +378,8 @@ class DeviceFramework:
     host = False
     def raw(self, n):
         return Dev(n)
+    def settle(self):
+        pass
     def view(self, raw, entry):
         return raw
 

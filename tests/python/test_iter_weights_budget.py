@@ -15,6 +15,7 @@ import pytest
 
 import ferry
 from ferry import _weights
+from ferry.checkpoint import _Torch
 
 from test_iter_weights import write
 
@@ -119,6 +120,9 @@ class DoubleDevice:
 
     def view(self, raw, entry):
         return raw
+
+    def settle(self):
+        pass
 
 
 def bench_model():
@@ -260,9 +264,9 @@ def test_other_torch_allocators_are_not_watched_and_the_report_says_why(monkeypa
     class Torch:
         cuda = Cuda()
 
-    class Fw:
-        name, host, torch = "pt", False, Torch()
-        device = None
+    class Fw(_Torch):
+        def __init__(self):
+            self.host, self.torch = False, Torch()
 
     fw = Fw()
     fw.device = torch.device("cuda:0")

@@ -346,6 +346,7 @@ def _load(comm: Comm, fw: Any, path: Any, shard_plan: Optional[ShardPlan], dtype
             scatter_src[i] = fw.raw(specs[i].nbytes)
         need = _staging_need(plan, rank, broadcasts, one_allocation)
         staging = fw.raw(need) if need else None
+        fw.settle()
         t_alloc = time.perf_counter()
         me.allocate_seconds = t_alloc - t2
         targets: List[Tuple[Any, ...]] = []

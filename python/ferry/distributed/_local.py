@@ -143,7 +143,10 @@ def read_split(path: Any, devices: Union[str, Sequence[Any]], offset: int = 0,
                              f"{os.fspath(path)} ({total} B)")
         n = total - offset if size is None else min(int(size), total - offset)
         parts = split_range(offset, n, len(ordinals))
-        arrays = [_framework(framework, d).raw(p[1]) for d, p in zip(ordinals, parts)]
+        fws = [_framework(framework, d) for d in ordinals]
+        arrays = [fw.raw(p[1]) for fw, p in zip(fws, parts)]
+        for fw in fws:
+            fw.settle()
         start = time.perf_counter()
         futures = [f.pread(a, p[1], p[0]) for f, a, p in zip(files, arrays, parts)]
         for fut, p in zip(futures, parts):
