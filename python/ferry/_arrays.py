@@ -15,7 +15,7 @@ import threading
 import sys
 from typing import Any, NamedTuple, Optional, Union
 
-from . import _ferry
+from . import _ferry, _streams
 from ._errors import CudaError, _io_class
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -434,7 +434,9 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
             dims: tuple[int, ...] = (available // items.itemsize,)
         else:
             dims = _shape_of(shape)
-        array = _fill(f, _empty(allocator, dims, items, ordinal), file_offset, path)
+        array = _empty(allocator, dims, items, ordinal)
+        _streams.settle(array)
+        array = _fill(f, array, file_offset, path)
     if framework == "jax":
         import jax.numpy as jnp  # type: ignore[import]
 

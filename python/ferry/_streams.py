@@ -35,3 +35,34 @@ def synchronize(stream: Any) -> None:
         sync()
         return
     _ferry.synchronize_stream(stream_handle(stream))
+
+
+
+def settle(array: Any) -> None:
+    """Before ferry writes into `array`, just allocated by torch or CuPy in GPU memory: waits for
+    the work queued on the current stream, where that is not the legacy default stream. Their
+    allocators give a block freed on a stream to the next allocation on it at once, trusting the
+    next writer to be queued there after the work that read it; ferry's copies run on its own
+    streams, ordered after the legacy default stream only."""
+    module = type(array).__module__
+    if module.startswith("torch") and array.device.type == "cuda":
+        settle_torch(array.device)
+    elif module.startswith("cupy"):
+        settle_cupy(array.device.id)
+
+
+def settle_torch(device: Any) -> None:
+    """``settle`` for torch's allocations on `device` (a torch.device of type cuda)."""
+    import torch
+    stream = torch.cuda.current_stream(device)
+    if stream.cuda_stream != 0:
+        stream.synchronize()
+
+
+def settle_cupy(ordinal: int) -> None:
+    """``settle`` for CuPy's allocations on GPU `ordinal`."""
+    import cupy
+    with cupy.cuda.Device(ordinal):
+        stream = cupy.cuda.get_current_stream()
+    if stream.ptr != 0:
+        stream.synchronize()

@@ -25,7 +25,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _ferry, _progress
+from . import _ferry, _progress, _streams
 from ._errors import CudaError, Error
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -125,10 +125,7 @@ class _Cupy(_Numpy):
 
     def settle(self) -> None:
         # CuPy's memory pool reuses a block on the stream that freed it, as torch's does.
-        with self.np.cuda.Device(self.device):
-            stream = self.np.cuda.get_current_stream()
-            if stream.ptr != 0:
-                stream.synchronize()
+        _streams.settle_cupy(self.device)
 
 
 class _Torch(_Framework):
@@ -153,9 +150,7 @@ class _Torch(_Framework):
         # default stream's work only: under `torch.cuda.stream(s)` a read into a block the
         # consumer's queued work still reads would overwrite it first (issue 49).
         if not self.host:
-            stream = self.torch.cuda.current_stream(self.device)
-            if stream.cuda_stream != 0:
-                stream.synchronize()
+            _streams.settle_torch(self.device)
 
     def raw(self, nbytes: int) -> Any:
         t = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)

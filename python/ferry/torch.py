@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import _ferry, _progress
+from . import _ferry, _progress, _streams
 from ._save import _path_arg, _storage
 from .checkpoint import CheckpointError
 
@@ -296,6 +296,9 @@ class _Loader:
     def read(self, settings: Dict[str, str]) -> Any:
         ranges = [(self.records[s.key][0], s.buffer.numel(), s.buffer.data_ptr())
                   for s in self.storages.values() if s.buffer is not None]
+        for device in {s.buffer.device for s in self.storages.values() if s.buffer is not None}:
+            if device.type == "cuda":
+                _streams.settle_torch(device)
         return _ferry.torch_read(_path_arg(self.path), ranges, settings)
 
 
