@@ -322,7 +322,7 @@ def test_gpu_a_consumer_on_its_own_stream_never_sees_a_later_read_in_its_tensors
     params = {n: torch.empty(t.shape, dtype=t.dtype, device="cuda:0") for n, t in tensors.items()}
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        for name, t in ferry.iter_weights(path, device="cuda:0", memory_budget=24 * MiB):
+        for name, t in ferry.iter_weights(path, device="cuda:0", memory_budget=96 * MiB):
             torch.cuda._sleep(2_000_000)
             params[name].copy_(t)
             del t
