@@ -37,7 +37,6 @@ def synchronize(stream: Any) -> None:
     _ferry.synchronize_stream(stream_handle(stream))
 
 
-
 def settle(array: Any) -> None:
     """Before ferry writes into `array`, just allocated by torch or CuPy in GPU memory: waits for
     the work queued on the current stream, where that is not the legacy default stream. Their
