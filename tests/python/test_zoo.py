@@ -161,6 +161,65 @@ def test_torch_entry_points_equal_safetensors(torch, member):
             assert sha(data) == ref[name]["sha256"], (how, name)
 
 
+@pytest.mark.parametrize("member", MEMBERS)
+def test_iter_weights_yields_the_zoo_in_file_order_equal_to_safetensors(member):
+    # A budget of 64 KiB: most members' tensors come in many batches, some alone (issue 49).
+    ckpt = ferry.checkpoint.Checkpoint(ZOO / member)
+    it = ferry.iter_weights(ZOO / member, framework="numpy", memory_budget=64 << 10)
+    got = {}
+    for name, array in it:
+        assert name not in got, name
+        got[name] = array
+    check_arrays(member, got)
+    order = sorted(ckpt.entries.values(), key=lambda e: (e.shard, e.file_offset))
+    assert list(got) == [e.name for e in order]
+    assert it.report.tensors == len(got)
+
+
+def _rank_part(full: Any, rule: Any) -> Any:
+    """What rank `rule.rank` of `rule.world` holds of `full` (torch.tensor_split's cut)."""
+    return np.array_split(full, rule.world, axis=rule.dim)[rule.rank]
+
+
+@pytest.mark.parametrize("member", MEMBERS)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_iter_weights_slices_of_the_zoo_are_tensor_splits_of_its_tensors(member, dim):
+    from ferry import Shard
+    from ferry.checkpoint import _PACKED
+    full = ferry.load_checkpoint(ZOO / member, framework="numpy")
+    check_arrays(member, full)
+    kinds = {n: r["dtype"] for n, r in DIGESTS[member]["tensors"].items()}
+
+    def rule(name: str, shape: Any) -> Any:
+        return None if len(shape) <= dim or kinds[name] in _PACKED else Shard(dim, 1, 3)
+
+    sliced = 0
+    for name, part in ferry.iter_weights(ZOO / member, framework="numpy",
+                                         memory_budget=64 << 10, shard=rule):
+        r = rule(name, full[name].shape)
+        want = full[name] if r is None else _rank_part(full[name], r)
+        assert part.shape == want.shape and part.tobytes() == want.tobytes(), name
+        sliced += r is not None
+    assert sliced or dim == 1  # every member has a tensor of one dimension or more
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("member", MEMBERS)
+def test_gpu_iter_weights_into_cuda_equals_safetensors(member):
+    import torch as real
+    if not real.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    ref = DIGESTS[member]["tensors"]
+    names = torch_dtypes_known(real, member)
+    got = dict(ferry.iter_weights(ZOO / member, device="cuda:0", names=names))
+    assert set(got) == set(names)
+    for name, t in got.items():
+        assert t.is_cuda and list(t.shape) == ref[name]["shape"], name
+        raw = t.contiguous().reshape(-1).cpu()
+        data = raw.view(real.uint8).numpy().tobytes() if raw.numel() else b""
+        assert sha(data) == ref[name]["sha256"], name
+
+
 def test_distributed_load_of_one_rank_equals_safetensors(torch, tmp_path):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
