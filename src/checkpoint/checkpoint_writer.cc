@@ -114,11 +114,6 @@ void complete(ShardWrite& s, bool durable, SaveReport& report, checkpoint::Progr
   report.tensors += s.tensors.size();
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // What the folder loads as now: the files its index names, or without an index every
 // .safetensors file in it (what a loader of the folder reads).
 struct Live {
@@ -145,7 +140,7 @@ Live live_checkpoint(const fs::path& dir) {
   }
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (ends_with(name, ".safetensors")) live.names.insert(name);
+    if (name.ends_with(".safetensors")) live.names.insert(name);
   }
   return live;
 }

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/text.h"
 #include "base/variables.h"
 #include "ferry/error.h"
 
@@ -430,11 +430,6 @@ SettingsCheck check_settings() {
 
 std::optional<std::string> nearest_name(std::string_view word,
                                         const std::vector<std::string>& names) {
-  auto lower = [](std::string_view text) {
-    std::string out(text);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-  };
   // Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
   // neighbours ("raed" is one edit from "read").
   auto distance = [](const std::string& a, const std::string& b) {
@@ -451,11 +446,11 @@ std::optional<std::string> nearest_name(std::string_view word,
     }
     return d[a.size()][b.size()];
   };
-  const std::string w = lower(word);
+  const std::string w = base::lower(word);
   std::optional<std::string> best;
   std::size_t best_distance = 0;
   for (const std::string& name : names) {
-    const std::size_t n = distance(w, lower(name));
+    const std::size_t n = distance(w, base::lower(name));
     if (!best || n < best_distance) {
       best = name;
       best_distance = n;

@@ -66,7 +66,7 @@ void apply(const json& doc, CufileValue<std::uint64_t>& out, std::vector<std::st
 }
 
 std::optional<bool> parse_env_bool(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  s = lower(s);
   if (s == "true" || s == "1" || s == "yes" || s == "on") return true;
   if (s == "false" || s == "0" || s == "no" || s == "off") return false;
   return std::nullopt;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/text.h"
 #include "remote/sigv4.h"
 #include "remote/transfer_watch.h"
 
@@ -61,17 +62,8 @@ CURL* thread_handle(const CurlApi& api) {
   return t.handle;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
+using base::lower;
+using base::trim;
 
 // libcurl's error text for one attempt, without the " after N ms" it puts in some ("Failed to
 // connect to host port 80 after 0 ms: ..."): the attempt's time, which read beside ferry's count
@@ -122,7 +114,7 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   const std::size_t colon = line.find(':');
   if (colon == std::string_view::npos) return size * n;
   const std::string name = lower(line.substr(0, colon));
-  const std::string value = trim(line.substr(colon + 1));
+  const std::string value(trim(line.substr(colon + 1)));
   if (name == "content-range") x.content_range = value;
   if (name == "etag") x.answer->etag = value;
   if (name == "retry-after") x.answer->retry_after = value;
@@ -668,7 +660,7 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
     const std::size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
     const std::string name = lower(line.substr(0, colon));
-    const std::string value = trim(line.substr(colon + 1));
+    const std::string value(trim(line.substr(colon + 1)));
     if (name == "content-range") x.content_range = value;
     if (name == "etag") a.etag = value;
     if (name == "retry-after") a.retry_after = value;
