@@ -336,9 +336,7 @@ class PyFile {
     }
     std::string name = path_arg(path);
     mode_ = mode;
-    FileOptions options;
-    options.direct = direct;
-    for (const auto& [key, value] : settings) options.settings.set(key, value);
+    FileOptions options = file_options_arg(settings, direct);
     remote_ = remote_url(name);
     if (remote_) {
       file_ = open_interruptibly(name, mode, std::move(options));

@@ -102,10 +102,7 @@ void bind_torch(py::module_& m) {
                              t[2].cast<std::uint64_t>()});
         }
         const std::string file = path_arg(path);
-        SaveOptions o;
-        o.durable = durable;
-        for (const auto& [name, value] : settings) o.file.settings.set(name, value);
-        o.progress = python_progress(progress);
+        const SaveOptions o = save_options_arg(durable, settings, progress);
         py::gil_scoped_release release;
         return save_torch_file(pkl, sources, file, alignment, o);
       },
@@ -148,8 +145,7 @@ void bind_torch(py::module_& m) {
           plan.push_back({t[0].cast<std::uint64_t>(), t[1].cast<std::size_t>(),
                           reinterpret_cast<void*>(t[2].cast<std::uintptr_t>())});
         }
-        FileOptions o;
-        for (const auto& [name, value] : settings) o.settings.set(name, value);
+        const FileOptions o = file_options_arg(settings);
         py::gil_scoped_release release;
         return read_torch_storages(file, plan, o);
       },
