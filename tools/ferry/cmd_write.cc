@@ -95,7 +95,7 @@ struct WriteArgs {
 };
 
 int run(const WriteArgs& a) {
-  const std::uint64_t size = size_option(a.size, "--size");
+  const std::uint64_t size = parse_size(a.size, "--size");
   if (a.path.empty()) {
     throw IoError(ENOENT, "write", "\"\"", 0, 0, 0, "empty path: name the file to write");
   }
@@ -172,7 +172,7 @@ int run(const WriteArgs& a) {
   g_temp[0] = 0;
   if (!saved->note().empty()) fmt::print(stderr, "note: {}\n", saved->note());
   const double durable_seconds = route.seconds + sync_seconds;
-  const double cpu_per_gib = size > 0 ? cpu / (static_cast<double>(size) / (1 << 30)) : 0;
+  const double cpu_per_gib = cpu_seconds_per_gib(cpu, size);
   if (a.json) {
     nlohmann::json out = {{"file", a.path},
                           {"bytes", size},

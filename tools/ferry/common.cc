@@ -224,17 +224,13 @@ double cpu_seconds() {
   return secs(usage.ru_utime) + secs(usage.ru_stime);
 }
 
-std::uint64_t size_option(const std::string& text, const char* option) {
-  return parse_size(text, option);
-}
-
-std::uint64_t offset_option(const std::string& text, const char* option) {
-  return parse_offset(text, option);
+double cpu_seconds_per_gib(double cpu_seconds, std::uint64_t bytes) {
+  return bytes > 0 ? cpu_seconds / (static_cast<double>(bytes) / (1 << 30)) : 0;
 }
 
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes) {
   if (bytes == 0) return fmt::format("{:.3f} CPU-s", cpu_seconds);
-  return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds / (static_cast<double>(bytes) / (1 << 30)));
+  return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds_per_gib(cpu_seconds, bytes));
 }
 
 CLI::Validator whole_number(const std::string& what, long long low, long long high) {

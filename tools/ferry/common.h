@@ -81,11 +81,10 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // CPU seconds (user + system) used by this process so far.
 double cpu_seconds();
 
-std::uint64_t size_option(const std::string& text, const char* option);
-// CPU time per byte moved, in one unit whatever the size: "0.160 CPU-s/GiB".
+// CPU seconds per GiB moved (0 when nothing moved), and the same in words whatever the size:
+// "0.160 CPU-s/GiB".
+double cpu_seconds_per_gib(double cpu_seconds, std::uint64_t bytes);
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes);
-// A file offset: a size, or zero in any spelling ("0", "00", "0B").
-std::uint64_t offset_option(const std::string& text, const char* option);
 
 // CLI11 checks whose failure says the accepted range in words, never a bound such as DBL_MAX:
 // "--pid must be a process id from 1 to 4194304, not 'abc'". `what` names the quantity. The
