@@ -362,52 +362,23 @@ _USE_GET = "Use :meth:`kvikio.defaults.get()` instead."
 _USE_SET = "Use :meth:`kvikio.defaults.set()` instead."
 
 
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def compat_mode() -> CompatMode:
-    """The compatibility mode."""
-    return get("compat_mode")  # type: ignore[no-any-return]
+def _getter(name: str, doc: str) -> Callable[[], Any]:
+    @kvikio_deprecation_notice(_USE_GET, since="25.04")
+    def getter() -> Any:
+        return get(name)
+
+    getter.__name__ = getter.__qualname__ = name
+    getter.__doc__ = doc + (getter.__doc__ or "")
+    return getter
 
 
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def num_threads() -> int:
-    """The number of threads (ferry's nthreads)."""
-    return get("num_threads")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def get_num_threads() -> int:
-    """The number of threads (ferry's nthreads)."""
-    return get("num_threads")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def task_size() -> int:
-    """The task size in bytes."""
-    return get("task_size")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def gds_threshold() -> int:
-    """The GDS threshold in bytes."""
-    return get("gds_threshold")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def bounce_buffer_size() -> int:
-    """The bounce buffer size in bytes."""
-    return get("bounce_buffer_size")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def http_max_attempts() -> int:
-    """The attempts per remote read (kept for RemoteFile, which ferry does not have)."""
-    return get("http_max_attempts")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def http_status_codes() -> list[int]:
-    """The HTTP status codes to retry (kept for RemoteFile, which ferry does not have)."""
-    return get("http_status_codes")  # type: ignore[no-any-return]
+compat_mode = _getter("compat_mode", "The compatibility mode.")
+num_threads = get_num_threads = _getter("num_threads", "The number of threads (ferry's nthreads).")
+task_size = _getter("task_size", "The task size in bytes.")
+gds_threshold = _getter("gds_threshold", "The GDS threshold in bytes.")
+bounce_buffer_size = _getter("bounce_buffer_size", "The bounce buffer size in bytes.")
+http_max_attempts = _getter("http_max_attempts", "The attempts per remote read (the first too).")
+http_status_codes = _getter("http_status_codes", "The HTTP status codes retried.")
 
 
 def _setter(name: str) -> Callable[[Any], ConfigContextManager]:
