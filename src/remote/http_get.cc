@@ -101,6 +101,22 @@ struct Exchange {
   bool enough = false;  // the range has landed: the rest of a whole-object answer is cut
 };
 
+// A header line ("Name: value") of an answer, as both transports read it: Content-Range, ETag,
+// Retry-After and Accept-Ranges are kept in `x` and `a`. The name lower-cased and the value
+// trimmed, or nothing for a line that is not a header.
+std::optional<std::pair<std::string, std::string>> keep_header(std::string_view line, Exchange& x,
+                                                               HttpAnswer& a) {
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string name = lower(line.substr(0, colon));
+  std::string value(trim(line.substr(colon + 1)));
+  if (name == "content-range") x.content_range = value;
+  if (name == "etag") a.etag = value;
+  if (name == "retry-after") a.retry_after = value;
+  if (name == "accept-ranges") a.accept_ranges = lower(value);
+  return std::make_pair(std::move(name), std::move(value));
+}
+
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   auto& x = *static_cast<Exchange*>(user);
   const std::string_view line(data, size * n);
@@ -111,15 +127,20 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
     x.answer->accept_ranges.clear();
     return size * n;
   }
-  const std::size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return size * n;
-  const std::string name = lower(line.substr(0, colon));
-  const std::string value(trim(line.substr(colon + 1)));
-  if (name == "content-range") x.content_range = value;
-  if (name == "etag") x.answer->etag = value;
-  if (name == "retry-after") x.answer->retry_after = value;
-  if (name == "accept-ranges") x.answer->accept_ranges = lower(value);
+  keep_header(line, x, *x.answer);
   return size * n;
+}
+
+// `s` as a decimal number of at most 19 digits (no sign, no space); false when it is not one.
+bool decimal(std::string_view s, std::uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  std::uint64_t x = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    x = x * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  *out = x;
+  return true;
 }
 
 // The If-Match header for `etag`, or nothing: If-Match compares strongly (RFC 9110 13.1.1), so
@@ -137,25 +158,15 @@ bool parse_content_range(std::string_view v, std::uint64_t* a, std::uint64_t* b,
   v.remove_prefix(6);
   const std::size_t slash = v.find('/');
   if (slash == std::string_view::npos) return false;
-  auto number = [](std::string_view s, std::uint64_t* out) {
-    if (s.empty() || s.size() > 19) return false;
-    std::uint64_t x = 0;
-    for (char c : s) {
-      if (c < '0' || c > '9') return false;
-      x = x * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    *out = x;
-    return true;
-  };
-  if (!number(v.substr(slash + 1), total)) return false;
+  if (!decimal(v.substr(slash + 1), total)) return false;
   const std::string_view span = v.substr(0, slash);
   if (span == "*") {
     *a = *b = 0;
     return true;
   }
   const std::size_t dash = span.find('-');
-  return dash != std::string_view::npos && number(span.substr(0, dash), a) &&
-         number(span.substr(dash + 1), b);
+  return dash != std::string_view::npos && decimal(span.substr(0, dash), a) &&
+         decimal(span.substr(dash + 1), b);
 }
 
 // The first body byte: is this answer of `status` the one asked for? Sets answer->refused when
@@ -657,24 +668,15 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
     const std::size_t end = text.find("\r\n", at);
     const std::string_view line = text.substr(at, end - at);
     at = end == std::string_view::npos ? text.size() : end + 2;
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string name = lower(line.substr(0, colon));
-    const std::string value(trim(line.substr(colon + 1)));
-    if (name == "content-range") x.content_range = value;
-    if (name == "etag") a.etag = value;
-    if (name == "retry-after") a.retry_after = value;
-    if (name == "accept-ranges") a.accept_ranges = lower(value);
+    const auto header = keep_header(line, x, a);
+    if (!header) continue;
+    const auto& [name, value] = *header;
     if (name == "transfer-encoding") head->chunked_or_encoded = true;
     if (name == "location") head->location = value;
     if (name == "connection" && lower(value).find("close") != std::string::npos) head->close = true;
     if (name == "content-length") {
       std::uint64_t n = 0;
-      if (value.empty() || value.size() > 19) return false;
-      for (char c : value) {
-        if (c < '0' || c > '9') return false;
-        n = n * 10 + static_cast<std::uint64_t>(c - '0');
-      }
+      if (!decimal(value, &n)) return false;
       head->content_length = n;
     }
   }
