@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -110,18 +109,6 @@ struct Memory {
   int device = -1;
 };
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 // "host", "pinned", "gpu" (GPU 0) or "gpu:N", resolved as `ferry read` resolves --host,
 // --pinned and --gpu N (a GPU without a driver fails with the same message).
 Memory resolve_memory(const std::string& text) {
@@ -132,9 +119,7 @@ Memory resolve_memory(const std::string& text) {
     choice.pinned = true;
   } else if (text == "gpu" || text.rfind("gpu:", 0) == 0) {
     const std::string digits = text == "gpu" ? "0" : text.substr(4);
-    if (digits.empty() || digits.size() > 4 ||
-        !std::all_of(digits.begin(), digits.end(),
-                     [](unsigned char c) { return std::isdigit(c); })) {
+    if (!is_gpu_ordinal(digits)) {
       throw Error(fmt::format("--memory '{}': expected gpu:N with N a GPU ordinal", text));
     }
     choice.gpu = std::stoi(digits);

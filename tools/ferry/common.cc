@@ -72,21 +72,31 @@ FileOptions file_options(const SettingsFlags& flags) {
   return options;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool is_gpu_ordinal(const std::string& text) {
+  return !text.empty() && text.size() <= 4 &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
 GpuList parse_gpu_list(const std::string& text) {
   GpuList list;
   if (text == "all") {
     list.all = true;
     return list;
   }
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const bool digits =
-        !item.empty() && item.size() <= 4 &&
-        std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-    if (!digits) {
+  for (const std::string& item : split_list(text)) {
+    if (!is_gpu_ordinal(item)) {
       throw Error(fmt::format("'{}' is not a GPU ordinal, a list such as 0,1, or all", text));
     }
     const int ordinal = std::stoi(item);
@@ -94,8 +104,6 @@ GpuList parse_gpu_list(const std::string& text) {
       throw Error(fmt::format("GPU {} is named twice in '{}'", ordinal, text));
     }
     list.ordinals.push_back(ordinal);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return list;
 }

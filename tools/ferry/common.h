@@ -23,6 +23,11 @@ struct MemoryChoice : ferry::MemoryChoice {
 // parse time); cmd_read resolves it with parse_gpu_list and resolve_gpus.
 void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus = false);
 
+// "a,b,,c" -> {"a", "b", "", "c"}: the items of a comma-separated option, empty ones kept.
+std::vector<std::string> split_list(const std::string& text);
+// Whether `text` is a GPU ordinal as the options write one: 1 to 4 decimal digits.
+bool is_gpu_ordinal(const std::string& text);
+
 // --gpu's text parsed without asking CUDA: "all", or distinct ordinals separated by commas.
 // Throws ferry::Error for anything else ("0,,1", "x", "0,0", "-1").
 struct GpuList {
