@@ -170,11 +170,7 @@ std::string sha256_of(const std::vector<Part>& parts) {
 
 }  // namespace
 
-std::string sha256(const Buffer& buffer, std::size_t size) {
-  return sha256_of({{&buffer, 0, size}});
-}
-
-std::string sha256(const Buffer& buffer, std::size_t offset, std::size_t size) {
+std::string sha256(const Buffer& buffer, std::size_t size, std::size_t offset) {
   return sha256_of({{&buffer, offset, size}});
 }
 

@@ -60,10 +60,8 @@ struct Target {
 };
 Target resolve_target(const ferry::MemoryChoice& choice);
 
-// SHA-256 (hex) of the first `size` bytes of `buffer`, copied back in chunks where needed.
-std::string sha256(const Buffer& buffer, std::size_t size);
-// SHA-256 (hex) of `size` bytes of `buffer` from `offset`.
-std::string sha256(const Buffer& buffer, std::size_t offset, std::size_t size);
+// SHA-256 (hex) of `size` bytes of `buffer` from `offset`, copied back in chunks where needed.
+std::string sha256(const Buffer& buffer, std::size_t size, std::size_t offset = 0);
 // SHA-256 (hex) of several buffers' first bytes, one after the other, as if one.
 std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& parts);
 
