@@ -184,16 +184,6 @@ struct BenchArgs {
 
 // --- The file -----------------------------------------------------------------------------
 
-// The temporary file's name, for the signal handler (async-signal-safe unlink only): a bench
-// stopped by Ctrl-C, a timeout's SIGTERM or a closed terminal leaves no 1 GiB file behind.
-char g_bench_temp[4096];
-
-void remove_temp_and_die(int sig) {
-  if (g_bench_temp[0] != 0) unlink(g_bench_temp);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
 // The benchmark's file: the one named, or a temporary one made of random bytes and removed
 // at the end, or at SIGINT, SIGTERM or SIGHUP.
 class BenchFile {
@@ -220,13 +210,8 @@ class BenchFile {
       ::close(fd);
       path_ = tmpl;
       temporary_ = true;
-      if (tmpl.size() < sizeof g_bench_temp) {
-        std::memcpy(g_bench_temp, tmpl.c_str(), tmpl.size() + 1);
-        struct sigaction act {};
-        act.sa_handler = remove_temp_and_die;
-        sigemptyset(&act.sa_mask);
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &act, nullptr);
-      }
+      // A bench stopped by Ctrl-C, a timeout's SIGTERM or a closed terminal leaves no 1 GiB file.
+      remove_on_signals(tmpl, {SIGINT, SIGTERM, SIGHUP});
     }
     try {
       size_ = parse_size(a.file_size, "--file-size");
@@ -255,7 +240,7 @@ class BenchFile {
   void remove_temporary() {
     if (!temporary_) return;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
-    g_bench_temp[0] = 0;
+    forget_signal_temp();
     std::error_code ec;
     std::filesystem::remove(path_, ec);
   }

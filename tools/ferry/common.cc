@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -216,6 +218,30 @@ void wait_with_progress(const IoFuture& future, std::uint64_t total, const char*
   ProgressBar bar(verb, total, true);
   while (!future.wait_for(0.05)) bar.update(std::min(future.progress(), total));
 }
+
+namespace {
+
+// The temporary file's name, for the signal handler.
+char g_signal_temp[4096];
+
+void remove_temp_and_die(int sig) {
+  if (g_signal_temp[0] != 0) unlink(g_signal_temp);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void remove_on_signals(const std::string& path, std::initializer_list<int> signals) {
+  if (path.size() >= sizeof g_signal_temp) return;
+  std::memcpy(g_signal_temp, path.c_str(), path.size() + 1);
+  struct sigaction act {};
+  act.sa_handler = remove_temp_and_die;
+  sigemptyset(&act.sa_mask);
+  for (int sig : signals) sigaction(sig, &act, nullptr);
+}
+
+void forget_signal_temp() { g_signal_temp[0] = 0; }
 
 std::string json_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -71,6 +72,12 @@ void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed
 // Waits for `future` of `total` bytes, drawing a progress line (progress.h) while it runs when
 // `show` (progress_wanted(json)) and the request takes long enough to be worth one.
 void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb, bool show);
+
+// A fatal signal's cleanup of a temporary file: until forget_signal_temp(), each of `signals`
+// unlinks `path`, then ends the process as it would have (the handler only unlinks, which is
+// async-signal-safe). One such file at a time; a path too long for the handler's copy is left.
+void remove_on_signals(const std::string& path, std::initializer_list<int> signals);
+void forget_signal_temp();
 
 // `j` as JSON text for --json output: a string that is not UTF-8 (a path's bytes) has its bad
 // bytes replaced by U+FFFD instead of failing the command after its work is done.
