@@ -304,6 +304,17 @@ class ConfigContextManager:
         _apply(self._old, warn=False)
 
 
+def _config_arg(module: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The settings of KvikIO's ``MODULE.set(config: dict)`` or ``MODULE.set(key, value)`` as one
+    dict; ValueError with KvikIO's usage words for any other arguments."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        return args[0]
+    if len(args) == 2 and isinstance(args[0], str):
+        return {args[0]: args[1]}
+    raise ValueError(f"Valid arguments are kvikio.{module}.set(config: dict) or "
+                     f"kvikio.{module}.set(key: str, value: Any)")
+
+
 @overload
 def set(config: dict[str, Any], /) -> ConfigContextManager: ...
 @overload
@@ -314,17 +325,7 @@ def set(*config: Any) -> ConfigContextManager:  # noqa: A001 (KvikIO's name)
     it ends. Names: compat_mode, num_threads, task_size, gds_threshold, bounce_buffer_size,
     http_max_attempts, http_status_codes, http_timeout. An unknown name is a KeyError; a name
     KvikIO has for something ferry does not do is a NotImplementedError."""
-    usage = ("Valid arguments are kvikio.defaults.set(config: dict) or "
-             "kvikio.defaults.set(key: str, value: Any)")
-    if len(config) == 1:
-        if not isinstance(config[0], dict):
-            raise ValueError(usage)
-        return ConfigContextManager(config[0])
-    if len(config) == 2:
-        if not isinstance(config[0], str):
-            raise ValueError(usage)
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(usage)
+    return ConfigContextManager(_config_arg("defaults", config))
 
 
 def get(config_name: str) -> Any:
