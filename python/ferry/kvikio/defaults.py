@@ -84,14 +84,19 @@ class _Change:
         self.warnings: list[str] = []
 
 
-def _unsigned(value: Any, name: str, ctype: str = "size_t") -> int:
-    """KvikIO's conversion of a setting to an unsigned C integer: TypeError for what is not an
-    integer, OverflowError for a negative one."""
+def _integer(value: Any, name: str) -> int:
+    """`value` as an int; TypeError naming the setting for what is not an integer."""
     try:
-        n = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"kvikio.defaults: {name} must be an integer, not "
                         f"{type(value).__name__}") from None
+
+
+def _unsigned(value: Any, name: str, ctype: str = "size_t") -> int:
+    """KvikIO's conversion of a setting to an unsigned C integer: TypeError for what is not an
+    integer, OverflowError for a negative one."""
+    n = _integer(value, name)
     if n < 0:
         raise OverflowError(f"can't convert negative value to {ctype} ({name}={n})")
     return n
@@ -191,11 +196,7 @@ def _set_http_status_codes(c: _Change, value: Any) -> None:
 
 
 def _set_http_timeout(c: _Change, value: Any) -> None:
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"kvikio.defaults: http_timeout must be an integer, not "
-                        f"{type(value).__name__}") from None
+    n = _integer(value, "http_timeout")
     if n <= 0:
         raise ValueError("timeout_seconds must be a positive integer")
     if n > 86400:
