@@ -77,14 +77,7 @@ void bind_async_staging(py::module_& m) {
       .def(
           "stage",
           [](AsyncStagingPool& pool, const py::list& rows, const py::list& after, double wait_s) {
-            std::vector<StageItem> items;
-            items.reserve(rows.size());
-            for (const py::handle& row : rows) {
-              auto t = row.cast<py::tuple>();
-              items.push_back({t[0].cast<std::string>(),
-                               reinterpret_cast<const void*>(t[1].cast<std::uintptr_t>()),
-                               t[2].cast<std::uint64_t>()});
-            }
+            const std::vector<StageItem> items = named_memory<StageItem>(rows);
             std::vector<StageAfter> streams;
             for (const py::handle& a : after) {
               auto t = a.cast<py::tuple>();
