@@ -28,32 +28,38 @@ namespace {
 
 constexpr std::size_t kErrorBodyMax = 16 << 10;
 
-// The calling thread's handle. Its connections stay open between requests (keep-alive); a child
-// made by fork() leaves its parent's handle alone (the sockets are shared with the parent) and
-// makes its own.
-struct ThreadHandle {
+// A libcurl easy handle and the sockets it reports. A child made by fork() shares its parent's
+// sockets: it forgets the parent's handle, never cleans it up, and makes its own.
+struct ProcessHandle {
+  const CurlApi* api = nullptr;
   CURL* handle = nullptr;
   pid_t pid = 0;
-  const CurlApi* api = nullptr;
   std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
-  ~ThreadHandle() {
+
+  ~ProcessHandle() { cleanup(); }
+  void cleanup() {
     if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
+    handle = nullptr;
+  }
+  // Forgets a handle made before a fork (the parent's); true if it did.
+  bool forget_if_forked() {
+    if (handle == nullptr || pid == ::getpid()) return false;
+    handle = nullptr;
+    sockets = SocketSet::after_fork(std::move(sockets));
+    return true;
   }
 };
 
-// Per thread by design: a libcurl easy handle may be used by one thread at a time.
-thread_local ThreadHandle this_thread;
+// The calling thread's handle. Its connections stay open between requests (keep-alive). Per
+// thread by design: a libcurl easy handle may be used by one thread at a time.
+thread_local ProcessHandle this_thread;
 
 CURL* thread_handle(const CurlApi& api) {
-  ThreadHandle& t = this_thread;
-  const pid_t me = ::getpid();
-  if (t.handle != nullptr && t.pid != me) {
-    t.handle = nullptr;
-    t.sockets = SocketSet::after_fork(std::move(t.sockets));
-  }
+  ProcessHandle& t = this_thread;
+  t.forget_if_forked();
   if (t.handle == nullptr) {
     t.handle = api.easy_init();
-    t.pid = me;
+    t.pid = ::getpid();
     t.api = &api;
   } else {
     api.easy_reset(t.handle);  // options go; the connection cache stays
@@ -472,22 +478,13 @@ bool split_url(const std::string& url, std::string* origin, std::string* authori
 }
 
 // The calling thread's connection for this path, to one origin at a time.
-struct DirectConnection {
-  const CurlApi* api = nullptr;
-  CURL* handle = nullptr;
-  pid_t pid = 0;
+struct DirectConnection : ProcessHandle {
   std::string origin;
   curl_socket_t socket = CURL_SOCKET_BAD;
-  std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
   char error[CURL_ERROR_SIZE] = {};
 
-  ~DirectConnection() {
-    if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
-  }
   void drop() {
-    // A child made by fork() shares its parent's socket: it forgets the handle, never closes it.
-    if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
-    handle = nullptr;
+    cleanup();  // a child made by fork() forgets its parent's handle, never closes it
     origin.clear();
     socket = CURL_SOCKET_BAD;
   }
@@ -868,11 +865,8 @@ bool signed_redirect(const RemoteTarget& target, const Head& h, const std::strin
 
 // The calling thread's direct connection: its GETs' and its HEADs'.
 DirectConnection& thread_connection() {
-  thread_local DirectConnection c;                   // per thread by design, as `this_thread` above
-  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
-    c.handle = nullptr;
-    c.sockets = SocketSet::after_fork(std::move(c.sockets));
-  }
+  thread_local DirectConnection c;  // per thread by design, as `this_thread` above
+  c.forget_if_forked();
   return c;
 }
 
@@ -1026,11 +1020,7 @@ HttpAnswer ObjectStream::read(const CurlApi& api, const RemoteTarget& target,
                               const std::string& etag, char* buffer, std::uint64_t offset,
                               std::size_t size) {
   State& s = *state_;
-  if (s.c.handle != nullptr && s.c.pid != ::getpid()) {  // made before a fork: the parent's
-    s.c.handle = nullptr;
-    s.c.sockets = SocketSet::after_fork(std::move(s.c.sockets));
-    s.open = false;
-  }
+  if (s.c.forget_if_forked()) s.open = false;
   std::string origin, authority, path;
   if (!direct_path_for(target) || !split_url(target.url, &origin, &authority, &path)) {
     close();
