@@ -274,14 +274,28 @@ def parse_size(size: Union[int, str, None]) -> int:
     return _ferry.parse_size(str(size), "max_shard_size")
 
 
-def _with_progress(progress: Any, write: Any) -> Any:
-    """write(callback) with the callback behind a ``progress=`` argument (ferry._progress); a bar
-    it drew is erased when the write ends, however it ends."""
-    callback = _progress.reporter(progress, "saving")
-    try:
-        return write(callback)
-    finally:
-        _progress.close(callback)
+def _write(tensors: Any, framework: str, progress: Any, snapshot_first: bool,
+           asynchronous: bool, write: Any) -> Any:
+    """``write(rows, callback)`` of `tensors` (copied first where `snapshot_first`, once checked
+    as safetensors checks them), now or on ferry's save thread: its report, or a Future of it.
+    `callback` is behind the ``progress=`` argument (ferry._progress); a bar it drew is erased
+    when the write ends, however it ends."""
+    if snapshot_first:
+        rows_of(tensors, framework, [])  # refuse what safetensors refuses before copying
+        tensors = snapshot(tensors)
+    keep: List[Any] = []
+    rows = rows_of(tensors, framework, keep)
+
+    def call() -> Any:
+        callback = _progress.reporter(progress, "saving")
+        try:
+            report = write(rows, callback)
+        finally:
+            _progress.close(callback)
+        del keep[:]
+        return report
+
+    return run(call, asynchronous)
 
 
 def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *,
@@ -290,19 +304,9 @@ def save_file(tensors: Any, filename: PathLike, metadata: Any, framework: str, *
     _progress.check(progress)
     metadata = check_metadata(metadata)
     path = _path_arg(filename)
-    if snapshot_first:
-        rows_of(tensors, framework, [])  # refuse what safetensors refuses before copying
-        tensors = snapshot(tensors)
-    keep: List[Any] = []
-    rows = rows_of(tensors, framework, keep)
-
-    def call() -> Any:
-        report = _with_progress(progress, lambda callback: _ferry.save_file(
-            rows, path, metadata, durable, progress=callback))
-        del keep[:]
-        return report
-
-    result = run(call, asynchronous)
+    result = _write(tensors, framework, progress, snapshot_first, asynchronous,
+                    lambda rows, callback: _ferry.save_file(rows, path, metadata, durable,
+                                                            progress=callback))
     return result if asynchronous else None
 
 
@@ -313,19 +317,9 @@ def save_checkpoint(tensors: Any, directory: PathLike, *, max_shard_size: Any = 
     metadata = check_metadata(metadata)
     limit = parse_size(max_shard_size)
     path = _path_arg(directory)
-    if snapshot_first:
-        rows_of(tensors, "any", [])
-        tensors = snapshot(tensors)
-    keep: List[Any] = []
-    rows = rows_of(tensors, "any", keep)
-
-    def call() -> Any:
-        report = _with_progress(progress, lambda callback: _ferry.save_checkpoint(
-            rows, path, metadata, durable, limit, progress=callback))
-        del keep[:]
-        return report
-
-    return run(call, asynchronous)
+    return _write(tensors, "any", progress, snapshot_first, asynchronous,
+                  lambda rows, callback: _ferry.save_checkpoint(rows, path, metadata, durable,
+                                                                limit, progress=callback))
 
 
 __all__: Sequence[str] = ()

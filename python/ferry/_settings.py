@@ -63,25 +63,23 @@ class Settings(Mapping[str, Any]):
     def __call__(self, **values: Any) -> Scope:
         return Scope(values)
 
-    def __getattr__(self, name: str) -> Any:
-        current = _ferry.get_settings()
-        try:
-            return current[ALIASES.get(name, name)]
-        except KeyError:
-            raise AttributeError(f"ferry has no setting '{name}'; known: {', '.join(current)}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        _ferry.set_settings(as_text({name: value}))
-
     def __getitem__(self, name: str) -> Any:
+        return self._get(name, KeyError, repr(name))
+
+    def __getattr__(self, name: str) -> Any:
+        return self._get(name, AttributeError, f"'{name}'")
+
+    def _get(self, name: str, error: type, shown: str) -> Any:
         current = _ferry.get_settings()
         try:
             return current[ALIASES.get(name, name)]
         except KeyError:
-            raise KeyError(f"ferry has no setting {name!r}; known: {', '.join(current)}") from None
+            raise error(f"ferry has no setting {shown}; known: {', '.join(current)}") from None
 
     def __setitem__(self, name: str, value: Any) -> None:
         _ferry.set_settings(as_text({name: value}))
+
+    __setattr__ = __setitem__
 
     def __len__(self) -> int:
         return len(_ferry.get_settings())

@@ -160,6 +160,28 @@ ProgressOptions python_progress(const py::object& callback) {
   return progress;
 }
 
+FileOptions file_options_arg(const std::map<std::string, std::string>& settings, bool direct) {
+  FileOptions o;
+  o.direct = direct;
+  for (const auto& [name, value] : settings) o.settings.set(name, value);
+  return o;
+}
+
+SaveOptions save_options_arg(bool durable, const std::map<std::string, std::string>& settings,
+                             const py::object& progress) {
+  SaveOptions o;
+  o.durable = durable;
+  o.file = file_options_arg(settings);
+  o.progress = python_progress(progress);
+  return o;
+}
+
+Dtype dtype_arg(const std::string& tensor, const std::string& dtype) {
+  const std::optional<Dtype> parsed = parse_dtype(dtype);
+  if (!parsed) throw py::type_error("ferry: tensor '" + tensor + "': unknown dtype " + dtype);
+  return *parsed;
+}
+
 namespace {
 
 // Checkpoint::load into Python's memory: `allocate(nbytes)` returns an object exporting that many
@@ -225,10 +247,7 @@ std::vector<TensorSource> sources(const py::list& rows) {
     auto row = item.cast<py::tuple>();
     TensorSource t;
     t.name = row[0].cast<std::string>();
-    const std::string dtype = row[1].cast<std::string>();
-    const std::optional<Dtype> parsed = parse_dtype(dtype);
-    if (!parsed) throw py::type_error("ferry: tensor '" + t.name + "': unknown dtype " + dtype);
-    t.dtype = *parsed;
+    t.dtype = dtype_arg(t.name, row[1].cast<std::string>());
     t.shape = row[2].cast<std::vector<std::uint64_t>>();
     t.data = reinterpret_cast<const void*>(row[3].cast<std::uintptr_t>());
     t.nbytes = row[4].cast<std::uint64_t>();
@@ -237,17 +256,6 @@ std::vector<TensorSource> sources(const py::list& rows) {
     out.push_back(std::move(t));
   }
   return out;
-}
-
-SaveOptions save_options(std::optional<std::map<std::string, std::string>> metadata, bool durable,
-                         std::uint64_t max_shard_size,
-                         const std::map<std::string, std::string>& settings) {
-  SaveOptions o;
-  o.metadata = std::move(metadata);
-  o.durable = durable;
-  o.max_shard_size = max_shard_size;
-  for (const auto& [name, value] : settings) o.file.settings.set(name, value);
-  return o;
 }
 
 void translate_checkpoint_errors(std::exception_ptr p) {
@@ -407,8 +415,8 @@ void bind_checkpoint(py::module_& m) {
          std::optional<std::map<std::string, std::string>> metadata, bool durable,
          const std::map<std::string, std::string>& settings, const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
-        SaveOptions o = save_options(std::move(metadata), durable, 0, settings);
-        o.progress = python_progress(progress);
+        SaveOptions o = save_options_arg(durable, settings, progress);
+        o.metadata = std::move(metadata);
         py::gil_scoped_release release;
         return save_file(tensors, path, o);
       },
@@ -424,8 +432,9 @@ void bind_checkpoint(py::module_& m) {
          std::uint64_t max_shard_size, const std::map<std::string, std::string>& settings,
          const py::object& progress) {
         const std::vector<TensorSource> tensors = sources(rows);
-        SaveOptions o = save_options(std::move(metadata), durable, max_shard_size, settings);
-        o.progress = python_progress(progress);
+        SaveOptions o = save_options_arg(durable, settings, progress);
+        o.metadata = std::move(metadata);
+        o.max_shard_size = max_shard_size;
         py::gil_scoped_release release;
         return save_checkpoint(tensors, directory, o);
       },
@@ -443,9 +452,7 @@ void bind_checkpoint(py::module_& m) {
       .def(py::init([](const py::object& path_object, bool direct,
                        const std::map<std::string, std::string>& settings) {
              const std::string path = path_arg(path_object);
-             FileOptions options;
-             options.direct = direct;
-             for (const auto& [name, value] : settings) options.settings.set(name, value);
+             FileOptions options = file_options_arg(settings, direct);
              py::gil_scoped_release release;
              return std::make_unique<Checkpoint>(path, std::move(options));
            }),

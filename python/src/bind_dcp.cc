@@ -18,13 +18,6 @@ namespace ferry::python {
 
 namespace {
 
-SaveOptions dcp_options(bool durable, const std::map<std::string, std::string>& settings) {
-  SaveOptions o;
-  o.durable = durable;
-  for (const auto& [name, value] : settings) o.file.settings.set(name, value);
-  return o;
-}
-
 // (name, bytes) for a byte item; (name, dtype, shape, ptr, nbytes) for a contiguous tensor.
 std::vector<DcpWriteItem> dcp_items(const py::list& rows) {
   std::vector<DcpWriteItem> out;
@@ -37,12 +30,7 @@ std::vector<DcpWriteItem> dcp_items(const py::list& rows) {
       item.is_bytes = true;
       item.bytes = row[1].cast<std::string>();
     } else {
-      const std::string dtype = row[1].cast<std::string>();
-      const std::optional<Dtype> parsed = parse_dtype(dtype);
-      if (!parsed) {
-        throw py::type_error("ferry: tensor '" + item.tensor.name + "': unknown dtype " + dtype);
-      }
-      item.tensor.dtype = *parsed;
+      item.tensor.dtype = dtype_arg(item.tensor.name, row[1].cast<std::string>());
       item.tensor.shape = row[2].cast<std::vector<std::uint64_t>>();
       item.tensor.data = reinterpret_cast<const void*>(row[3].cast<std::uintptr_t>());
       item.tensor.nbytes = row[4].cast<std::uint64_t>();
@@ -89,14 +77,7 @@ void bind_async_staging(py::module_& m) {
       .def(
           "stage",
           [](AsyncStagingPool& pool, const py::list& rows, const py::list& after, double wait_s) {
-            std::vector<StageItem> items;
-            items.reserve(rows.size());
-            for (const py::handle& row : rows) {
-              auto t = row.cast<py::tuple>();
-              items.push_back({t[0].cast<std::string>(),
-                               reinterpret_cast<const void*>(t[1].cast<std::uintptr_t>()),
-                               t[2].cast<std::uint64_t>()});
-            }
+            const std::vector<StageItem> items = named_memory<StageItem>(rows);
             std::vector<StageAfter> streams;
             for (const py::handle& a : after) {
               auto t = a.cast<py::tuple>();
@@ -145,8 +126,7 @@ void bind_dcp(py::module_& m) {
          const std::map<std::string, std::string>& settings, const py::object& progress) {
         const std::vector<DcpWriteItem> items = dcp_items(rows);
         const std::string file = path_arg(path);
-        SaveOptions o = dcp_options(durable, settings);
-        o.progress = python_progress(progress);
+        const SaveOptions o = save_options_arg(durable, settings, progress);
         std::vector<DcpItemPlace> places;
         SaveReport report;
         {
@@ -179,7 +159,7 @@ void bind_dcp(py::module_& m) {
         const std::string bytes = metadata;
         SaveReport report;
         py::gil_scoped_release release;
-        commit_dcp_metadata(dir, bytes, files, dcp_options(durable, settings), &report);
+        commit_dcp_metadata(dir, bytes, files, save_options_arg(durable, settings), &report);
         return report;
       },
       arg("path"), arg("metadata"), arg("files"), arg("durable") = true,
@@ -199,19 +179,14 @@ void bind_dcp(py::module_& m) {
           item.relative_path = row[1].cast<std::string>();
           item.blob_offset = row[2].cast<std::uint64_t>();
           item.blob_length = row[3].cast<std::uint64_t>();
-          const std::string dtype = row[4].cast<std::string>();
-          const std::optional<Dtype> parsed = parse_dtype(dtype);
-          if (!parsed)
-            throw py::type_error("ferry: tensor '" + item.name + "': unknown dtype " + dtype);
-          item.dtype = *parsed;
+          item.dtype = dtype_arg(item.name, row[4].cast<std::string>());
           item.offsets = row[5].cast<std::vector<std::uint64_t>>();
           item.lengths = row[6].cast<std::vector<std::uint64_t>>();
           item.buffer = reinterpret_cast<void*>(row[7].cast<std::uintptr_t>());
           items.push_back(std::move(item));
         }
         const std::string dir = path_arg(path);
-        FileOptions o;
-        for (const auto& [name, value] : settings) o.settings.set(name, value);
+        const FileOptions o = file_options_arg(settings);
         py::gil_scoped_release release;
         return read_dcp_items(dir, items, o);
       },

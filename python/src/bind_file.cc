@@ -8,7 +8,6 @@
 #include <structmember.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "ferry/file.h"
 #include "ferry/plan.h"
 #include "ferry/printable.h"
+#include "ferry/remote.h"
 #include "settings_dict.h"
 
 namespace ferry::python {
@@ -275,19 +275,6 @@ std::vector<ByteRange> ranges_arg(const py::handle& ranges) {
 
 const char* const kModes[] = {"r", "r+", "w", "w+", "a"};
 
-// http://, https:// or s3:// in any case (ferry's test for a URL, io::is_remote_url).
-bool remote_url(std::string_view name) {
-  for (std::string_view scheme : {"http://", "https://", "s3://"}) {
-    if (name.size() >= scheme.size() &&
-        std::equal(scheme.begin(), scheme.end(), name.begin(), [](char a, char b) {
-          return a == std::tolower(static_cast<unsigned char>(b));
-        })) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // Opening a remote object waits on the network, for minutes where it retries: the open runs in
 // a helper thread while this one waits in slices, GIL released, looking for signals between
 // them. A signal whose handler raises (Ctrl-C) cancels the open (FileOptions::cancel: its GETs
@@ -336,10 +323,8 @@ class PyFile {
     }
     std::string name = path_arg(path);
     mode_ = mode;
-    FileOptions options;
-    options.direct = direct;
-    for (const auto& [key, value] : settings) options.settings.set(key, value);
-    remote_ = remote_url(name);
+    FileOptions options = file_options_arg(settings, direct);
+    remote_ = is_remote_url(name);
     if (remote_) {
       file_ = open_interruptibly(name, mode, std::move(options));
       return;

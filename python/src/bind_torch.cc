@@ -93,19 +93,9 @@ void bind_torch(py::module_& m) {
          std::uint64_t alignment, bool durable, const std::map<std::string, std::string>& settings,
          const py::object& progress) {
         const std::string pkl = data_pkl;
-        std::vector<TorchStorageSource> sources;
-        sources.reserve(storages.size());
-        for (const py::handle& row : storages) {
-          auto t = row.cast<py::tuple>();
-          sources.push_back({t[0].cast<std::string>(),
-                             reinterpret_cast<const void*>(t[1].cast<std::uintptr_t>()),
-                             t[2].cast<std::uint64_t>()});
-        }
+        const std::vector<TorchStorageSource> sources = named_memory<TorchStorageSource>(storages);
         const std::string file = path_arg(path);
-        SaveOptions o;
-        o.durable = durable;
-        for (const auto& [name, value] : settings) o.file.settings.set(name, value);
-        o.progress = python_progress(progress);
+        const SaveOptions o = save_options_arg(durable, settings, progress);
         py::gil_scoped_release release;
         return save_torch_file(pkl, sources, file, alignment, o);
       },
@@ -148,8 +138,7 @@ void bind_torch(py::module_& m) {
           plan.push_back({t[0].cast<std::uint64_t>(), t[1].cast<std::size_t>(),
                           reinterpret_cast<void*>(t[2].cast<std::uintptr_t>())});
         }
-        FileOptions o;
-        for (const auto& [name, value] : settings) o.settings.set(name, value);
+        const FileOptions o = file_options_arg(settings);
         py::gil_scoped_release release;
         return read_torch_storages(file, plan, o);
       },

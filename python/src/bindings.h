@@ -5,10 +5,13 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_writer.h"
 #include "ferry/error.h"
 #include "ferry/route.h"
 
@@ -56,6 +59,31 @@ std::optional<std::uint64_t> index_arg(const py::handle& value, const char* name
 // the thread running it. It holds a reference to `callback`, which the caller keeps alive (the
 // std::function may be copied without the GIL: a py::object in it could not be).
 ProgressOptions python_progress(const py::object& callback);
+
+// The FileOptions of a `settings={name: text}` argument (SettingError for a bad value) and
+// `direct`.
+FileOptions file_options_arg(const std::map<std::string, std::string>& settings,
+                             bool direct = false);
+// The SaveOptions of a save's `durable`, `settings` and `progress` (python_progress) arguments.
+SaveOptions save_options_arg(bool durable, const std::map<std::string, std::string>& settings,
+                             const py::object& progress = py::none());
+// [(name, pointer, nbytes), ...] from Python as Row{name, data, nbytes} (StageItem,
+// TorchStorageSource): memory the caller keeps as it is until the call returns.
+template <class Row>
+std::vector<Row> named_memory(const py::list& rows) {
+  std::vector<Row> out;
+  out.reserve(rows.size());
+  for (const py::handle& row : rows) {
+    auto t = row.cast<py::tuple>();
+    out.push_back({t[0].cast<std::string>(),
+                   reinterpret_cast<const void*>(t[1].cast<std::uintptr_t>()),
+                   t[2].cast<std::uint64_t>()});
+  }
+  return out;
+}
+
+// A tensor's dtype name from Python; TypeError naming the tensor where ferry has no such dtype.
+Dtype dtype_arg(const std::string& tensor, const std::string& dtype);
 
 // Raises `exc` (an instance built by ferry._errors.from_cpp) as the current Python error.
 void set_python_error(const py::handle& exc);

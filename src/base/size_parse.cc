@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <utility>
 
+#include "base/text.h"
 #include "base/variables.h"
 #include "ferry/error.h"
 #include "ferry/settings.h"
@@ -24,17 +24,8 @@ constexpr const char* kSizeForms =
     "K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024); KB, MB, GB, TB (powers of 1000, as "
     "max_shard_size=\"5GB\"), e.g. 4194304, 4MiB, 16KiB, 4M, 5GB";
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
+using base::lower;
+using base::trim;
 
 [[noreturn]] void bad(std::string_view setting, std::string_view text, std::string_view why,
                       std::string_view forms) {

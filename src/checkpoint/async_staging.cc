@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/progress_meter.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/error.h"
 #include "ferry/memory.h"
@@ -26,15 +27,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace abi = cuda::abi;
+using checkpoint::seconds_since;
 
 constexpr std::uint64_t kAlign = 4096;                         // O_DIRECT writes from the copies
 constexpr std::uint64_t kBatchBytes = std::uint64_t{1} << 30;  // copies per event
 
 std::uint64_t aligned(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Puts the caller's CUDA context back when a scope ends.
 class KeepContext {

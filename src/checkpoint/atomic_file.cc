@@ -16,12 +16,9 @@
 namespace ferry {
 
 namespace fs = std::filesystem;
+using checkpoint::folder_of;
 
 namespace {
-
-fs::path folder_of(const fs::path& p) {
-  return p.parent_path().empty() ? fs::path(".") : p.parent_path();
-}
 
 // A save replaces only a file that the caller could have opened for writing: a rename needs only
 // the folder's permission, so without this a save would replace a read-only file, or another

@@ -365,8 +365,7 @@ LoadReport PendingRead::wait(const ProgressOptions& progress) {
     for (State::InFlight& f : s.in_flight) f.read.wait();
     throw;
   }
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
+  report.seconds = checkpoint::seconds_since(s.start);
   return std::move(report);
 }
 
@@ -568,7 +567,7 @@ LoadResult Checkpoint::load(const LoadOptions& options) const {
   while (!in_flight.empty()) finish_oldest();
   meter.finish();
   // The allocations are part of what a user waits for.
-  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  report.seconds = checkpoint::seconds_since(start);
   report.allocate_seconds = std::chrono::duration<double>(allocating).count();
   report.skipped = s.skipped;
   report.open_reads = s.open_reads;

@@ -25,23 +25,13 @@
 namespace ferry {
 
 namespace fs = std::filesystem;
+using checkpoint::save_file_options;
+using checkpoint::seconds_since;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kIndexName = "model.safetensors.index.json";
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The options of a save's files: a durable save's are fsynced once written, so their writes
-// start their writeback as they go (FileOptions::write_behind).
-FileOptions file_options(const SaveOptions& options) {
-  FileOptions f = options.file;
-  f.write_behind = f.write_behind || options.durable;
-  return f;
-}
 
 // One shard on its way: its tensors, layout and the requests writing them.
 struct ShardWrite {
@@ -114,11 +104,6 @@ void complete(ShardWrite& s, bool durable, SaveReport& report, checkpoint::Progr
   report.tensors += s.tensors.size();
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // What the folder loads as now: the files its index names, or without an index every
 // .safetensors file in it (what a loader of the folder reads).
 struct Live {
@@ -145,7 +130,7 @@ Live live_checkpoint(const fs::path& dir) {
   }
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (ends_with(name, ".safetensors")) live.names.insert(name);
+    if (name.ends_with(".safetensors")) live.names.insert(name);
   }
   return live;
 }
@@ -184,8 +169,8 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   ShardWrite s;
   s.tensors.assign(tensors.begin(), tensors.end());
   s.layout = safetensors_layout(s.tensors, options.metadata, file.string());
-  remove_stale_temps(file.parent_path().empty() ? fs::path(".") : file.parent_path());
-  s.out = std::make_unique<AtomicFile>(file, file_options(options));
+  remove_stale_temps(checkpoint::folder_of(file));
+  s.out = std::make_unique<AtomicFile>(file, save_file_options(options));
   submit(s);
   checkpoint::ProgressMeter meter(options.progress, s.layout.file_size);
   complete(s, options.durable, report, meter, std::span<const ShardWrite>(&s, 1));
@@ -193,14 +178,13 @@ SaveReport save_file(std::span<const TensorSource> tensors, const fs::path& file
   {
     // The rename under the folder's save lock: a save_checkpoint there, which removes the
     // model*.safetensors files its index does not name, never runs across it.
-    const checkpoint::FolderLock lock(
-        file.parent_path().empty() ? fs::path(".") : file.parent_path(),
-        checkpoint::FolderLock::Mode::kWait);
+    const checkpoint::FolderLock lock(checkpoint::folder_of(file),
+                                      checkpoint::FolderLock::Mode::kWait);
     s.out->commit(options.durable);
   }
   report.files.push_back(file.string());
   report.fsyncs = options.durable ? 2 : 0;  // the file, then its folder after the rename
-  report.seconds = since(t0);
+  report.seconds = seconds_since(t0);
   return report;
 }
 
@@ -238,7 +222,8 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
   }
   SaveReport report;
   for (std::size_t s = 0; s < count; ++s) {
-    shards[s].out = std::make_unique<AtomicFile>(directory / final_names[s], file_options(options));
+    shards[s].out =
+        std::make_unique<AtomicFile>(directory / final_names[s], save_file_options(options));
     submit(shards[s]);
   }
   std::uint64_t total = 0;
@@ -268,7 +253,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
       for (; placed < count; ++placed) shards[placed].out->commit(false);
       if (options.durable) sync_folder(directory);
       checkpoint::write_commit_file(index_path, checkpoint_index_json(tensors, where, final_names),
-                                    file_options(options), options.durable, renamed);
+                                    save_file_options(options), options.durable, renamed);
     } catch (...) {
       if (renamed) checkpoint::rethrow_after_commit(directory, "its index's folder fsync failed");
       // The old checkpoint stands: the names placed were in use by none of it.
@@ -280,7 +265,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
     for (const ShardWrite& s : shards) temp_names.push_back(s.out->temp().filename().string());
     try {
       checkpoint::write_commit_file(index_path, checkpoint_index_json(tensors, where, temp_names),
-                                    file_options(options), options.durable, renamed);
+                                    save_file_options(options), options.durable, renamed);
     } catch (...) {
       if (!renamed) throw;  // the old index stands; the shards' temporary files are removed
       for (ShardWrite& s : shards) s.out->release();
@@ -293,7 +278,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
         link_over(shards[s].out->temp(), directory / final_names[s]);
       if (options.durable) sync_folder(directory);
       checkpoint::write_commit_file(index_path, checkpoint_index_json(tensors, where, final_names),
-                                    file_options(options), options.durable, renamed);
+                                    save_file_options(options), options.durable, renamed);
     } catch (...) {
       if (!renamed) {
         checkpoint::rethrow_after_commit(
@@ -343,7 +328,7 @@ SaveReport save_checkpoint(std::span<const TensorSource> tensors, const fs::path
   for (const std::string& name : final_names) report.files.push_back((directory / name).string());
   report.files.push_back(index_path.string());
   report.bytes += checkpoint_index_json(tensors, where, final_names).size();
-  report.seconds = since(t0);
+  report.seconds = seconds_since(t0);
   return report;
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "checkpoint/folder_commit.h"
+#include "checkpoint/progress_meter.h"
 #include "checkpoint/torch_save_writer.h"
 #include "ferry/dcp_reader.h"
 #include "ferry/memory.h"
@@ -359,7 +360,7 @@ LoadReport read_dcp_items(const std::filesystem::path& dir, std::span<const DcpR
   }
   wait_all(requests, nullptr, &report.routes, failed);
   report.bytes_read = report.bytes;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.seconds = checkpoint::seconds_since(t0);
   return report;
 }
 

@@ -19,22 +19,14 @@
 namespace ferry {
 
 namespace fs = std::filesystem;
+using checkpoint::save_file_options;
+using checkpoint::seconds_since;
 
 namespace {
 
 constexpr const char* kMetadataName = ".metadata";
 constexpr std::uint64_t kAlignment = 4096;
 constexpr std::uint64_t kSmallAlignment = 64;  // torch.save's own, for tensors under 4096 B
-
-FileOptions file_options(const SaveOptions& options) {
-  FileOptions f = options.file;
-  f.write_behind = f.write_behind || options.durable;
-  return f;
-}
-
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -80,7 +72,7 @@ std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items, co
   }
 
   SaveReport written;
-  AtomicFile out(file, file_options(options));
+  AtomicFile out(file, save_file_options(options));
   checkpoint::ProgressMeter meter(options.progress, at);
   checkpoint::write_groups(out, groups, &meter, &written.routes);
   meter.finish();  // before the rename: a callback that throws leaves no file
@@ -90,7 +82,7 @@ std::vector<DcpItemPlace> write_dcp_file(std::span<const DcpWriteItem> items, co
     written.bytes = at;
     for (const DcpWriteItem& item : items) written.tensors += item.is_bytes ? 0 : 1;
     written.fsyncs = options.durable ? 2 : 0;  // the file, then its folder after the rename
-    written.seconds = since(t0);
+    written.seconds = seconds_since(t0);
     *report = std::move(written);
   }
   return places;
@@ -111,7 +103,7 @@ void commit_dcp_metadata(const fs::path& dir, std::string_view metadata,
   const auto t0 = std::chrono::steady_clock::now();
   bool renamed = false;
   try {
-    checkpoint::write_commit_file(dir / kMetadataName, metadata, file_options(options),
+    checkpoint::write_commit_file(dir / kMetadataName, metadata, save_file_options(options),
                                   options.durable, renamed);
   } catch (const IoError&) {
     if (renamed) checkpoint::rethrow_after_commit(dir, "its folder's fsync failed");
@@ -141,7 +133,7 @@ void commit_dcp_metadata(const fs::path& dir, std::string_view metadata,
       // .metadata's temporary file and the folder after its rename; the folder again after the
       // old files went.
       report->fsyncs = options.durable ? (stale.empty() ? 2 : 3) : 0;
-      report->seconds = since(t0);
+      report->seconds = seconds_since(t0);
     }
   } catch (const IoError&) {
     checkpoint::rethrow_after_commit(dir, "removing the old checkpoint's files failed");

@@ -47,10 +47,7 @@ void make_folders(const fs::path& dir, bool durable) {
                   "not a folder; a checkpoint is saved into a folder");
   }
   if (!durable) return;
-  for (const fs::path& p : made) {
-    const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-    sync_folder(parent);
-  }
+  for (const fs::path& p : made) sync_folder(folder_of(p));
 }
 
 namespace {
@@ -119,6 +116,12 @@ void rethrow_after_commit(const fs::path& dir, const std::string& how) {
                               "load gives the new tensors; nothing of it was removed",
                               std::strerror(e.error_code()), dir.string(), how));
   }
+}
+
+FileOptions save_file_options(const SaveOptions& options) {
+  FileOptions f = options.file;
+  f.write_behind = f.write_behind || options.durable;
+  return f;
 }
 
 void add_write(WriteGroups& groups, std::uint64_t offset, const void* data, std::uint64_t n) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/checkpoint_writer.h"
 #include "ferry/file.h"
 
 namespace ferry {
@@ -59,6 +60,10 @@ void write_commit_file(const std::filesystem::path& path, std::string_view text,
 // the new checkpoint, whatever failed afterwards (so no caller may read "unchanged" into it).
 // `how` says what failed. Call only from a catch block of IoError.
 [[noreturn]] void rethrow_after_commit(const std::filesystem::path& dir, const std::string& how);
+
+// The options of a save's files: a durable save's are fsynced once written, so their writes
+// start their writeback as they go (FileOptions::write_behind).
+FileOptions save_file_options(const SaveOptions& options);
 
 // The pieces of one file's save, grouped by kind of memory and device: a scattered write's buffers
 // must be of one kind.

@@ -12,6 +12,11 @@
 
 namespace ferry::checkpoint {
 
+// Seconds of the steady clock since `t0`: the seconds a load's or save's report gives.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class ProgressMeter {
  public:
   // Holds `options` by reference: they outlive the meter.

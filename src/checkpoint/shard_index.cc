@@ -23,11 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // What a path that is neither a regular file nor a folder is, in words.
 std::string kind_of(fs::file_type type) {
   switch (type) {
@@ -203,10 +198,10 @@ ShardIndex discover_remote(const std::string& url) {
   const std::string shown = io::shown_url(url);
   // The kind is told from the path alone: a presigned URL's query follows its ".safetensors".
   const std::string path = io::url_path(url);
-  if (ends_with(path, ".json")) {
+  if (path.ends_with(".json")) {
     return parse_index_with(read_remote_text(url), fs::path(url), &shard_beside);
   }
-  if (ends_with(path, ".safetensors")) {
+  if (path.ends_with(".safetensors")) {
     ShardIndex single;
     single.shards.push_back(fs::path(url));
     return single;
@@ -333,7 +328,7 @@ ShardIndex discover_shards(const fs::path& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (fs::is_regular_file(st)) {
-    if (ends_with(path.filename().string(), ".json")) return parse_index(read_text(path), path);
+    if (path.filename().string().ends_with(".json")) return parse_index(read_text(path), path);
     ShardIndex single;
     single.shards.push_back(path);
     return single;
@@ -356,8 +351,8 @@ ShardIndex discover_shards(const fs::path& path) {
   for (const auto& e : fs::directory_iterator(path)) {
     const std::string name = e.path().filename().string();
     if (!e.is_regular_file()) continue;
-    if (ends_with(name, ".safetensors.index.json")) indexes.push_back(e.path());
-    if (ends_with(name, ".safetensors")) {
+    if (name.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
+    if (name.ends_with(".safetensors")) {
       files.push_back(shard_inside(path, name, path.string(), ""));
     }
   }

@@ -32,10 +32,6 @@ constexpr std::size_t kRandom = 10;  // letters and digits after the marker
 // An index larger than this is not one of ferry's or transformers' (shard_index.h's limit).
 constexpr std::uintmax_t kMaxIndexBytes = 64u << 20;
 
-fs::path folder_of(const fs::path& p) {
-  return p.parent_path().empty() ? fs::path(".") : p.parent_path();
-}
-
 bool alnum(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
@@ -155,6 +151,10 @@ TempFile::~TempFile() { close(); }
 void TempFile::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+}
+
+fs::path folder_of(const fs::path& p) {
+  return p.parent_path().empty() ? fs::path(".") : p.parent_path();
 }
 
 bool is_temp_name(std::string_view name) {

@@ -31,6 +31,9 @@ class TempFile {
   int fd_ = -1;
 };
 
+// The folder `p` is in: its parent, or "." for a bare name.
+std::filesystem::path folder_of(const std::filesystem::path& p);
+
 // Whether `name` is a temporary name of ferry's saves, this version's or an earlier one's
 // (.NAME.ferry-PID-XXXXXX, .NAME.ferry-PID-L00000).
 bool is_temp_name(std::string_view name);

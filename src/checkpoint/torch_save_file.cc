@@ -17,6 +17,7 @@
 #include "checkpoint/folder_commit.h"
 #include "checkpoint/pickle_reader.h"
 #include "checkpoint/progress_meter.h"
+#include "checkpoint/temp_file.h"
 #include "checkpoint/torch_save_blob.h"
 #include "checkpoint/torch_save_writer.h"
 #include "ferry/atomic_file.h"
@@ -26,16 +27,14 @@
 namespace ferry {
 
 namespace fs = std::filesystem;
+using checkpoint::save_file_options;
+using checkpoint::seconds_since;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kTorchAlignment = 64;  // torch.save's own storage alignment
 constexpr std::uint64_t kMaxDataPkl = 1u << 30;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // What torch.load(weights_only=True) loads a state dict or optimizer state with.
 bool allowed(std::string_view name) {
@@ -112,10 +111,8 @@ SaveReport save_torch_file(std::string_view data_pkl, std::span<const TorchStora
   }
 
   SaveReport report;
-  remove_stale_temps(file.parent_path().empty() ? fs::path(".") : file.parent_path());
-  FileOptions file_options = options.file;
-  file_options.write_behind = file_options.write_behind || options.durable;
-  AtomicFile out(file, file_options);
+  remove_stale_temps(checkpoint::folder_of(file));
+  AtomicFile out(file, save_file_options(options));
   checkpoint::ProgressMeter meter(options.progress, z.length);
   checkpoint::write_groups(out, groups, &meter, &report.routes);
   meter.finish();  // before the rename: a callback that throws leaves `file` as it was
@@ -124,7 +121,7 @@ SaveReport save_torch_file(std::string_view data_pkl, std::span<const TorchStora
   report.bytes = z.length;
   report.tensors = storages.size();
   report.fsyncs = options.durable ? 2 : 0;  // the file, then its folder after the rename
-  report.seconds = since(t0);
+  report.seconds = seconds_since(t0);
   return report;
 }
 
@@ -184,7 +181,7 @@ LoadReport read_torch_storages(const fs::path& file, std::span<const ReadRange> 
     failed = std::current_exception();
   }
   checkpoint::wait_all(requests, nullptr, &report.routes, failed);
-  report.seconds = since(t0);
+  report.seconds = seconds_since(t0);
   return report;
 }
 

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/text.h"
 #include "base/variables.h"
 #include "ferry/error.h"
 
@@ -37,56 +37,30 @@ struct Descriptor {
   std::string (*print)(const Settings&);
 };
 
+// One row per setting: its name (the field's, in Settings and SettingsOverride alike), its
+// variables, how a value is parsed and how the setting is printed. (clang-format would split
+// the stringified name from its brace.)
+// clang-format off
+#define FERRY_SETTING(field, var, parse, print)                                         \
+  Descriptor{#field, base::var,                                                         \
+             [](SettingsOverride& o, std::string_view v, std::string_view e) {          \
+               o.field = parse(v, e);                                                   \
+             },                                                                         \
+             [](const SettingsOverride& o) { return o.field.has_value(); },             \
+             [](const Settings& s) { return print(s.field); }}
+// clang-format on
+
 constexpr std::array<Descriptor, 8> kTable{{
-    {"compat_mode", base::kCompatMode,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.compat_mode = parse_compat_mode(v, e);
-     },
-     [](const SettingsOverride& o) { return o.compat_mode.has_value(); },
-     [](const Settings& s) { return to_string(s.compat_mode); }},
-    {"require", base::kRequire,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.require = parse_require(v, e);
-     },
-     [](const SettingsOverride& o) { return o.require.has_value(); },
-     [](const Settings& s) { return to_string(s.require); }},
-    {"task_size", base::kTaskSize,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.task_size = parse_size(v, e);
-     },
-     [](const SettingsOverride& o) { return o.task_size.has_value(); },
-     [](const Settings& s) { return format_size(s.task_size); }},
-    {"gds_threshold", base::kGdsThreshold,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.gds_threshold = parse_size(v, e);
-     },
-     [](const SettingsOverride& o) { return o.gds_threshold.has_value(); },
-     [](const Settings& s) { return format_size(s.gds_threshold); }},
-    {"nthreads", base::kNthreads,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.nthreads = parse_count(v, e);
-     },
-     [](const SettingsOverride& o) { return o.nthreads.has_value(); },
-     [](const Settings& s) { return std::to_string(s.nthreads); }},
-    {"host_nthreads", base::kHostNthreads,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.host_nthreads = parse_count(v, e);
-     },
-     [](const SettingsOverride& o) { return o.host_nthreads.has_value(); },
-     [](const Settings& s) { return std::to_string(s.host_nthreads); }},
-    {"bounce_buffer_size", base::kBounceBufferSize,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.bounce_buffer_size = parse_size(v, e);
-     },
-     [](const SettingsOverride& o) { return o.bounce_buffer_size.has_value(); },
-     [](const Settings& s) { return format_size(s.bounce_buffer_size); }},
-    {"host_load", base::kHostLoad,
-     [](SettingsOverride& o, std::string_view v, std::string_view e) {
-       o.host_load = parse_host_load(v, e);
-     },
-     [](const SettingsOverride& o) { return o.host_load.has_value(); },
-     [](const Settings& s) { return to_string(s.host_load); }},
+    FERRY_SETTING(compat_mode, kCompatMode, parse_compat_mode, to_string),
+    FERRY_SETTING(require, kRequire, parse_require, to_string),
+    FERRY_SETTING(task_size, kTaskSize, parse_size, format_size),
+    FERRY_SETTING(gds_threshold, kGdsThreshold, parse_size, format_size),
+    FERRY_SETTING(nthreads, kNthreads, parse_count, std::to_string),
+    FERRY_SETTING(host_nthreads, kHostNthreads, parse_count, std::to_string),
+    FERRY_SETTING(bounce_buffer_size, kBounceBufferSize, parse_size, format_size),
+    FERRY_SETTING(host_load, kHostLoad, parse_host_load, to_string),
 }};
+#undef FERRY_SETTING
 
 // Bumped by every process-wide change, under Global::mu. Process-wide, as the settings are;
 // outside Global so that every request's settings() reads it with no guard check.
@@ -430,11 +404,6 @@ SettingsCheck check_settings() {
 
 std::optional<std::string> nearest_name(std::string_view word,
                                         const std::vector<std::string>& names) {
-  auto lower = [](std::string_view text) {
-    std::string out(text);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-  };
   // Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
   // neighbours ("raed" is one edit from "read").
   auto distance = [](const std::string& a, const std::string& b) {
@@ -451,11 +420,11 @@ std::optional<std::string> nearest_name(std::string_view word,
     }
     return d[a.size()][b.size()];
   };
-  const std::string w = lower(word);
+  const std::string w = base::lower(word);
   std::optional<std::string> best;
   std::size_t best_distance = 0;
   for (const std::string& name : names) {
-    const std::size_t n = distance(w, lower(name));
+    const std::size_t n = distance(w, base::lower(name));
     if (!best || n < best_distance) {
       best = name;
       best_distance = n;

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <string>
 
+#include "base/text.h"
 #include "ferry/remote.h"
 
 namespace ferry::io {
@@ -48,14 +49,8 @@ bool cancel_requested() {
 }
 
 bool is_remote_url(std::string_view path) {
-  auto scheme = [path](std::string_view prefix) {
-    if (path.size() < prefix.size()) return false;
-    for (std::size_t i = 0; i < prefix.size(); ++i) {
-      if (std::tolower(static_cast<unsigned char>(path[i])) != prefix[i]) return false;
-    }
-    return true;
-  };
-  return scheme("http://") || scheme("https://") || scheme("s3://");
+  return base::starts_with_nocase(path, "http://") || base::starts_with_nocase(path, "https://") ||
+         base::starts_with_nocase(path, "s3://");
 }
 
 std::string shown_url(std::string_view url) {

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <mutex>
@@ -20,8 +19,7 @@
 namespace ferry::io {
 
 int count_node_list(std::string_view list) {
-  while (!list.empty() && std::isspace(static_cast<unsigned char>(list.back())))
-    list.remove_suffix(1);
+  list = platform::trim(list);
   if (list.empty()) return 0;
   int count = 0;
   while (!list.empty()) {
@@ -46,8 +44,7 @@ StagingNode staging_node_for(const std::filesystem::path& root, std::string_view
         nodes == 1 ? "one NUMA node" : "NUMA nodes unknown (no sys/devices/system/node/online)";
     return out;
   }
-  std::string address(bus_id);
-  for (char& ch : address) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string address = platform::lower(bus_id);
   platform::PciLocation loc = platform::locate_pci_function(root, address);
   if (!loc.known) {
     out.why = fmt::format("{} NUMA nodes; the GPU's place is unknown ({})", nodes, loc.reason);

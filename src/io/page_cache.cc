@@ -93,6 +93,10 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
   const std::uint64_t last = (offset + len + ps - 1) / ps;
   const std::uint64_t span = (last - first) * ps;  // whole pages covering the range
   std::uint64_t pages = 0;
+  auto mincore_failed = [&r] {
+    r.why_not = fmt::format("cachestat unavailable and mincore failed: {}", std::strerror(errno));
+    return r;
+  };
   if (by_cachestat(fd, first, last, &pages)) {
     r.known = true;
     r.method = "cachestat";
@@ -102,11 +106,7 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
     const std::uint64_t window = std::max<std::uint64_t>(kWindowBytes / ps, 1);
     for (std::uint64_t start = first; start < last; start += window) {
       long long n = by_mincore(fd, start, std::min(last, start + window));
-      if (n < 0) {
-        r.why_not =
-            fmt::format("cachestat unavailable and mincore failed: {}", std::strerror(errno));
-        return r;
-      }
+      if (n < 0) return mincore_failed();
       pages += static_cast<std::uint64_t>(n);
     }
     r.known = true;
@@ -120,11 +120,7 @@ PageCacheResidency measure_residency(int fd, std::uint64_t offset, std::uint64_t
     for (std::uint64_t i = 0; i < kSamples; ++i) {
       std::uint64_t start = first + (last - first - window) * i / (kSamples - 1);
       long long n = by_mincore(fd, start, start + window);
-      if (n < 0) {
-        r.why_not =
-            fmt::format("cachestat unavailable and mincore failed: {}", std::strerror(errno));
-        return r;
-      }
+      if (n < 0) return mincore_failed();
       hit += static_cast<std::uint64_t>(n);
       seen += window;
     }

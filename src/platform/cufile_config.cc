@@ -66,7 +66,7 @@ void apply(const json& doc, CufileValue<std::uint64_t>& out, std::vector<std::st
 }
 
 std::optional<bool> parse_env_bool(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  s = lower(s);
   if (s == "true" || s == "1" || s == "yes" || s == "on") return true;
   if (s == "false" || s == "0" || s == "no" || s == "off") return false;
   return std::nullopt;
@@ -91,12 +91,14 @@ void apply_environment(CufileConfig& c, const Environment& env) {
   }
 }
 
-// Values cannot be known when the file exists but cannot be used: cuFile's behaviour with a
-// broken cufile.json was not measured, so ferry does not pretend it falls back to defaults.
-void mark_all_unknown(CufileConfig& c, const std::string& why) {
+// The file exists but cannot be used (`state`, because `why`): cuFile's behaviour with a broken
+// cufile.json was not measured, so every value is unknown rather than a default.
+void unusable(CufileConfig& c, CufileFileState state, std::string why) {
+  c.state = state;
+  c.state_detail = std::move(why);
   auto clear = [&](auto& v) {
     v.value.reset();
-    v.problem = why;
+    v.problem = c.state_detail;
   };
   clear(c.allow_compat_mode);
   clear(c.force_compat_mode);
@@ -241,18 +243,16 @@ CufileConfig parse_cufile_config(std::string_view text, const Environment& env) 
     return c;
   };
   if (trim(text).empty()) {
-    c.state = CufileFileState::kEmpty;
-    c.state_detail = "cufile.json is empty; what cuFile does with an empty file is not known";
-    mark_all_unknown(c, c.state_detail);
+    unusable(c, CufileFileState::kEmpty,
+             "cufile.json is empty; what cuFile does with an empty file is not known");
     return finish();
   }
   if (auto bad = first_invalid_utf8(text)) {
     auto [line, col] = line_and_column(text, *bad);
-    c.state = CufileFileState::kNotUtf8;
     c.parse_error = CufileParseError{*bad, line, col, "invalid UTF-8 byte"};
-    c.state_detail = fmt::format("cufile.json is not UTF-8: byte {:#04x} at line {}, column {}",
-                                 static_cast<unsigned char>(text[*bad]), line, col);
-    mark_all_unknown(c, c.state_detail);
+    unusable(c, CufileFileState::kNotUtf8,
+             fmt::format("cufile.json is not UTF-8: byte {:#04x} at line {}, column {}",
+                         static_cast<unsigned char>(text[*bad]), line, col));
     return finish();
   }
   json doc;
@@ -265,24 +265,20 @@ CufileConfig parse_cufile_config(std::string_view text, const Environment& env) 
     std::size_t offset =
         token_start(text, std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size()));
     auto [line, col] = line_and_column(text, offset);
-    c.state = CufileFileState::kMalformed;
     c.parse_error = CufileParseError{offset, line, col, short_message(e.what())};
-    c.state_detail = fmt::format("cufile.json does not parse at line {}, column {}: {}", line, col,
-                                 c.parse_error->message);
-    mark_all_unknown(c, c.state_detail);
+    unusable(c, CufileFileState::kMalformed,
+             fmt::format("cufile.json does not parse at line {}, column {}: {}", line, col,
+                         c.parse_error->message));
     return finish();
   } catch (const json::out_of_range& e) {
     // A number too large for a double (found by fuzzing): malformed, not an exception.
-    c.state = CufileFileState::kMalformed;
-    c.state_detail = fmt::format("cufile.json does not parse: {}", short_message(e.what()));
-    mark_all_unknown(c, c.state_detail);
+    unusable(c, CufileFileState::kMalformed,
+             fmt::format("cufile.json does not parse: {}", short_message(e.what())));
     return finish();
   }
   if (!doc.is_object()) {
-    c.state = CufileFileState::kMalformed;
-    c.state_detail =
-        fmt::format("cufile.json: expected an object at the top, found {}", type_words(doc));
-    mark_all_unknown(c, c.state_detail);
+    unusable(c, CufileFileState::kMalformed,
+             fmt::format("cufile.json: expected an object at the top, found {}", type_words(doc)));
     return finish();
   }
   c.state = CufileFileState::kLoaded;
@@ -326,24 +322,22 @@ CufileConfig read_cufile_config(const std::filesystem::path& root, const Environ
   if (!file.ok) {
     CufileConfig c = default_cufile_config();
     apply_environment(c, env);
-    c.state = file.missing ? CufileFileState::kMissing : CufileFileState::kUnreadable;
     if (file.missing) {
-      c.state_detail = fmt::format(
-          "{} does not exist{}; values shown are cuFile's documented "
-          "defaults",
-          path.string(), from_env ? " (named by CUFILE_ENV_PATH_JSON)" : "");
+      c.state = CufileFileState::kMissing;
+      c.state_detail =
+          fmt::format("{} does not exist{}; values shown are cuFile's documented defaults",
+                      path.string(), from_env ? " (named by CUFILE_ENV_PATH_JSON)" : "");
     } else {
-      c.state_detail = fmt::format("{}; the values cuFile uses are not known", file.error);
-      mark_all_unknown(c, c.state_detail);
+      unusable(c, CufileFileState::kUnreadable,
+               fmt::format("{}; the values cuFile uses are not known", file.error));
     }
     return finish(std::move(c));
   }
   if (file.truncated) {
     CufileConfig c = default_cufile_config();
-    c.state = CufileFileState::kTooLarge;
-    c.state_detail = fmt::format("{} is {} bytes; ferry reads at most {} bytes of cufile.json",
-                                 path.string(), file.size, kCufileJsonCap);
-    mark_all_unknown(c, c.state_detail);
+    unusable(c, CufileFileState::kTooLarge,
+             fmt::format("{} is {} bytes; ferry reads at most {} bytes of cufile.json",
+                         path.string(), file.size, kCufileJsonCap));
     apply_environment(c, env);
     return finish(std::move(c));
   }

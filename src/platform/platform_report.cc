@@ -77,7 +77,7 @@ PlatformNvfs nvfs_section(const NvfsSnapshot& s) {
 }  // namespace
 
 std::string normalize_pci_bus_id(std::string id) {
-  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  id = lower(id);
   auto colon = id.find(':');
   if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos) {
     id.erase(0, colon - 4);

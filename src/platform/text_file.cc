@@ -58,14 +58,6 @@ std::filesystem::path under_root(const std::filesystem::path& root,
   return root / p.relative_path();
 }
 
-std::string_view trim(std::string_view s) {
-  const char* ws = " \t\r\n\v\f";
-  auto b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  auto e = s.find_last_not_of(ws);
-  return s.substr(b, e - b + 1);
-}
-
 std::vector<std::string_view> split_lines(std::string_view text) {
   std::vector<std::string_view> lines;
   while (!text.empty()) {

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/text.h"
+
 namespace ferry::platform {
 
 inline constexpr std::size_t kDefaultReadCap = std::size_t{1} << 20;
@@ -31,7 +33,8 @@ TextFile read_text_file(const std::filesystem::path& path, std::size_t cap = kDe
 // `root / p` where p is absolute ("/etc/cufile.json" under root "/tmp/t" is "/tmp/t/etc/...").
 std::filesystem::path under_root(const std::filesystem::path& root, const std::filesystem::path& p);
 
-std::string_view trim(std::string_view s);
+using base::lower;
+using base::trim;
 std::vector<std::string_view> split_lines(std::string_view text);
 std::vector<std::string_view> split_whitespace(std::string_view text);
 std::optional<std::uint64_t> parse_u64(std::string_view s);  // decimal or 0x hex, whole string

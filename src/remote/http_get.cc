@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/text.h"
 #include "remote/sigv4.h"
 #include "remote/transfer_watch.h"
 
@@ -27,32 +28,38 @@ namespace {
 
 constexpr std::size_t kErrorBodyMax = 16 << 10;
 
-// The calling thread's handle. Its connections stay open between requests (keep-alive); a child
-// made by fork() leaves its parent's handle alone (the sockets are shared with the parent) and
-// makes its own.
-struct ThreadHandle {
+// A libcurl easy handle and the sockets it reports. A child made by fork() shares its parent's
+// sockets: it forgets the parent's handle, never cleans it up, and makes its own.
+struct ProcessHandle {
+  const CurlApi* api = nullptr;
   CURL* handle = nullptr;
   pid_t pid = 0;
-  const CurlApi* api = nullptr;
   std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
-  ~ThreadHandle() {
+
+  ~ProcessHandle() { cleanup(); }
+  void cleanup() {
     if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
+    handle = nullptr;
+  }
+  // Forgets a handle made before a fork (the parent's); true if it did.
+  bool forget_if_forked() {
+    if (handle == nullptr || pid == ::getpid()) return false;
+    handle = nullptr;
+    sockets = SocketSet::after_fork(std::move(sockets));
+    return true;
   }
 };
 
-// Per thread by design: a libcurl easy handle may be used by one thread at a time.
-thread_local ThreadHandle this_thread;
+// The calling thread's handle. Its connections stay open between requests (keep-alive). Per
+// thread by design: a libcurl easy handle may be used by one thread at a time.
+thread_local ProcessHandle this_thread;
 
 CURL* thread_handle(const CurlApi& api) {
-  ThreadHandle& t = this_thread;
-  const pid_t me = ::getpid();
-  if (t.handle != nullptr && t.pid != me) {
-    t.handle = nullptr;
-    t.sockets = SocketSet::after_fork(std::move(t.sockets));
-  }
+  ProcessHandle& t = this_thread;
+  t.forget_if_forked();
   if (t.handle == nullptr) {
     t.handle = api.easy_init();
-    t.pid = me;
+    t.pid = ::getpid();
     t.api = &api;
   } else {
     api.easy_reset(t.handle);  // options go; the connection cache stays
@@ -61,17 +68,8 @@ CURL* thread_handle(const CurlApi& api) {
   return t.handle;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
+using base::lower;
+using base::trim;
 
 // libcurl's error text for one attempt, without the " after N ms" it puts in some ("Failed to
 // connect to host port 80 after 0 ms: ..."): the attempt's time, which read beside ferry's count
@@ -109,6 +107,22 @@ struct Exchange {
   bool enough = false;  // the range has landed: the rest of a whole-object answer is cut
 };
 
+// A header line ("Name: value") of an answer, as both transports read it: Content-Range, ETag,
+// Retry-After and Accept-Ranges are kept in `x` and `a`. The name lower-cased and the value
+// trimmed, or nothing for a line that is not a header.
+std::optional<std::pair<std::string, std::string>> keep_header(std::string_view line, Exchange& x,
+                                                               HttpAnswer& a) {
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string name = lower(line.substr(0, colon));
+  std::string value(trim(line.substr(colon + 1)));
+  if (name == "content-range") x.content_range = value;
+  if (name == "etag") a.etag = value;
+  if (name == "retry-after") a.retry_after = value;
+  if (name == "accept-ranges") a.accept_ranges = lower(value);
+  return std::make_pair(std::move(name), std::move(value));
+}
+
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   auto& x = *static_cast<Exchange*>(user);
   const std::string_view line(data, size * n);
@@ -119,15 +133,20 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
     x.answer->accept_ranges.clear();
     return size * n;
   }
-  const std::size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return size * n;
-  const std::string name = lower(line.substr(0, colon));
-  const std::string value = trim(line.substr(colon + 1));
-  if (name == "content-range") x.content_range = value;
-  if (name == "etag") x.answer->etag = value;
-  if (name == "retry-after") x.answer->retry_after = value;
-  if (name == "accept-ranges") x.answer->accept_ranges = lower(value);
+  keep_header(line, x, *x.answer);
   return size * n;
+}
+
+// `s` as a decimal number of at most 19 digits (no sign, no space); false when it is not one.
+bool decimal(std::string_view s, std::uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  std::uint64_t x = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    x = x * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  *out = x;
+  return true;
 }
 
 // The If-Match header for `etag`, or nothing: If-Match compares strongly (RFC 9110 13.1.1), so
@@ -145,25 +164,15 @@ bool parse_content_range(std::string_view v, std::uint64_t* a, std::uint64_t* b,
   v.remove_prefix(6);
   const std::size_t slash = v.find('/');
   if (slash == std::string_view::npos) return false;
-  auto number = [](std::string_view s, std::uint64_t* out) {
-    if (s.empty() || s.size() > 19) return false;
-    std::uint64_t x = 0;
-    for (char c : s) {
-      if (c < '0' || c > '9') return false;
-      x = x * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    *out = x;
-    return true;
-  };
-  if (!number(v.substr(slash + 1), total)) return false;
+  if (!decimal(v.substr(slash + 1), total)) return false;
   const std::string_view span = v.substr(0, slash);
   if (span == "*") {
     *a = *b = 0;
     return true;
   }
   const std::size_t dash = span.find('-');
-  return dash != std::string_view::npos && number(span.substr(0, dash), a) &&
-         number(span.substr(dash + 1), b);
+  return dash != std::string_view::npos && decimal(span.substr(0, dash), a) &&
+         decimal(span.substr(dash + 1), b);
 }
 
 // The first body byte: is this answer of `status` the one asked for? Sets answer->refused when
@@ -469,22 +478,13 @@ bool split_url(const std::string& url, std::string* origin, std::string* authori
 }
 
 // The calling thread's connection for this path, to one origin at a time.
-struct DirectConnection {
-  const CurlApi* api = nullptr;
-  CURL* handle = nullptr;
-  pid_t pid = 0;
+struct DirectConnection : ProcessHandle {
   std::string origin;
   curl_socket_t socket = CURL_SOCKET_BAD;
-  std::unique_ptr<SocketSet> sockets = std::make_unique<SocketSet>();
   char error[CURL_ERROR_SIZE] = {};
 
-  ~DirectConnection() {
-    if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
-  }
   void drop() {
-    // A child made by fork() shares its parent's socket: it forgets the handle, never closes it.
-    if (handle != nullptr && pid == ::getpid()) api->easy_cleanup(handle);
-    handle = nullptr;
+    cleanup();  // a child made by fork() forgets its parent's handle, never closes it
     origin.clear();
     socket = CURL_SOCKET_BAD;
   }
@@ -665,24 +665,15 @@ bool parse_head(std::string_view text, Head* head, Exchange& x, HttpAnswer& a) {
     const std::size_t end = text.find("\r\n", at);
     const std::string_view line = text.substr(at, end - at);
     at = end == std::string_view::npos ? text.size() : end + 2;
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string name = lower(line.substr(0, colon));
-    const std::string value = trim(line.substr(colon + 1));
-    if (name == "content-range") x.content_range = value;
-    if (name == "etag") a.etag = value;
-    if (name == "retry-after") a.retry_after = value;
-    if (name == "accept-ranges") a.accept_ranges = lower(value);
+    const auto header = keep_header(line, x, a);
+    if (!header) continue;
+    const auto& [name, value] = *header;
     if (name == "transfer-encoding") head->chunked_or_encoded = true;
     if (name == "location") head->location = value;
     if (name == "connection" && lower(value).find("close") != std::string::npos) head->close = true;
     if (name == "content-length") {
       std::uint64_t n = 0;
-      if (value.empty() || value.size() > 19) return false;
-      for (char c : value) {
-        if (c < '0' || c > '9') return false;
-        n = n * 10 + static_cast<std::uint64_t>(c - '0');
-      }
+      if (!decimal(value, &n)) return false;
       head->content_length = n;
     }
   }
@@ -874,11 +865,8 @@ bool signed_redirect(const RemoteTarget& target, const Head& h, const std::strin
 
 // The calling thread's direct connection: its GETs' and its HEADs'.
 DirectConnection& thread_connection() {
-  thread_local DirectConnection c;                   // per thread by design, as `this_thread` above
-  if (c.handle != nullptr && c.pid != ::getpid()) {  // the parent's
-    c.handle = nullptr;
-    c.sockets = SocketSet::after_fork(std::move(c.sockets));
-  }
+  thread_local DirectConnection c;  // per thread by design, as `this_thread` above
+  c.forget_if_forked();
   return c;
 }
 
@@ -1032,11 +1020,7 @@ HttpAnswer ObjectStream::read(const CurlApi& api, const RemoteTarget& target,
                               const std::string& etag, char* buffer, std::uint64_t offset,
                               std::size_t size) {
   State& s = *state_;
-  if (s.c.handle != nullptr && s.c.pid != ::getpid()) {  // made before a fork: the parent's
-    s.c.handle = nullptr;
-    s.c.sockets = SocketSet::after_fork(std::move(s.c.sockets));
-    s.open = false;
-  }
+  if (s.c.forget_if_forked()) s.open = false;
   std::string origin, authority, path;
   if (!direct_path_for(target) || !split_url(target.url, &origin, &authority, &path)) {
     close();

@@ -5,18 +5,13 @@
 #include <algorithm>
 #include <cctype>
 
+#include "base/text.h"
 #include "ferry/error.h"
 
 namespace ferry::remote {
 namespace {
 
-bool starts_with_nocase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (std::size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
-  }
-  return true;
-}
+using base::starts_with_nocase;
 
 std::string env_or(const Getenv& getenv, const char* name, std::string fallback = {}) {
   const char* v = getenv(name);

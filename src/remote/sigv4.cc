@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "base/library.h"
+#include "base/text.h"
 
 #if __has_include(<openssl/hmac.h>)
 #include <openssl/hmac.h>
@@ -178,9 +179,7 @@ std::string sigv4_authorization(const SigV4Request& r, const S3Credentials& cred
                                 std::string_view amz_date) {
   std::vector<std::pair<std::string, std::string>> headers;
   for (const auto& [name, value] : r.headers) {
-    std::string lowered(name);
-    for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    headers.emplace_back(std::move(lowered), canonical_value(value));
+    headers.emplace_back(base::lower(name), canonical_value(value));
   }
   std::sort(headers.begin(), headers.end());
   std::string canonical_headers, signed_headers;

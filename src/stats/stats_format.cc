@@ -261,45 +261,38 @@ std::string to_openmetrics(const std::vector<ProcessStats>& processes) {
     out += fmt::format("ferry_process_start_time_seconds{{{}}} {}\n", base(p),
                        number(p.process_started));
   }
-  family("ferry_requests", "counter", nullptr,
-         "Requests ferry served, by path (layer 1), memory and operation.");
-  for (const ProcessStats& p : processes) {
-    each_route(p, [&](const MemoryCounters& m, const char* path, const RouteCounters& c) {
-      if (c.requests() == 0) return;
-      for (int op = 0; op < 2; ++op) {
-        out += fmt::format("ferry_requests_total{{{},path=\"{}\",memory=\"{}\",op=\"{}\"}} {}\n",
-                           base(p), path, label(m.name), op == 0 ? "read" : "write",
-                           op == 0 ? c.reads : c.writes);
-      }
-    });
-  }
-  family("ferry_failed_requests", "counter", nullptr, "Requests that failed, by path and memory.");
-  for (const ProcessStats& p : processes) {
-    each_route(p, [&](const MemoryCounters& m, const char* path, const RouteCounters& c) {
-      if (c.requests() == 0) return;
-      out += fmt::format("ferry_failed_requests_total{{{},path=\"{}\",memory=\"{}\"}} {}\n",
-                         base(p), path, label(m.name), c.failed);
-    });
-  }
-  family("ferry_bytes", "counter", "bytes", "Bytes moved, by path, memory and operation.");
-  for (const ProcessStats& p : processes) {
-    each_route(p, [&](const MemoryCounters& m, const char* path, const RouteCounters& c) {
-      if (c.requests() == 0) return;
-      for (int op = 0; op < 2; ++op) {
-        out += fmt::format("ferry_bytes_total{{{},path=\"{}\",memory=\"{}\",op=\"{}\"}} {}\n",
-                           base(p), path, label(m.name), op == 0 ? "read" : "write",
-                           op == 0 ? c.bytes_read : c.bytes_written);
-      }
-    });
-  }
-  family("ferry_tasks", "counter", nullptr, "Tasks (pieces of requests), by path and memory.");
-  for (const ProcessStats& p : processes) {
-    each_route(p, [&](const MemoryCounters& m, const char* path, const RouteCounters& c) {
-      if (c.tasks == 0) return;
-      out += fmt::format("ferry_tasks_total{{{},path=\"{}\",memory=\"{}\"}} {}\n", base(p), path,
-                         label(m.name), c.tasks);
-    });
-  }
+  // A counter of each memory's posix and cufile routes: `lines(head, c)` adds a route's lines,
+  // `head` being the sample's name and labels up to the memory's, without the closing brace.
+  auto route_counter = [&](const char* name, const char* unit, const char* help, auto&& lines) {
+    family(name, "counter", unit, help);
+    for (const ProcessStats& p : processes) {
+      each_route(p, [&](const MemoryCounters& m, const char* path, const RouteCounters& c) {
+        lines(fmt::format("{}_total{{{},path=\"{}\",memory=\"{}\"", name, base(p), path,
+                          label(m.name)),
+              c);
+      });
+    }
+  };
+  auto by_op = [&out](const std::string& head, std::uint64_t reads, std::uint64_t writes) {
+    out += fmt::format("{},op=\"read\"}} {}\n{},op=\"write\"}} {}\n", head, reads, head, writes);
+  };
+  route_counter("ferry_requests", nullptr,
+                "Requests ferry served, by path (layer 1), memory and operation.",
+                [&](const std::string& head, const RouteCounters& c) {
+                  if (c.requests() != 0) by_op(head, c.reads, c.writes);
+                });
+  route_counter("ferry_failed_requests", nullptr, "Requests that failed, by path and memory.",
+                [&](const std::string& head, const RouteCounters& c) {
+                  if (c.requests() != 0) out += fmt::format("{}}} {}\n", head, c.failed);
+                });
+  route_counter("ferry_bytes", "bytes", "Bytes moved, by path, memory and operation.",
+                [&](const std::string& head, const RouteCounters& c) {
+                  if (c.requests() != 0) by_op(head, c.bytes_read, c.bytes_written);
+                });
+  route_counter("ferry_tasks", nullptr, "Tasks (pieces of requests), by path and memory.",
+                [&](const std::string& head, const RouteCounters& c) {
+                  if (c.tasks != 0) out += fmt::format("{}}} {}\n", head, c.tasks);
+                });
   family("ferry_route_reasons", "counter", nullptr,
          "Requests that gave each reason for their path (route report reason codes).");
   for (const ProcessStats& p : processes) {

@@ -15,6 +15,7 @@
 #include <new>
 #include <string_view>
 
+#include "base/fd.h"
 #include "base/variables.h"
 #include "ferry/error.h"
 #include "ferry/stats.h"
@@ -49,16 +50,7 @@ std::string slurp(const char* path) {
   return out;
 }
 
-// A descriptor closed at scope exit.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using base::Fd;
 
 void write_header(std::atomic<std::uint64_t>* h, const ProcessIdentity& who,
                   std::uint64_t counting_since_ns) {

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/fd.h"
 #include "ferry/route.h"
 #include "ferry/stats.h"
 #include "stats/stats_layout.h"
@@ -41,16 +42,7 @@ using State = ProcessEntry::State;
 
 constexpr std::size_t kReasonCodes = L::kReasonCodeCount;
 
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using base::Fd;
 
 class FileSource : public statistics::SegmentSource {
  public:

@@ -74,6 +74,9 @@ with kvikio.CuFile(path, "r") as cf:
     d = DeviceArray(len(data))
     assert cf.raw_read_async(d, stream.value).check_bytes_done() == len(data)
     assert d.host() == data, "kvikio raw_read_async"
+    e = DeviceArray(len(data))
+    assert cf.raw_read(e, size=100, file_offset=8, dev_offset=16) == 100
+    assert e.host()[16:116] == data[8:108], "kvikio raw_read at a dev_offset"
 
 out = path + ".out"
 with ferry.File(out, "w") as w:

@@ -477,6 +477,9 @@ TEST(CliLimits, ZeroOffsetInAnySpellingAndRepeatAtLeastOne) {
     CliRun r = run("read " + path.string() + " --host --offset " + zero);
     EXPECT_EQ(r.status, 0) << zero << ": " << r.out;
     EXPECT_NE(r.out.find("read 65536 B"), std::string::npos) << zero << ": " << r.out;
+    // explain reads --offset as read does (it refused "00" and "0B" as sizes).
+    r = run("explain " + path.string() + " --host --json --offset " + zero);
+    EXPECT_EQ(r.status, 0) << zero << ": " << r.out;
   }
   CliRun r = run("read " + path.string() + " --host --offset 0XB");
   EXPECT_NE(r.status, 0);

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -110,18 +109,6 @@ struct Memory {
   int device = -1;
 };
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 // "host", "pinned", "gpu" (GPU 0) or "gpu:N", resolved as `ferry read` resolves --host,
 // --pinned and --gpu N (a GPU without a driver fails with the same message).
 Memory resolve_memory(const std::string& text) {
@@ -132,9 +119,7 @@ Memory resolve_memory(const std::string& text) {
     choice.pinned = true;
   } else if (text == "gpu" || text.rfind("gpu:", 0) == 0) {
     const std::string digits = text == "gpu" ? "0" : text.substr(4);
-    if (digits.empty() || digits.size() > 4 ||
-        !std::all_of(digits.begin(), digits.end(),
-                     [](unsigned char c) { return std::isdigit(c); })) {
+    if (!is_gpu_ordinal(digits)) {
       throw Error(fmt::format("--memory '{}': expected gpu:N with N a GPU ordinal", text));
     }
     choice.gpu = std::stoi(digits);
@@ -199,16 +184,6 @@ struct BenchArgs {
 
 // --- The file -----------------------------------------------------------------------------
 
-// The temporary file's name, for the signal handler (async-signal-safe unlink only): a bench
-// stopped by Ctrl-C, a timeout's SIGTERM or a closed terminal leaves no 1 GiB file behind.
-char g_bench_temp[4096];
-
-void remove_temp_and_die(int sig) {
-  if (g_bench_temp[0] != 0) unlink(g_bench_temp);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
 // The benchmark's file: the one named, or a temporary one made of random bytes and removed
 // at the end, or at SIGINT, SIGTERM or SIGHUP.
 class BenchFile {
@@ -224,7 +199,7 @@ class BenchFile {
       }
       if (!writes) throw Error(fmt::format("--file {}: no such file to read", path_));
       note_ = fmt::format("created {} ({}), kept", path_,
-                          format_size(size_option(a.file_size, "--file-size")));
+                          format_size(parse_size(a.file_size, "--file-size")));
     } else {
       std::string tmpl = (std::filesystem::path(a.dir) / "ferry-bench.XXXXXX").string();
       int fd = ::mkstemp(tmpl.data());
@@ -235,16 +210,11 @@ class BenchFile {
       ::close(fd);
       path_ = tmpl;
       temporary_ = true;
-      if (tmpl.size() < sizeof g_bench_temp) {
-        std::memcpy(g_bench_temp, tmpl.c_str(), tmpl.size() + 1);
-        struct sigaction act {};
-        act.sa_handler = remove_temp_and_die;
-        sigemptyset(&act.sa_mask);
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &act, nullptr);
-      }
+      // A bench stopped by Ctrl-C, a timeout's SIGTERM or a closed terminal leaves no 1 GiB file.
+      remove_on_signals(tmpl, {SIGINT, SIGTERM, SIGHUP});
     }
     try {
-      size_ = size_option(a.file_size, "--file-size");
+      size_ = parse_size(a.file_size, "--file-size");
       Buffer chunk(MemoryKind::kHostPageable, std::min<std::uint64_t>(size_, 4u << 20));
       fill_pattern(chunk, "random", a.seed);
       File out(path_, "w");
@@ -270,7 +240,7 @@ class BenchFile {
   void remove_temporary() {
     if (!temporary_) return;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
-    g_bench_temp[0] = 0;
+    forget_signal_temp();
     std::error_code ec;
     std::filesystem::remove(path_, ec);
   }
@@ -627,7 +597,6 @@ nlohmann::json measured_json(const Measured& m) {
   double mean = 0;
   for (double v : m.latency_us) mean += v;
   mean = m.latency_us.empty() ? 0 : mean / static_cast<double>(m.latency_us.size());
-  const double gib = static_cast<double>(m.bytes) / (1 << 30);
   return {{"bytes", m.bytes},
           {"requests", m.requests},
           {"seconds", m.seconds},
@@ -640,7 +609,7 @@ nlohmann::json measured_json(const Measured& m) {
             {"mean", mean},
             {"max", m.latency_us.empty() ? 0.0 : m.latency_us.back()}}},
           {"cpu_seconds", m.cpu},
-          {"cpu_seconds_per_gib", gib > 0 ? m.cpu / gib : 0.0}};
+          {"cpu_seconds_per_gib", cpu_seconds_per_gib(m.cpu, m.bytes)}};
 }
 
 // --- The table ----------------------------------------------------------------------------
@@ -682,7 +651,7 @@ Sweep make_sweep(const BenchArgs& a) {
   Sweep p;
   p.mode = parse_mode(a.mode);
   for (const std::string& s : split_list(a.sizes)) {
-    p.sizes.push_back(size_option(s, "--io-size"));
+    p.sizes.push_back(parse_size(s, "--io-size"));
     // Below a sector, a request measures the system call, not the storage, and a case of 1 GiB
     // would take hours (issue 30, finding 10).
     if (p.sizes.back() < kSmallestRequest) {
@@ -694,7 +663,7 @@ Sweep make_sweep(const BenchArgs& a) {
   }
   if (std::isnan(a.seconds)) throw Error("--time nan: not a number of seconds");
   // Checked (0 included) before the file is made, not after.
-  if (!a.total.empty()) size_option(a.total, "--total");
+  if (!a.total.empty()) parse_size(a.total, "--total");
   for (const std::string& s : split_list(a.jobs)) {
     const std::size_t n = parse_count(s, "--jobs");
     if (n > 1024) throw Error(fmt::format("--jobs {}: at most 1024", n));
@@ -768,7 +737,7 @@ int run(const BenchArgs& a) {
   if (!a.file.empty() && std::filesystem::exists(a.file, ec)) {
     planned = std::filesystem::file_size(a.file, ec);
   } else {
-    planned = size_option(a.file_size, "--file-size");
+    planned = parse_size(a.file_size, "--file-size");
   }
   const std::size_t largest = *std::max_element(sweep.sizes.begin(), sweep.sizes.end());
   const int most = *std::max_element(sweep.threads.begin(), sweep.threads.end());
@@ -787,7 +756,7 @@ int run(const BenchArgs& a) {
   };
   BenchFile file(a, write);
   if (!file.note().empty()) sweep.notes.push_back(file.note());
-  const std::uint64_t total = a.total.empty() ? file.size() : size_option(a.total, "--total");
+  const std::uint64_t total = a.total.empty() ? file.size() : parse_size(a.total, "--total");
   if (a.cold && a.seconds <= 0 && total > file.size()) {
     sweep.notes.push_back(fmt::format(
         "--total ({}) is more than the file ({}): what is read again after the first pass comes "
@@ -836,8 +805,7 @@ int run(const BenchArgs& a) {
         options.settings.nthreads = parse_count(a.threads, "--threads");
         options.settings.host_nthreads = options.settings.nthreads;
       }
-      if (!a.task_size.empty())
-        options.settings.task_size = size_option(a.task_size, "--task-size");
+      if (!a.task_size.empty()) options.settings.task_size = parse_size(a.task_size, "--task-size");
       for (int threads : sweep.threads) {
         for (std::size_t io : sweep.sizes) {
           Load load{sweep.mode, io, threads, a.depth, total, a.seconds, file.size(), a.seed};

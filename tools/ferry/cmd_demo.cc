@@ -43,7 +43,7 @@ struct TempDir {
 };
 
 int run(const DemoArgs& a) {
-  const std::uint64_t size = size_option(a.size, "--size");
+  const std::uint64_t size = parse_size(a.size, "--size");
   TempDir dir(a.dir);
   const std::filesystem::path path = dir.path / "demo.bin";
 

@@ -25,12 +25,12 @@ int run(const ExplainArgs& a) {
   r.gpu = a.memory.gpu;
   r.host = a.memory.host;
   r.pinned = a.memory.pinned;
-  if (!a.size.empty()) r.size = size_option(a.size, "--size");
-  r.offset = a.offset == "0" ? 0 : size_option(a.offset, "--offset");
+  if (!a.size.empty()) r.size = parse_size(a.size, "--size");
+  r.offset = parse_offset(a.offset, "--offset");
   FileOptions options = file_options(a.settings);
   r.direct = options.direct;
   r.settings = options.settings;
-  if (!a.threshold.empty()) r.settings.gds_threshold = size_option(a.threshold, "--threshold");
+  if (!a.threshold.empty()) r.settings.gds_threshold = parse_size(a.threshold, "--threshold");
   r.root = a.root;
   Explanation e = explain(a.path, r);
   fmt::print("{}", a.json ? e.to_json() + "\n" : e.to_text());

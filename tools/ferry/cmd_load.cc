@@ -43,7 +43,7 @@ std::vector<std::string> tensor_digests(const LoadResult& result) {
     const Buffer& b = result.memory[t.memory];
     const std::size_t offset =
         t.nbytes == 0 ? 0 : static_cast<const char*>(t.data) - static_cast<const char*>(b.data());
-    digests.push_back(sha256(b, offset, t.nbytes));
+    digests.push_back(sha256(b, t.nbytes, offset));
   }
   return digests;
 }

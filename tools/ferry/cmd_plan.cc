@@ -88,8 +88,8 @@ nlohmann::json plan_json(const Plan& p, std::size_t threads) {
 int run(const PlanArgs& a) {
   const Settings base = settings();
   PlanRequest r;
-  r.size = size_option(a.size, "--size");
-  r.offset = offset_option(a.offset, "--offset");
+  r.size = parse_size(a.size, "--size");
+  r.offset = parse_offset(a.offset, "--offset");
   // The limits a read would meet: the engine refuses ranges past off_t (EOVERFLOW) and task
   // sizes out of range (SettingError), so a plan of them would describe a read that cannot run.
   if (r.offset > static_cast<std::uint64_t>(LLONG_MAX) ||
@@ -99,8 +99,8 @@ int run(const PlanArgs& a) {
                     "bytes): such a read fails with EOVERFLOW",
                     r.offset, r.size));
   }
-  if (!a.task_size.empty()) r.settings.task_size = size_option(a.task_size, "--task-size");
-  if (!a.threshold.empty()) r.settings.gds_threshold = size_option(a.threshold, "--threshold");
+  if (!a.task_size.empty()) r.settings.task_size = parse_size(a.task_size, "--task-size");
+  if (!a.threshold.empty()) r.settings.gds_threshold = parse_size(a.threshold, "--threshold");
   if (!a.compat.empty()) r.settings.compat_mode = parse_compat_mode(a.compat, "--compat");
   r.settings.apply_to(base);  // throws SettingError naming task_size
   r.gpu = a.memory.gpu;

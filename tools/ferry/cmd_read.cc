@@ -92,7 +92,7 @@ int run_several(const ReadArgs& a, const std::vector<int>& gpus, std::uint64_t o
     }
     wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu = cpu_seconds() - cpu0;
-    cpu_per_gib = bytes > 0 ? cpu / (static_cast<double>(bytes) / (1 << 30)) : 0;
+    cpu_per_gib = cpu_seconds_per_gib(cpu, bytes);
     best = std::max(best, gbps(bytes, wall));
     nlohmann::json per = nlohmann::json::array();
     for (std::size_t k = 0; k < gpus.size(); ++k) {
@@ -152,26 +152,20 @@ int run(const ReadArgs& a) {
   // After the file is opened, where --gpu 0 has always checked the driver.
   std::vector<int> gpus;
   if (!a.memory.gpu_list.empty()) gpus = resolve_gpus(parse_gpu_list(a.memory.gpu_list));
-  const std::uint64_t offset = offset_option(a.offset, "--offset");
+  const std::uint64_t offset = parse_offset(a.offset, "--offset");
   const std::uint64_t file_size = file.size();
   const std::uint64_t available = file_size > offset ? file_size - offset : 0;
-  const std::uint64_t asked = a.size.empty() ? available : size_option(a.size, "--size");
+  const std::uint64_t asked = a.size.empty() ? available : parse_size(a.size, "--size");
   // Only what the file holds is allocated and read; a shorter read is said, not silent.
   const std::uint64_t size = std::min(asked, available);
   std::string short_note;
-  if (offset >= file_size && offset > 0) {
+  if (offset >= file_size && (offset > 0 || asked > available)) {
     short_note = fmt::format(
         "--offset {} is at or past the end of the file ({} B): nothing to read", offset, file_size);
   } else if (asked > available) {
-    short_note = offset >= file_size
-                     ? fmt::format(
-                           "--offset {} is at or past the end of the file ({} B): "
-                           "nothing to read",
-                           offset, file_size)
-                     : fmt::format(
-                           "the file ends {} B after --offset: reading {} B of the {} B "
-                           "asked for",
-                           available, available, asked);
+    short_note =
+        fmt::format("the file ends {} B after --offset: reading {} B of the {} B asked for",
+                    available, available, asked);
   }
   if (gpus.size() > 1) {
     file.close();
@@ -193,7 +187,7 @@ int run(const ReadArgs& a) {
     bytes = future.get();
     route = future.route();
     const double cpu = cpu_seconds() - cpu0;
-    cpu_per_gib = bytes > 0 ? cpu / (static_cast<double>(bytes) / (1 << 30)) : 0;
+    cpu_per_gib = cpu_seconds_per_gib(cpu, bytes);
     best = std::max(best, gbps(bytes, route.seconds));
     runs.push_back(
         {{"seconds", route.seconds}, {"gbps", gbps(bytes, route.seconds)}, {"cpu_seconds", cpu}});

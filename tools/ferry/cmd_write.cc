@@ -73,15 +73,6 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-// The temporary file's name, for the signal handler (async-signal-safe unlink only).
-char g_temp[4096];
-
-void on_signal(int sig) {
-  if (g_temp[0] != 0) unlink(g_temp);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
 struct WriteArgs {
   std::string path;
   std::string size;
@@ -95,7 +86,7 @@ struct WriteArgs {
 };
 
 int run(const WriteArgs& a) {
-  const std::uint64_t size = size_option(a.size, "--size");
+  const std::uint64_t size = parse_size(a.size, "--size");
   if (a.path.empty()) {
     throw IoError(ENOENT, "write", "\"\"", 0, 0, 0, "empty path: name the file to write");
   }
@@ -134,10 +125,6 @@ int run(const WriteArgs& a) {
   sigemptyset(&stops);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&stops, sig);
   sigprocmask(SIG_BLOCK, &stops, &before);
-  struct sigaction act {};
-  act.sa_handler = on_signal;
-  sigemptyset(&act.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &act, nullptr);
   std::unique_ptr<AtomicFile> saved;
   try {
     saved = std::make_unique<AtomicFile>(dest, options);
@@ -145,8 +132,7 @@ int run(const WriteArgs& a) {
     sigprocmask(SIG_SETMASK, &before, nullptr);
     throw;
   }
-  const std::string temp = saved->temp().string();
-  if (temp.size() < sizeof g_temp) std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  remove_on_signals(saved->temp().string(), {SIGINT, SIGTERM, SIGHUP, SIGPIPE});
   sigprocmask(SIG_SETMASK, &before, nullptr);
   RouteReport route;
   double cpu = 0;
@@ -166,13 +152,13 @@ int run(const WriteArgs& a) {
     saved->commit(!a.no_sync);
     if (!a.no_sync) sync_seconds = seconds_since(synced_at);
   } catch (...) {
-    g_temp[0] = 0;
+    forget_signal_temp();
     throw;  // the AtomicFile removes its temporary file
   }
-  g_temp[0] = 0;
+  forget_signal_temp();
   if (!saved->note().empty()) fmt::print(stderr, "note: {}\n", saved->note());
   const double durable_seconds = route.seconds + sync_seconds;
-  const double cpu_per_gib = size > 0 ? cpu / (static_cast<double>(size) / (1 << 30)) : 0;
+  const double cpu_per_gib = cpu_seconds_per_gib(cpu, size);
   if (a.json) {
     nlohmann::json out = {{"file", a.path},
                           {"bytes", size},

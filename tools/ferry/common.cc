@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -72,21 +74,31 @@ FileOptions file_options(const SettingsFlags& flags) {
   return options;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool is_gpu_ordinal(const std::string& text) {
+  return !text.empty() && text.size() <= 4 &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
 GpuList parse_gpu_list(const std::string& text) {
   GpuList list;
   if (text == "all") {
     list.all = true;
     return list;
   }
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const bool digits =
-        !item.empty() && item.size() <= 4 &&
-        std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-    if (!digits) {
+  for (const std::string& item : split_list(text)) {
+    if (!is_gpu_ordinal(item)) {
       throw Error(fmt::format("'{}' is not a GPU ordinal, a list such as 0,1, or all", text));
     }
     const int ordinal = std::stoi(item);
@@ -94,8 +106,6 @@ GpuList parse_gpu_list(const std::string& text) {
       throw Error(fmt::format("GPU {} is named twice in '{}'", ordinal, text));
     }
     list.ordinals.push_back(ordinal);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return list;
 }
@@ -162,11 +172,7 @@ std::string sha256_of(const std::vector<Part>& parts) {
 
 }  // namespace
 
-std::string sha256(const Buffer& buffer, std::size_t size) {
-  return sha256_of({{&buffer, 0, size}});
-}
-
-std::string sha256(const Buffer& buffer, std::size_t offset, std::size_t size) {
+std::string sha256(const Buffer& buffer, std::size_t size, std::size_t offset) {
   return sha256_of({{&buffer, offset, size}});
 }
 
@@ -213,6 +219,30 @@ void wait_with_progress(const IoFuture& future, std::uint64_t total, const char*
   while (!future.wait_for(0.05)) bar.update(std::min(future.progress(), total));
 }
 
+namespace {
+
+// The temporary file's name, for the signal handler.
+char g_signal_temp[4096];
+
+void remove_temp_and_die(int sig) {
+  if (g_signal_temp[0] != 0) unlink(g_signal_temp);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void remove_on_signals(const std::string& path, std::initializer_list<int> signals) {
+  if (path.size() >= sizeof g_signal_temp) return;
+  std::memcpy(g_signal_temp, path.c_str(), path.size() + 1);
+  struct sigaction act {};
+  act.sa_handler = remove_temp_and_die;
+  sigemptyset(&act.sa_mask);
+  for (int sig : signals) sigaction(sig, &act, nullptr);
+}
+
+void forget_signal_temp() { g_signal_temp[0] = 0; }
+
 std::string json_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -224,17 +254,13 @@ double cpu_seconds() {
   return secs(usage.ru_utime) + secs(usage.ru_stime);
 }
 
-std::uint64_t size_option(const std::string& text, const char* option) {
-  return parse_size(text, option);
-}
-
-std::uint64_t offset_option(const std::string& text, const char* option) {
-  return parse_offset(text, option);
+double cpu_seconds_per_gib(double cpu_seconds, std::uint64_t bytes) {
+  return bytes > 0 ? cpu_seconds / (static_cast<double>(bytes) / (1 << 30)) : 0;
 }
 
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes) {
   if (bytes == 0) return fmt::format("{:.3f} CPU-s", cpu_seconds);
-  return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds / (static_cast<double>(bytes) / (1 << 30)));
+  return fmt::format("{:.3f} CPU-s/GiB", cpu_seconds_per_gib(cpu_seconds, bytes));
 }
 
 CLI::Validator whole_number(const std::string& what, long long low, long long high) {

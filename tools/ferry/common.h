@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,6 +23,11 @@ struct MemoryChoice : ferry::MemoryChoice {
 // `several_gpus`: --gpu also takes a list ("0,1") or "all", kept in `gpu_list` (checked at
 // parse time); cmd_read resolves it with parse_gpu_list and resolve_gpus.
 void add_memory_options(CLI::App& cmd, MemoryChoice& choice, bool several_gpus = false);
+
+// "a,b,,c" -> {"a", "b", "", "c"}: the items of a comma-separated option, empty ones kept.
+std::vector<std::string> split_list(const std::string& text);
+// Whether `text` is a GPU ordinal as the options write one: 1 to 4 decimal digits.
+bool is_gpu_ordinal(const std::string& text);
 
 // --gpu's text parsed without asking CUDA: "all", or distinct ordinals separated by commas.
 // Throws ferry::Error for anything else ("0,,1", "x", "0,0", "-1").
@@ -55,10 +61,8 @@ struct Target {
 };
 Target resolve_target(const ferry::MemoryChoice& choice);
 
-// SHA-256 (hex) of the first `size` bytes of `buffer`, copied back in chunks where needed.
-std::string sha256(const Buffer& buffer, std::size_t size);
-// SHA-256 (hex) of `size` bytes of `buffer` from `offset`.
-std::string sha256(const Buffer& buffer, std::size_t offset, std::size_t size);
+// SHA-256 (hex) of `size` bytes of `buffer` from `offset`, copied back in chunks where needed.
+std::string sha256(const Buffer& buffer, std::size_t size, std::size_t offset = 0);
 // SHA-256 (hex) of several buffers' first bytes, one after the other, as if one.
 std::string sha256(const std::vector<std::pair<const Buffer*, std::size_t>>& parts);
 
@@ -68,6 +72,12 @@ void fill_pattern(Buffer& buffer, const std::string& pattern, std::uint64_t seed
 // Waits for `future` of `total` bytes, drawing a progress line (progress.h) while it runs when
 // `show` (progress_wanted(json)) and the request takes long enough to be worth one.
 void wait_with_progress(const IoFuture& future, std::uint64_t total, const char* verb, bool show);
+
+// A fatal signal's cleanup of a temporary file: until forget_signal_temp(), each of `signals`
+// unlinks `path`, then ends the process as it would have (the handler only unlinks, which is
+// async-signal-safe). One such file at a time; a path too long for the handler's copy is left.
+void remove_on_signals(const std::string& path, std::initializer_list<int> signals);
+void forget_signal_temp();
 
 // `j` as JSON text for --json output: a string that is not UTF-8 (a path's bytes) has its bad
 // bytes replaced by U+FFFD instead of failing the command after its work is done.
@@ -81,11 +91,10 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // CPU seconds (user + system) used by this process so far.
 double cpu_seconds();
 
-std::uint64_t size_option(const std::string& text, const char* option);
-// CPU time per byte moved, in one unit whatever the size: "0.160 CPU-s/GiB".
+// CPU seconds per GiB moved (0 when nothing moved), and the same in words whatever the size:
+// "0.160 CPU-s/GiB".
+double cpu_seconds_per_gib(double cpu_seconds, std::uint64_t bytes);
 std::string cpu_words(double cpu_seconds, std::uint64_t bytes);
-// A file offset: a size, or zero in any spelling ("0", "00", "0B").
-std::uint64_t offset_option(const std::string& text, const char* option);
 
 // CLI11 checks whose failure says the accepted range in words, never a bound such as DBL_MAX:
 // "--pid must be a process id from 1 to 4194304, not 'abc'". `what` names the quantity. The

@@ -4,6 +4,7 @@
 #include <ferry/ferry.h>
 #include <ferry/version.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -32,17 +33,21 @@ CLI::App* chosen_command(CLI::App& app, int argc, char** argv) {
   return nullptr;
 }
 
-// "unknown command 'raed': did you mean 'read'?" when the first word is no command.
-std::string unknown_command(CLI::App& app, const std::string& word) {
+// The commands' names, in the order --help lists them.
+std::vector<std::string> command_names(CLI::App& app) {
   std::vector<std::string> names;
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     names.push_back(sub->get_name());
+  return names;
+}
+
+// "unknown command 'raed': did you mean 'read'?" when the first word is no command.
+std::string unknown_command(CLI::App& app, const std::string& word) {
+  const std::vector<std::string> names = command_names(app);
   std::string text = fmt::format("unknown command '{}'", word);
   if (auto near = ferry::nearest_name(word, names))
     return text + fmt::format(": did you mean '{}'?", *near);
-  std::string all;
-  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-  return text + fmt::format("; the commands are {} (ferry --help)", all);
+  return text + fmt::format("; the commands are {} (ferry --help)", fmt::join(names, ", "));
 }
 
 bool looks_like_number(const std::string& word) {
@@ -95,15 +100,8 @@ std::string unknown_option(CLI::App& app, CLI::App* command, int argc, char** ar
 
 // The option of `owner` that a CLI11 message names first ("-p,--pid: ..."), or null.
 CLI::Option* named_option(CLI::App& owner, const std::string& what) {
-  const std::string names = what.substr(0, what.find_first_of(": "));
-  std::size_t start = 0;
-  while (start < names.size()) {
-    const std::size_t comma = names.find(',', start);
-    const std::string name =
-        names.substr(start, comma == std::string::npos ? comma : comma - start);
+  for (const std::string& name : ferry::cli::split_list(what.substr(0, what.find_first_of(": ")))) {
     if (CLI::Option* opt = owner.get_option_no_throw(name)) return opt;
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return nullptr;
 }
@@ -166,13 +164,10 @@ std::string usage_error(const CLI::ParseError& e, CLI::App& app, CLI::App* comma
   if (std::string text = value_error(e, command ? *command : app); !text.empty())
     return where + text;
   if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && command == nullptr) {
-    std::string names;
-    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-      names += (names.empty() ? "" : ", ") + sub->get_name();
     return fmt::format(
         "no command given: ferry COMMAND ..., where COMMAND is one of {} "
         "(ferry --help)",
-        names);
+        fmt::join(command_names(app), ", "));
   }
   // CLI11 writes "OPTION: must ..." for a failed check: "OPTION must ...".
   if (auto at = what.find(": must "); at != std::string::npos) what.erase(at, 1);

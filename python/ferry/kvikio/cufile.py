@@ -275,8 +275,14 @@ class CuFile:
                           f"({defaults._MIN_TASK} B); this request runs with "
                           f"{defaults._MIN_TASK}. The bytes moved are the same",
                           defaults.LimitWarning, stacklevel=4)
-        scope = _ferry.SettingsScope({"task_size": str(max(n, defaults._MIN_TASK))})
-        scope.enter()  # this thread's settings for this request only: it takes them at start
+        return self._in_tasks_of(max(n, defaults._MIN_TASK), method, buf, size, file_offset)
+
+    def _in_tasks_of(self, task: int, method: Any, buf: Any, size: Optional[int],
+                     file_offset: int) -> Any:
+        """``method(file, buf, size, file_offset)`` in tasks of `task` bytes: this thread's
+        settings for this request only (it takes them at its start)."""
+        scope = _ferry.SettingsScope({"task_size": str(task)})
+        scope.enter()
         try:
             return method(self._file, buf, size, file_offset)
         finally:
@@ -338,16 +344,8 @@ class CuFile:
         from . import defaults
 
         task = min(max(n, defaults._MIN_TASK), 64 << 30)
-        scope = _ferry.SettingsScope({"task_size": str(task)})
-        scope.enter()
-        try:
-            if op == "read":
-                future = _ferry.File.pread(self._file, target, size, file_offset)
-            else:
-                future = _ferry.File.pwrite(self._file, target, size, file_offset)
-        finally:
-            scope.exit()
-        return IOFuture(future).get()
+        method = _ferry.File.pread if op == "read" else _ferry.File.pwrite
+        return IOFuture(self._in_tasks_of(task, method, target, size, file_offset)).get()
 
     def raw_read(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
                  dev_offset: int = 0) -> int:

@@ -18,6 +18,7 @@ import threading
 from typing import Any, Optional, overload
 
 from .. import _ferry
+from .defaults import _config_arg
 
 __all__ = ["ConfigContextManager", "driver_close", "driver_open", "get", "initialize",
            "libcufile_version", "set"]
@@ -143,13 +144,7 @@ def set(key: str, value: Any, /) -> ConfigContextManager: ...
 def set(*config: Any) -> ConfigContextManager:  # noqa: A001 (KvikIO's name)
     """KvikIO's setter of cuFile driver properties: NotImplementedError naming the property
     (ferry leaves them to cufile.json); KeyError for names KvikIO does not have."""
-    usage = ("Valid arguments are kvikio.cufile_driver.set(config: dict) or "
-             "kvikio.cufile_driver.set(key: str, value: Any)")
-    if len(config) == 1 and isinstance(config[0], dict):
-        return ConfigContextManager(config[0])
-    if len(config) == 2 and isinstance(config[0], str):
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(usage)
+    return ConfigContextManager(_config_arg("cufile_driver", config))
 
 
 def get(config_name: str) -> Any:

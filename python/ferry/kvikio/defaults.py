@@ -84,14 +84,19 @@ class _Change:
         self.warnings: list[str] = []
 
 
-def _unsigned(value: Any, name: str, ctype: str = "size_t") -> int:
-    """KvikIO's conversion of a setting to an unsigned C integer: TypeError for what is not an
-    integer, OverflowError for a negative one."""
+def _integer(value: Any, name: str) -> int:
+    """`value` as an int; TypeError naming the setting for what is not an integer."""
     try:
-        n = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"kvikio.defaults: {name} must be an integer, not "
                         f"{type(value).__name__}") from None
+
+
+def _unsigned(value: Any, name: str, ctype: str = "size_t") -> int:
+    """KvikIO's conversion of a setting to an unsigned C integer: TypeError for what is not an
+    integer, OverflowError for a negative one."""
+    n = _integer(value, name)
     if n < 0:
         raise OverflowError(f"can't convert negative value to {ctype} ({name}={n})")
     return n
@@ -191,11 +196,7 @@ def _set_http_status_codes(c: _Change, value: Any) -> None:
 
 
 def _set_http_timeout(c: _Change, value: Any) -> None:
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"kvikio.defaults: http_timeout must be an integer, not "
-                        f"{type(value).__name__}") from None
+    n = _integer(value, "http_timeout")
     if n <= 0:
         raise ValueError("timeout_seconds must be a positive integer")
     if n > 86400:
@@ -304,6 +305,17 @@ class ConfigContextManager:
         _apply(self._old, warn=False)
 
 
+def _config_arg(module: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The settings of KvikIO's ``MODULE.set(config: dict)`` or ``MODULE.set(key, value)`` as one
+    dict; ValueError with KvikIO's usage words for any other arguments."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        return args[0]
+    if len(args) == 2 and isinstance(args[0], str):
+        return {args[0]: args[1]}
+    raise ValueError(f"Valid arguments are kvikio.{module}.set(config: dict) or "
+                     f"kvikio.{module}.set(key: str, value: Any)")
+
+
 @overload
 def set(config: dict[str, Any], /) -> ConfigContextManager: ...
 @overload
@@ -314,17 +326,7 @@ def set(*config: Any) -> ConfigContextManager:  # noqa: A001 (KvikIO's name)
     it ends. Names: compat_mode, num_threads, task_size, gds_threshold, bounce_buffer_size,
     http_max_attempts, http_status_codes, http_timeout. An unknown name is a KeyError; a name
     KvikIO has for something ferry does not do is a NotImplementedError."""
-    usage = ("Valid arguments are kvikio.defaults.set(config: dict) or "
-             "kvikio.defaults.set(key: str, value: Any)")
-    if len(config) == 1:
-        if not isinstance(config[0], dict):
-            raise ValueError(usage)
-        return ConfigContextManager(config[0])
-    if len(config) == 2:
-        if not isinstance(config[0], str):
-            raise ValueError(usage)
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(usage)
+    return ConfigContextManager(_config_arg("defaults", config))
 
 
 def get(config_name: str) -> Any:
@@ -362,52 +364,23 @@ _USE_GET = "Use :meth:`kvikio.defaults.get()` instead."
 _USE_SET = "Use :meth:`kvikio.defaults.set()` instead."
 
 
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def compat_mode() -> CompatMode:
-    """The compatibility mode."""
-    return get("compat_mode")  # type: ignore[no-any-return]
+def _getter(name: str, doc: str) -> Callable[[], Any]:
+    @kvikio_deprecation_notice(_USE_GET, since="25.04")
+    def getter() -> Any:
+        return get(name)
+
+    getter.__name__ = getter.__qualname__ = name
+    getter.__doc__ = doc + (getter.__doc__ or "")
+    return getter
 
 
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def num_threads() -> int:
-    """The number of threads (ferry's nthreads)."""
-    return get("num_threads")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def get_num_threads() -> int:
-    """The number of threads (ferry's nthreads)."""
-    return get("num_threads")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def task_size() -> int:
-    """The task size in bytes."""
-    return get("task_size")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def gds_threshold() -> int:
-    """The GDS threshold in bytes."""
-    return get("gds_threshold")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def bounce_buffer_size() -> int:
-    """The bounce buffer size in bytes."""
-    return get("bounce_buffer_size")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def http_max_attempts() -> int:
-    """The attempts per remote read (kept for RemoteFile, which ferry does not have)."""
-    return get("http_max_attempts")  # type: ignore[no-any-return]
-
-
-@kvikio_deprecation_notice(_USE_GET, since="25.04")
-def http_status_codes() -> list[int]:
-    """The HTTP status codes to retry (kept for RemoteFile, which ferry does not have)."""
-    return get("http_status_codes")  # type: ignore[no-any-return]
+compat_mode = _getter("compat_mode", "The compatibility mode.")
+num_threads = get_num_threads = _getter("num_threads", "The number of threads (ferry's nthreads).")
+task_size = _getter("task_size", "The task size in bytes.")
+gds_threshold = _getter("gds_threshold", "The GDS threshold in bytes.")
+bounce_buffer_size = _getter("bounce_buffer_size", "The bounce buffer size in bytes.")
+http_max_attempts = _getter("http_max_attempts", "The attempts per remote read (the first too).")
+http_status_codes = _getter("http_status_codes", "The HTTP status codes retried.")
 
 
 def _setter(name: str) -> Callable[[Any], ConfigContextManager]:
