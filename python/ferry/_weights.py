@@ -341,9 +341,11 @@ class _TorchCache:
         self.index = device.index if device.index is not None else torch.cuda.current_device()
 
     def stats(self) -> Tuple[int, int]:
-        """(reserved, allocated) bytes on the device."""
+        """(reserved, allocated) bytes on the device; both 0 before the allocator's first use,
+        when torch has no stats for it (an empty dict)."""
         s = self.torch.cuda.memory_stats_as_nested_dict(self.index)
-        return s["reserved_bytes"]["all"]["current"], s["allocated_bytes"]["all"]["current"]
+        return tuple(s.get(k, {}).get("all", {}).get("current", 0)  # type: ignore[return-value]
+                     for k in ("reserved_bytes", "allocated_bytes"))
 
     def free_blocks(self) -> "_FreeBlocks":
         """The allocator's free blocks on the device, from one snapshot."""

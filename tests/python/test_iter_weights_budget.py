@@ -278,6 +278,20 @@ def test_other_torch_allocators_are_not_watched_and_the_report_says_why(monkeypa
     assert _weights._cache_of(fw) == (None, "")
 
 
+def test_before_the_allocators_first_use_its_stats_are_zero():
+    # torch gives an empty dict for a device whose allocator has not allocated yet: a process
+    # whose first CUDA allocation is the iterator's must be watched, not warned about.
+    class Cuda:
+        @staticmethod
+        def memory_stats_as_nested_dict(device):
+            return {}
+
+    class Torch:
+        cuda = Cuda()
+
+    assert _weights._TorchCache(Torch(), torch.device("cuda:0")).stats() == (0, 0)
+
+
 def test_growth_predicts_the_doubles_reservation():
     # _TorchCache.growth (the iterator's prediction) against what the double then reserves, over
     # random allocations and frees of the pools' sizes.
@@ -328,3 +342,32 @@ def test_gpu_torchs_reservation_stays_within_the_budget(tmp_path, torch):
     assert it.report.reserved_peak_bytes <= it.report.budget
     for k, (name, p) in enumerate(params.items()):
         assert bool((p == k % 251).all()), name
+
+
+FRESH_CHILD = r"""
+import sys, warnings
+import ferry
+warnings.simplefilter("error", RuntimeWarning)
+it = ferry.iter_weights(sys.argv[1], device="cuda:0")
+n = sum(1 for _ in it)
+assert it.report.reservation_unwatched == "", it.report.reservation_unwatched
+assert it.report.reserved_peak_bytes is not None and it.report.reserved_peak_bytes <= it.report.budget
+print(n)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_a_process_whose_first_cuda_allocation_is_the_iterators_is_watched(tmp_path, torch):
+    import subprocess
+    import sys
+    tensors = {f"t{i}": torch_cpu_ones(i) for i in range(8)}
+    path = write(tmp_path / "model.safetensors", tensors)
+    out = subprocess.run([sys.executable, "-c", FRESH_CHILD, str(path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "8"
+
+
+def torch_cpu_ones(i):
+    import torch as real
+    return real.full((1 << 20,), i, dtype=real.uint8)
