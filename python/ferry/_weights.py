@@ -458,8 +458,9 @@ class _Reservation:
         return True
 
     def _asking(self, report: WeightsReport, question: Callable[[], Any]) -> Any:
-        """`question`'s answer, or True once asking the allocator failed: the pass goes on
-        unwatched, and the report and a warning say why (torch's internals moved, most likely)."""
+        """`question`'s answer, or True once the pass goes on unwatched: asking failed (the report
+        and a warning say why: torch's internals moved, most likely), or asking has cost more
+        than MAX_SHARE of the pass (the report says so; the iterator halves its read-ahead)."""
         if not self.watching:
             return True
         start = time.perf_counter()
