@@ -449,6 +449,7 @@ class _Reservation:
 
     def __init__(self, cache: Any, budget: int, report: WeightsReport) -> None:
         self.cache, self.budget, self.watching = cache, budget, True
+        self.too_costly = False  # stopped for asking's cost: the iterator halves read-ahead
         self.r0 = self.a0 = self.questions = 0
         self.began = time.perf_counter()
         self._asking(report, lambda: self._start())
@@ -480,7 +481,7 @@ class _Reservation:
             self.questions += 1
             if self.watching and self.questions >= self.MIN_QUESTIONS \
                     and report.allocator_seconds > self.MAX_SHARE * (now - self.began):
-                self.watching = False
+                self.watching, self.too_costly = False, True
                 report.reservation_unwatched = (
                     f"asking torch's caching allocator took {report.allocator_seconds:.3f} s of "
                     f"the pass's {now - self.began:.3f} s ({self.questions} questions): stopped "
@@ -686,9 +687,9 @@ class WeightIterator:
                 admitted = self._reserve.admit([todo[k].entry.nbytes for k in range(take)],
                                                self._ahead, report)
                 if not self._reserve.watching:  # unwatched from now on: see its reason
-                    self._reserve = None
-                    if report.reservation_unwatched.endswith("half the budget instead"):
+                    if self._reserve.too_costly:
                         self._limit = min(self._limit, self._budget // 2)
+                    self._reserve = None
                     continue  # the batch again, under the limit in force now
                 if not admitted:
                     break
