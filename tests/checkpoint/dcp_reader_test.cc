@@ -23,6 +23,13 @@ namespace fs = std::filesystem;
 
 fs::path golden(const char* name) { return test::test_data("dcp") / name; }
 
+// Every tensor of `c` loaded into host memory: what the reads below are compared with.
+LoadResult load_on_host(const Checkpoint& c) {
+  LoadOptions o;
+  o.memory = MemoryKind::kHostPageable;
+  return c.load(o);
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
@@ -236,9 +243,7 @@ TEST(DcpFolder, MergeRegionsJoinsOverlappingAndNearRangesUpToTheCap) {
 TEST(DcpFolder, OpeningReadsMetadataAndOneRegionPerFileOfSmallBlobs) {
   for (const char* name : {"single", "two_ranks"}) {
     Checkpoint c(golden(name));
-    LoadOptions o;
-    o.memory = MemoryKind::kHostPageable;
-    const LoadResult r = c.load(o);
+    const LoadResult r = load_on_host(c);
     std::uint64_t files = fs::file_size(golden(name) / ".metadata");
     for (const std::string& shard : c.shards()) files += fs::file_size(shard);
     EXPECT_EQ(r.report.open_reads, 1 + c.shards().size()) << name;
@@ -253,9 +258,7 @@ TEST(DcpFolder, OpeningReadsMetadataAndOneRegionPerFileOfSmallBlobs) {
 // reads the slice's bytes from the chunks that hold them, no more than 1.05x of them.
 TEST(DcpFolder, ASliceAcrossChunksReadsOnlyItsBytes) {
   Checkpoint c(golden("two_ranks"));
-  LoadOptions all;
-  all.memory = MemoryKind::kHostPageable;
-  const LoadResult whole = c.load(all);
+  const LoadResult whole = load_on_host(c);
   for (const char* name :
        {"model.layers.0.attn.w", "optim.state.0.exp_avg", "model.embed.weight"}) {
     const std::size_t i = c.find(name);
@@ -286,9 +289,7 @@ TEST(DcpFolder, ASliceAcrossChunksReadsOnlyItsBytes) {
 TEST(DcpReadItems, EveryChunkAndAStridedPartOfItEqualsTheWholeTensorsBytes) {
   for (const char* folder : {"single", "two_ranks"}) {
     Checkpoint c(golden(folder));
-    LoadOptions all;
-    all.memory = MemoryKind::kHostPageable;
-    const LoadResult whole = c.load(all);
+    const LoadResult whole = load_on_host(c);
     const DcpMetadata md = parse_dcp_metadata(slurp(golden(folder) / ".metadata"), ".metadata");
     std::vector<DcpReadItem> items;
     std::vector<std::vector<char>> buffers;
