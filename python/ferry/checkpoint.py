@@ -33,7 +33,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 # Alignment of each tensor inside one backing allocation (what cuMemAlloc gives), as
 # Checkpoint::load aligns them; ferry.distributed lays out its own allocation with it.
 _ALIGN = 256
-# Host tensors this large are given transparent huge pages (ferry::advise_huge_pages).
+# Host tensors this large get memory aligned to, and advised into, transparent huge pages.
 _HUGE_PAGE = 2 << 20
 # ferry's one dtype table (C++): bits and the torch and NumPy dtypes of every safetensors dtype.
 _DTYPES = _ferry.safetensors_dtypes()
@@ -98,6 +98,10 @@ class _Numpy(_Framework):
         self.np = numpy
 
     def raw(self, nbytes: int) -> Any:
+        if nbytes >= _HUGE_PAGE:
+            # NumPy asks for huge pages from 4 MiB up but does not align to 2 MiB: a 4 MiB array
+            # faulted 513 times, and twice in memory that starts on a 2 MiB boundary (§55).
+            return self.np.frombuffer(_ferry.HostMemory(nbytes), dtype=self.np.uint8)
         return self.np.empty(nbytes, dtype=self.np.uint8)
 
     def wrap(self, mapping: Any) -> Any:
@@ -153,12 +157,12 @@ class _Torch(_Framework):
             _streams.settle_torch(self.device)
 
     def raw(self, nbytes: int) -> Any:
-        t = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
         if self.host and nbytes >= _HUGE_PAGE:
-            # NumPy asks for huge pages for its large arrays; torch's allocator does not. The
-            # read that follows writes every byte, and takes a third less time in faults.
-            _ferry.advise_huge_pages(t.data_ptr(), nbytes)
-        return t
+            # torch's allocator neither aligns to 2 MiB nor asks for huge pages, so a 4 MiB
+            # tensor faulted 1,024 times; in memory that starts on a 2 MiB boundary, advised, it
+            # faults twice. The read that follows writes every byte (bench/NOTES.md §55).
+            return self.torch.frombuffer(_ferry.HostMemory(nbytes), dtype=self.torch.uint8)
+        return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
 
     def wrap(self, mapping: Any) -> Any:
         return self.torch.frombuffer(mapping, dtype=self.torch.uint8)

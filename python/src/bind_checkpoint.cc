@@ -330,15 +330,22 @@ void bind_checkpoint(py::module_& m) {
       .def("to_json", &LoadReport::to_json)
       .def("__repr__", &LoadReport::summary);
 
-  m.def(
-      "advise_huge_pages",
-      [](std::uintptr_t address, std::size_t nbytes) {
-        return advise_huge_pages(reinterpret_cast<void*>(address), nbytes);
-      },
-      arg("address"), arg("nbytes"),
-      "Asks for transparent huge pages over the whole 2 MiB pages of host memory at `address` "
-      "(madvise MADV_HUGEPAGE, as NumPy does for large arrays): a load's fresh tensors then "
-      "fault once per 2 MiB. Returns the bytes advised (0: none).");
+  py::class_<Buffer>(m, "HostMemory", py::buffer_protocol(),
+                     "Pageable host memory of `nbytes`, uninitialised: from 2 MiB up it starts "
+                     "on a 2 MiB boundary with transparent huge pages asked for its whole 2 MiB "
+                     "pages, so that a read into it faults once per 2 MiB. Freed with the last "
+                     "object that holds its buffer (torch.frombuffer's tensors do).")
+      .def(py::init([](std::size_t nbytes) {
+             return std::make_unique<Buffer>(MemoryKind::kHostPageable, nbytes);
+           }),
+           arg("nbytes"))
+      .def_property_readonly("nbytes", &Buffer::size)
+      .def_property_readonly(
+          "address", [](const Buffer& b) { return reinterpret_cast<std::uintptr_t>(b.data()); })
+      .def_buffer([](Buffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size())}, {1}, false);
+      });
 
   py::class_<SaveReport>(m, "SaveReport", "How a checkpoint save went: files, bytes, routes.")
       .def_readonly("files", &SaveReport::files)
