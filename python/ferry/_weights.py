@@ -441,17 +441,20 @@ class _Reservation:
     reads are ahead (their tensors, once handed out and dropped, free the blocks it needs); with
     nothing ahead, the free segments are given back first (bench/NOTES.md §50)."""
 
-    # Asking stops where it costs more than this share of the pass, after this many questions:
-    # a snapshot lists every segment of the process (H100: 0.15 ms at 60 segments, 0.9 ms at
-    # 356, 3.6 ms at 1,428; bench/NOTES.md §50), and an engine's process may hold thousands.
-    # The bench's 4 GiB model spends 7-9% of its pass asking.
-    MAX_SHARE, MIN_QUESTIONS = 0.2, 16
+    # Asking stops where it costs more than MAX_SHARE of the pass, the pass being what has run
+    # so far or what `nbytes` take at FAST bytes a second, whichever is longer; from the second
+    # question on. A snapshot lists every segment of the process (H100: 0.15 ms at 60 segments,
+    # 0.9 ms at 356, 2.4 ms at 1,023, 3.6 ms at 1,428; bench/NOTES.md §50, §57), and an engine's
+    # process may hold thousands: at 1,023 a 1.6 GiB pass spent 39 ms of its 65 asking 16
+    # questions. The bench's 4 GiB model in a fresh process spends 7-9% of its pass asking.
+    MAX_SHARE, MIN_QUESTIONS, FAST = 0.2, 2, 50e9
 
-    def __init__(self, cache: Any, budget: int, report: WeightsReport) -> None:
+    def __init__(self, cache: Any, budget: int, nbytes: int, report: WeightsReport) -> None:
         self.cache, self.budget, self.watching = cache, budget, True
         self.too_costly = False  # stopped for asking's cost: the iterator halves read-ahead
         self.r0 = self.a0 = self.questions = 0
         self.began = time.perf_counter()
+        self.expected = nbytes / self.FAST
         self._asking(report, lambda: self._start())
 
     def _start(self) -> bool:
@@ -479,8 +482,9 @@ class _Reservation:
             now = time.perf_counter()
             report.allocator_seconds += now - start
             self.questions += 1
-            if self.watching and self.questions >= self.MIN_QUESTIONS \
-                    and report.allocator_seconds > self.MAX_SHARE * (now - self.began):
+            if self.watching and self.questions >= self.MIN_QUESTIONS and \
+                    report.allocator_seconds > self.MAX_SHARE * max(now - self.began,
+                                                                    self.expected):
                 self.watching, self.too_costly = False, True
                 report.reservation_unwatched = (
                     f"asking torch's caching allocator took {report.allocator_seconds:.3f} s of "
@@ -637,7 +641,8 @@ class WeightIterator:
         self._ahead = 0  # bytes allocated and not yet yielded
         report = self.report
         cache, report.reservation_unwatched = _cache_of(self._fw)
-        self._reserve = None if cache is None else _Reservation(cache, self._budget, report)
+        self._reserve = None if cache is None else _Reservation(
+            cache, self._budget, sum(it.entry.nbytes for it in self._items), report)
         try:
             self._fill()
             while self._batches:

@@ -281,7 +281,9 @@ def test_asking_that_costs_a_fifth_of_the_pass_stops_and_halves_the_read_ahead(
     r = it.report
     assert r.reservation_unwatched.startswith("asking torch's caching allocator took"), r
     assert r.reservation_unwatched.endswith("read-ahead held to half the budget instead")
-    assert 0 < len(snapshots) < 16  # stopped after the 16th question at the latest
+    # 20 ms is past a fifth of what the pass has run or would take at 50 GB/s from the second
+    # question on (the first is the stats at the start): one snapshot, then no more.
+    assert len(snapshots) == 1
     assert r.tensors == len(tensors)
     # Unwatched, but read-ahead at half the budget: the double's reservation stays within it.
     assert device.double.peak_reserved <= BUDGET
