@@ -1,8 +1,8 @@
 // Issue 46: one plan. Over compat x require x memory x size-vs-threshold x remote x compat-only x
-// resident x probe, the plan explain makes (core::plan_route over the File, as ferry::explain
-// calls it), ferry::plan's (over a file not yet named: local rows) and a real request on the
-// libcufile double agree on the path, the rule (the first reason's code) and the refusal. A row
-// that disagrees is named in full. Remote rows read the same bytes from the test HTTP server.
+// resident x probe, ferry::explain, ferry::plan (over a file not yet named: local rows) and a real
+// request, each on the runtime of the libcufile double, agree on the path, the rule (the first
+// reason's code) and the refusal. A row that disagrees is named in full. Remote rows read the
+// same bytes from the test HTTP server.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -11,11 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "core/open_file.h"
-#include "core/request_plan.h"
-#include "core/runtime_state.h"
 #include "fake_cufile_env.h"
 #include "ferry/error.h"
+#include "ferry/explain.h"
+#include "ferry/plan.h"
 #include "ferry/remote.h"
 #include "http_server.h"
 
@@ -80,38 +79,38 @@ struct Outcome {
   }
 };
 
+// ferry::explain's view. The buffer is host memory (the double reads into it; layer 1 sees it as
+// the case says), as explain --host chooses it. Its failure on ferry's POSIX path is layer 1's
+// refusal; on the cuFile path it is layer 2's, which the request meets after its I/O.
 Outcome predict(const std::string& path, const Case& c) {
-  core::OpenFile file(path, "r",
-                      {false, test::with(4 * kMiB, c.compat, c.require), test::fake_gpu_runtime()});
-  // The buffer is host memory (the double reads into it; layer 1 sees it as the case says), as
-  // explain --host chooses it.
-  const MemoryInfo memory = file.runtime().env().layer1_view(
-      core::choose_memory({std::nullopt, true, false}, cuda_status()).memory);
-  core::RequestPlan plan =
-      core::plan_route(file.settings(), memory, c.size, {&file, Op::kRead, 0, c.size, {}});
+  ExplainRequest r;
+  r.host = true;
+  r.size = c.size;
+  r.settings = test::with(4 * kMiB, c.compat, c.require);
+  r.runtime = test::fake_gpu_runtime();
+  const Explanation e = explain(path, r);
   Outcome o;
-  o.path = plan.path;
-  if (!plan.reasons.empty()) o.rule = to_string(plan.reasons[0].code);
-  o.refusal = plan.refusal.value_or("");
+  o.path = e.path;
+  if (!e.reasons.empty()) o.rule = to_string(e.reasons[0].code);
+  if (e.path == Path::kPosix) o.refusal = e.failure.value_or("");
   return o;
 }
 
-// ferry::plan's view: the plan over a file not yet named (cold, the machine's cuFile outlook),
-// its probe answered as the double will answer it. Compared on cold rows, the refusal by
-// presence only: the probe's own words are the file's.
+// ferry::plan's view: a file not yet named (cold, the machine's cuFile outlook), its probe
+// answered as the double will answer it. Compared on cold rows, the refusal by presence only:
+// the probe's own words are the file's.
 Outcome predict_unnamed(const Case& c) {
-  const Settings s = test::with(4 * kMiB, c.compat, c.require).apply_to(settings());
-  const core::Environment env = test::FakeMachine::get().environment();
-  const MemoryInfo memory =
-      env.layer1_view(core::choose_memory({std::nullopt, true, false}, cuda_status()).memory);
-  core::PlanSubject unnamed;
-  unnamed.probe = c.probe_fails ? std::optional<std::string>("5027") : std::nullopt;
-  unnamed.env = &env;
-  core::RequestPlan plan = core::plan_route(s, memory, c.size, unnamed);
+  PlanRequest r;
+  r.size = c.size;
+  r.host = true;
+  r.settings = test::with(4 * kMiB, c.compat, c.require);
+  r.runtime = test::fake_gpu_runtime();
+  r.cufile_probe = c.probe_fails ? std::optional<std::string>("5027") : std::nullopt;
+  const Plan p = plan(r);
   Outcome o;
-  o.path = plan.path;
-  if (!plan.reasons.empty()) o.rule = to_string(plan.reasons[0].code);
-  o.refusal = plan.refusal ? "refused" : "";
+  o.path = p.path;
+  if (!p.reasons.empty()) o.rule = to_string(p.reasons[0].code);
+  o.refusal = p.failure ? "refused" : "";
   return o;
 }
 
