@@ -37,7 +37,7 @@ struct FileAsks final : CheapAsks {
   AcceleratedProbe& probed;
 };
 
-// Predict over a file not yet named (plan, check): local, cold, the process's cuFile outlook,
+// Predict over a file not yet named (plan, check): local, cold, the environment's cuFile outlook,
 // the probe as the caller says.
 struct HypotheticalAsks final : Layer1Asks {
   HypotheticalAsks(const Environment& e, const std::optional<std::optional<std::string>>& p)
