@@ -21,6 +21,8 @@
 
 namespace ferry {
 
+class Runtime;
+
 // The read to predict: the same choices `ferry read` takes.
 struct ExplainRequest {
   std::optional<int> gpu;  // GPU ordinal; by default GPU 0 when one exists, else host memory
@@ -31,6 +33,9 @@ struct ExplainRequest {
   bool direct = false;               // FileOptions::direct
   SettingsOverride settings;         // on top of the process-wide settings
   std::filesystem::path root = "/";  // where /proc, /sys, /run/udev and /etc are read
+  // The runtime the read would run on (FileOptions::runtime), whose environment decides layer 1;
+  // null: the process's default.
+  Runtime* runtime = nullptr;
 };
 
 // Layer 2 as predicted: what cuFile will do with the requests it receives.

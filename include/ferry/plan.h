@@ -16,6 +16,8 @@
 
 namespace ferry {
 
+class Runtime;
+
 // The cufile.json values cuFile's splitting depends on. Defaults are the stock ones.
 struct CufileScheduling {
   std::optional<bool> parallel_io = true;
@@ -60,6 +62,9 @@ struct PlanRequest {
   // cuFile's driver opens): nullopt: left to the file; then nullopt inside: cuFile opens; else
   // why it does not.
   std::optional<std::optional<std::string>> cufile_probe;
+  // The runtime the read would run on (FileOptions::runtime), whose environment (cuFile's
+  // outlook, the memory layer 1 sees) decides; null: the process's default.
+  Runtime* runtime = nullptr;
 };
 
 // How cuFile cuts one request it receives.
@@ -104,7 +109,7 @@ struct Plan {
   std::vector<std::string> words;                    // the plan in sentences, layer by layer
 };
 
-// Consults the CUDA driver (which memory) and cuFile's process-wide outlook, as a read would.
+// Consults the CUDA driver (which memory) and cuFile's outlook (the runtime's), as a read would.
 Plan plan(const PlanRequest& request);
 
 // cuFile's pieces for one request of `size` bytes (registered or not: measured identical).

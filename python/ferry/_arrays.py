@@ -220,14 +220,16 @@ def _torch_sees_gpu() -> bool:
     return torch is not None and bool(torch.cuda.is_available())
 
 
-def _parse_device(device: Any) -> Optional[int]:
-    """None for "cpu", the ordinal for "cuda", "cuda:N" or N."""
+def parse_device(device: Any, who: str) -> Optional[int]:
+    """ferry's one reading of a device: None for "cpu", the GPU ordinal for "cuda" (GPU 0),
+    "cuda:N" or an int N >= 0. TypeError for another type (bool too), ValueError for another
+    value, each naming `who`. (checkpoint._gpu_ordinal reads str() of a torch.device with it.)"""
     if isinstance(device, int) and not isinstance(device, bool):
         if device < 0:
-            raise ValueError(f"ferry.load: device must be >= 0, not {device}")
+            raise ValueError(f"{who}: device must be >= 0, not {device}")
         return device
     if not isinstance(device, str):
-        raise TypeError("ferry.load: device must be 'cpu', 'cuda', 'cuda:N' or an int, not "
+        raise TypeError(f"{who}: device must be 'cpu', 'cuda', 'cuda:N' or an int, not "
                         f"{type(device).__name__}")
     if device == "cpu":
         return None
@@ -235,7 +237,7 @@ def _parse_device(device: Any) -> Optional[int]:
         return 0
     if device.startswith("cuda:") and device[5:].isdigit():
         return int(device[5:])
-    raise ValueError(f"ferry.load: device must be 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
+    raise ValueError(f"{who}: device must be 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
 
 
 def _shape_of(shape: Any) -> tuple[int, ...]:
@@ -396,7 +398,7 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
     items = _items_of(who, dtype)
     file_offset = _nonnegative(file_offset, "file_offset", who)
     _missing(who, path)
-    on_cpu = device is not None and _parse_device(device) is None
+    on_cpu = device is not None and parse_device(device, who) is None
     framework = _framework_of(like) if like is not None else None
     if framework is None and items.numpy is None:
         framework = "torch"  # bfloat16 and its kin: PyTorch has them, NumPy does not
@@ -412,7 +414,7 @@ def _load(who: str, path: PathLike, dtype: Any, shape: Any, device: Any, like: A
         on_cpu = (framework == "numpy" or (framework == "jax" and gpu is None)
                   or (framework == "torch" and not _torch_sees_gpu()))
         device = "cpu" if on_cpu else 0
-    ordinal = _parse_device(device)
+    ordinal = parse_device(device, who)
     allocator = framework
     if framework == "jax":
         jax_allocator = "numpy" if ordinal is None else gpu

@@ -26,6 +26,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ferry, _progress, _streams
+from ._arrays import parse_device
 from ._errors import CudaError, Error
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -202,19 +203,13 @@ class _Jax(_Numpy):
 
 
 def _gpu_ordinal(device: Any) -> Optional[int]:
-    """The GPU ordinal a device names ("cuda:1", "cuda", 2, torch.device), None for the host."""
+    """The GPU ordinal a device names ("cuda:1", "cuda", 2, torch.device), None for the host (or
+    None): parse_device's reading of str(device), an int as given."""
     if device is None:
         return None
     if isinstance(device, int):
         return device
-    text = str(device)
-    if text == "cpu":
-        return None
-    if text == "cuda":
-        return 0
-    if text.startswith("cuda:") and text[5:].isdigit():
-        return int(text[5:])
-    raise ValueError(f"ferry: device {device!r} is not 'cpu', 'cuda', 'cuda:N' or an ordinal")
+    return parse_device(str(device), "ferry")
 
 
 def _framework(framework: str, device: Any) -> _Framework:

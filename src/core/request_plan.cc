@@ -7,9 +7,10 @@
 namespace ferry::core {
 namespace {
 
-// The cheap facts of a File: never the residency or the probe.
-struct CheapFacts : Layer1Asks {
-  explicit CheapFacts(OpenFile& f) : file(f) {}
+// What the walk asks at each depth (Layer1Asks). Cheap: a File's cheap facts, never the
+// residency or the probe.
+struct CheapAsks : Layer1Asks {
+  explicit CheapAsks(OpenFile& f) : file(f) {}
   bool remote() override { return file.remote(); }
   std::optional<std::optional<std::string>> compat_only() override {
     return file.runtime().env().accelerated->compat_only(file.fd());
@@ -19,10 +20,10 @@ struct CheapFacts : Layer1Asks {
   OpenFile& file;
 };
 
-// All the facts of a File, asked at most once each.
-struct FileFacts final : CheapFacts {
-  FileFacts(OpenFile& f, const Settings& s, const PageCacheResidency& r, AcceleratedProbe& p)
-      : CheapFacts(f), settings(s), residency(r), probed(p) {}
+// Full (a request, explain): all the facts of a File, asked at most once each.
+struct FileAsks final : CheapAsks {
+  FileAsks(OpenFile& f, const Settings& s, const PageCacheResidency& r, AcceleratedProbe& p)
+      : CheapAsks(f), settings(s), residency(r), probed(p) {}
   std::optional<bool> resident() override {
     return residency.known && residency.fraction() >= kPageCacheFirst;
   }
@@ -36,9 +37,10 @@ struct FileFacts final : CheapFacts {
   AcceleratedProbe& probed;
 };
 
-// A file not yet named: local, cold, the process's cuFile outlook, the probe as the caller says.
-struct HypotheticalFacts final : Layer1Asks {
-  HypotheticalFacts(const Environment& e, const std::optional<std::optional<std::string>>& p)
+// Predict over a file not yet named (plan, check): local, cold, the environment's cuFile outlook,
+// the probe as the caller says.
+struct HypotheticalAsks final : Layer1Asks {
+  HypotheticalAsks(const Environment& e, const std::optional<std::optional<std::string>>& p)
       : env(e), answer(p) {}
   std::optional<std::optional<std::string>> compat_only() override {
     return env.accelerated->compat_only(-1);
@@ -130,7 +132,7 @@ RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::
 RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                        const PlanSubject& subject) {
   if (subject.file == nullptr) {
-    HypotheticalFacts asks(subject.env ? *subject.env : default_environment(), subject.probe);
+    HypotheticalAsks asks(subject.env ? *subject.env : default_environment(), subject.probe);
     PageCacheResidency cold;
     cold.why_not = "no file named: its page cache is not known (taken as cold)";
     RequestPlan p = plan_route(settings, memory, size, asks, cold);
@@ -147,7 +149,7 @@ RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::
     residency.why_not = "not measured for writes";
   }
   AcceleratedProbe probe;
-  FileFacts asks(file, settings, residency, probe);
+  FileAsks asks(file, settings, residency, probe);
   RequestPlan p = plan_route(settings, memory, size, asks, residency);
   p.residency = std::move(residency);
   p.probe = std::move(probe);
@@ -155,7 +157,7 @@ RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::
 }
 
 Layer1Walk cheap_walk(const Settings& settings, bool gpu_memory, std::size_t size, OpenFile& file) {
-  CheapFacts asks(file);
+  CheapAsks asks(file);
   return walk_layer1(settings, gpu_memory, size, asks);
 }
 

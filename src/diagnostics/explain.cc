@@ -189,7 +189,7 @@ std::string to_string(PredictedLayer2 p) {
 Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) {
   Explanation e;
   e.file = path.string();
-  FileOptions options{r.direct, r.settings};
+  FileOptions options{r.direct, r.settings, r.runtime};
   auto file = std::make_shared<core::OpenFile>(path, "r", options);
   e.file = file->path();  // a URL without its query
   e.remote = file->remote();

@@ -9,11 +9,12 @@
 
 #include "core/paths.h"
 #include "core/request_plan.h"
+#include "core/runtime_state.h"
 #include "core/task_splitter.h"
+#include "ferry/runtime.h"
 
 namespace ferry {
 namespace {
-
 
 // "AUTO", "ON", "OFF": the words of cuFile's own documentation.
 std::string compat_words(CompatMode m) {
@@ -35,14 +36,16 @@ std::string cufile_required_by(const Settings& settings) {
 Plan plan(const PlanRequest& r) {
   Plan p;
   p.request = r;
-  p.settings = settings_with(r.settings);
+  const core::Environment& env =
+      r.runtime ? core::state_of(*r.runtime).env() : core::default_environment();
+  p.settings = env.settings(r.settings);
   ChosenMemory memory = choose_memory({r.gpu, r.host, r.pinned});
   p.memory = memory.memory.kind;
   p.device = memory.memory.device;
   p.memory_note = memory.note;
-  core::RequestPlan route =
-      core::plan_route(p.settings, core::default_environment().layer1_view(memory.memory), r.size,
-                       core::PlanSubject{nullptr, Op::kRead, r.offset, r.size, r.cufile_probe});
+  core::RequestPlan route = core::plan_route(
+      p.settings, env.layer1_view(memory.memory), r.size,
+      core::PlanSubject{nullptr, Op::kRead, r.offset, r.size, r.cufile_probe, &env});
   p.path = route.path;
   p.reasons = std::move(route.reasons);
   p.failure = memory.failure ? memory.failure : route.refusal;
@@ -78,8 +81,8 @@ Plan plan(const PlanRequest& r) {
                           : (rest ? fmt::format("{} tasks of {} and a last one of {}", full,
                                                 format_size(task), format_size(rest))
                                   : fmt::format("{} tasks of {}", full, format_size(task)));
-  p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.", format_size(r.size),
-                                r.offset, format_size(task), split));
+  p.words.push_back(fmt::format("ferry: {} from offset {} in task_size {}: {}.",
+                                format_size(r.size), r.offset, format_size(task), split));
   if (code == ReasonCode::kCompatModeOn) {
     p.words.push_back(
         "ferry: compat mode ON: its own POSIX path reads every task; cuFile is never "

@@ -1,7 +1,8 @@
-// Issue 46: one plan. Over compat x require x memory x size-vs-threshold x compat-only x resident
-// x probe, the plan explain makes (core::plan_route over the File, as
-// ferry::explain calls it) and a real request on the libcufile double agree on the path, the
-// rule (the first reason's code) and the refusal. A row that disagrees is named in full.
+// Issue 46: one plan. Over compat x require x memory x size-vs-threshold x remote x compat-only x
+// resident x probe, ferry::explain, ferry::plan (over a file not yet named: local rows) and a real
+// request, each on the runtime of the libcufile double, agree on the path, the rule (the first
+// reason's code) and the refusal. A row that disagrees is named in full. Remote rows read the
+// same bytes from the test HTTP server.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -10,11 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "core/open_file.h"
-#include "core/request_plan.h"
-#include "core/runtime_state.h"
 #include "fake_cufile_env.h"
 #include "ferry/error.h"
+#include "ferry/explain.h"
+#include "ferry/plan.h"
+#include "ferry/remote.h"
+#include "http_server.h"
 
 namespace ferry {
 namespace {
@@ -27,18 +29,20 @@ struct Case {
   Require require;
   bool gpu;
   std::size_t size;  // 8 KiB is below gds_threshold (16 KiB), 1 MiB above
+  bool remote;       // the file is read by URL from the test HTTP server
   bool compat_only;  // no nvidia-fs in the machine's facts: cuFile could only use compat
   bool resident;     // the page cache holds the range
   bool probe_fails;  // cuFileHandleRegister fails (5027)
 
   std::string name() const {
     return fmt::format(
-        "compat={} require={} gpu={} size={} compat_only={} resident={} probe_fails={}",
-        to_string(compat), to_string(require), gpu, size, compat_only, resident, probe_fails);
+        "compat={} require={} gpu={} size={} remote={} compat_only={} resident={} probe_fails={}",
+        to_string(compat), to_string(require), gpu, size, remote, compat_only, resident,
+        probe_fails);
   }
 };
 
-std::vector<Case> every_case() {
+std::vector<Case> every_case(bool remote) {
   std::vector<Case> out;
   for (CompatMode compat : {CompatMode::kAuto, CompatMode::kOn, CompatMode::kOff})
     for (Require require : {Require::kAny, Require::kCufile, Require::kGds})
@@ -47,7 +51,8 @@ std::vector<Case> every_case() {
           for (bool compat_only : {false, true})
             for (bool resident : {false, true})
               for (bool probe_fails : {false, true})
-                out.push_back({compat, require, gpu, size, compat_only, resident, probe_fails});
+                out.push_back(
+                    {compat, require, gpu, size, remote, compat_only, resident, probe_fails});
   return out;
 }
 
@@ -74,44 +79,44 @@ struct Outcome {
   }
 };
 
-Outcome predict(const DataFile& f, const Case& c) {
-  core::OpenFile file(f.path(), "r",
-                      {false, test::with(4 * kMiB, c.compat, c.require), test::fake_gpu_runtime()});
-  // The buffer is host memory (the double reads into it; layer 1 sees it as the case says), as
-  // explain --host chooses it.
-  const MemoryInfo memory = file.runtime().env().layer1_view(
-      core::choose_memory({std::nullopt, true, false}, cuda_status()).memory);
-  core::RequestPlan plan =
-      core::plan_route(file.settings(), memory, c.size, {&file, Op::kRead, 0, c.size, {}});
+// ferry::explain's view. The buffer is host memory (the double reads into it; layer 1 sees it as
+// the case says), as explain --host chooses it. Its failure on ferry's POSIX path is layer 1's
+// refusal; on the cuFile path it is layer 2's, which the request meets after its I/O.
+Outcome predict(const std::string& path, const Case& c) {
+  ExplainRequest r;
+  r.host = true;
+  r.size = c.size;
+  r.settings = test::with(4 * kMiB, c.compat, c.require);
+  r.runtime = test::fake_gpu_runtime();
+  const Explanation e = explain(path, r);
   Outcome o;
-  o.path = plan.path;
-  if (!plan.reasons.empty()) o.rule = to_string(plan.reasons[0].code);
-  o.refusal = plan.refusal.value_or("");
+  o.path = e.path;
+  if (!e.reasons.empty()) o.rule = to_string(e.reasons[0].code);
+  if (e.path == Path::kPosix) o.refusal = e.failure.value_or("");
   return o;
 }
 
-// ferry::plan's view: the plan over a file not yet named (cold, the machine's cuFile outlook),
-// its probe answered as the double will answer it. Compared on cold rows, the refusal by
-// presence only: the probe's own words are the file's.
+// ferry::plan's view: a file not yet named (cold, the machine's cuFile outlook), its probe
+// answered as the double will answer it. Compared on cold rows, the refusal by presence only:
+// the probe's own words are the file's.
 Outcome predict_unnamed(const Case& c) {
-  const Settings s = test::with(4 * kMiB, c.compat, c.require).apply_to(settings());
-  const core::Environment env = test::FakeMachine::get().environment();
-  const MemoryInfo memory =
-      env.layer1_view(core::choose_memory({std::nullopt, true, false}, cuda_status()).memory);
-  core::PlanSubject unnamed;
-  unnamed.probe = c.probe_fails ? std::optional<std::string>("5027") : std::nullopt;
-  unnamed.env = &env;
-  core::RequestPlan plan = core::plan_route(s, memory, c.size, unnamed);
+  PlanRequest r;
+  r.size = c.size;
+  r.host = true;
+  r.settings = test::with(4 * kMiB, c.compat, c.require);
+  r.runtime = test::fake_gpu_runtime();
+  r.cufile_probe = c.probe_fails ? std::optional<std::string>("5027") : std::nullopt;
+  const Plan p = plan(r);
   Outcome o;
-  o.path = plan.path;
-  if (!plan.reasons.empty()) o.rule = to_string(plan.reasons[0].code);
-  o.refusal = plan.refusal ? "refused" : "";
+  o.path = p.path;
+  if (!p.reasons.empty()) o.rule = to_string(p.reasons[0].code);
+  o.refusal = p.failure ? "refused" : "";
   return o;
 }
 
-Outcome request(const DataFile& f, const Case& c) {
+Outcome request(const std::string& path, const Case& c) {
   std::vector<unsigned char> buf(c.size);
-  File file(f.path(), "r",
+  File file(path, "r",
             {false, test::with(4 * kMiB, c.compat, c.require), test::fake_gpu_runtime()});
   Outcome o;
   IoFuture future = file.pread(buf.data(), c.size, 0);
@@ -135,14 +140,14 @@ Outcome request(const DataFile& f, const Case& c) {
 TEST(PlanTable, PredictionAndRequestAgreeOnPathRuleAndRefusal) {
   test::use_fake_gds_machine();
   DataFile f(2 * kMiB);
-  const std::vector<Case> cases = every_case();
+  const std::vector<Case> cases = every_case(false);
   ASSERT_EQ(cases.size(), 3u * 3 * 2 * 2 * 2 * 2 * 2);
   std::set<std::string> rules;
   std::size_t refused = 0;
   for (const Case& c : cases) {
     set_machine(c);
-    const Outcome real = request(f, c);
-    EXPECT_EQ(predict(f, c).text(), real.text()) << c.name();
+    const Outcome real = request(f.path(), c);
+    EXPECT_EQ(predict(f.path(), c).text(), real.text()) << c.name();
     if (!c.resident) {
       Outcome seen = real;
       if (!seen.refusal.empty()) seen.refusal = "refused";
@@ -156,6 +161,34 @@ TEST(PlanTable, PredictionAndRequestAgreeOnPathRuleAndRefusal) {
   EXPECT_EQ(rules,
             (std::set<std::string>{"-", "below_threshold", "compat_mode_on", "cufile_compat_only",
                                    "cufile_unavailable", "host_buffer", "page_cache_resident"}));
+  EXPECT_GT(refused, 0u);
+  unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
+}
+
+// The remote rows: remote_source is the first rule, so the machine's cuFile facts, the page
+// cache and the probe change nothing, and compat_mode=off (GPU memory) or require refuses.
+// ferry::plan has no remote rows: the file it plans for is not named, and local.
+TEST(PlanTable, RemoteRowsAgreeToo) {
+  if (!remote_support().available) {
+    GTEST_SKIP() << "remote sources unavailable: " << remote_support().description;
+  }
+  test::use_fake_gds_machine();
+  DataFile f(2 * kMiB);
+  test::HttpServer server(f.path().parent_path());
+  const std::string url = server.url(f.path().filename().string());
+  const std::vector<Case> cases = every_case(true);
+  std::set<std::string> rules;
+  std::size_t refused = 0;
+  for (const Case& c : cases) {
+    set_machine(c);
+    const Outcome real = request(url, c);
+    EXPECT_EQ(predict(url, c).text(), real.text()) << c.name();
+    rules.insert(real.rule);
+    const bool refuses = (c.compat == CompatMode::kOff && c.gpu) || c.require != Require::kAny;
+    EXPECT_EQ(!real.refusal.empty(), refuses) << c.name() << ": " << real.text();
+    refused += refuses;
+  }
+  EXPECT_EQ(rules, std::set<std::string>{"remote_source"});
   EXPECT_GT(refused, 0u);
   unsetenv("FERRY_FAKE_CUFILE_HANDLE_ERROR");
 }

@@ -66,3 +66,12 @@ def test_a_new_test_hook_in_a_production_header_fails(tmp_path):
                             "namespace ferry::core {\nnamespace testing {\nvoid hook();\n}\n}\n"})
     r = _check(root)
     assert r.returncode == 1 and "src/core/file_state.h: test hook marker" in r.stdout, r.stdout
+
+
+def test_an_allowance_above_its_headers_hooks_fails(tmp_path):
+    """A header allowed more hook markers than it has would let a new one in unseen: the entry
+    of src/core/routing.h outlived the hook it allowed (issue 46)."""
+    root = _tree(tmp_path, {"src/cufile/cufile_library.h": "// no marker left\n"})
+    r = _check(root)
+    assert r.returncode == 1, r.stdout
+    assert "src/cufile/cufile_library.h: 0 test hook marker(s), 1 allowed" in r.stdout, r.stdout

@@ -161,3 +161,35 @@ def test_threads_means_ferrys_workers_for_both_memories_as_the_cli_flag(raw):
     p, _ = raw
     with ferry.open(p, threads=3) as f:
         assert f.settings["nthreads"] == 3 and f.settings["host_nthreads"] == 3
+
+
+def test_one_device_parser_reads_each_form_and_names_each_refusal(raw):
+    """ferry.load, ferry.fromfile and the checkpoint loads read a device through one parser
+    (issue 46): each accepted form, and each refusal naming the function that was called."""
+    from ferry._arrays import parse_device
+    from ferry.checkpoint import _gpu_ordinal
+    for given, ordinal in (("cpu", None), ("cuda", 0), ("cuda:0", 0), ("cuda:3", 3), (0, 0),
+                           (2, 2)):
+        assert parse_device(given, "f") == ordinal, given
+        assert _gpu_ordinal(given) == ordinal, given
+    assert _gpu_ordinal(None) is None
+    refusals = [(-1, ValueError, "f: device must be >= 0, not -1"),
+                (True, TypeError, "f: device must be 'cpu', 'cuda', 'cuda:N' or an int, not bool"),
+                (1.0, TypeError, "f: device must be 'cpu', 'cuda', 'cuda:N' or an int, not float"),
+                (None, TypeError, "or an int, not NoneType"),
+                ("gpu", ValueError, "f: device must be 'cpu', 'cuda', 'cuda:N' or an int, not "
+                                    "'gpu'"),
+                ("cuda:", ValueError, "not 'cuda:'"),
+                ("cuda:-1", ValueError, "not 'cuda:-1'"),
+                ("CUDA:0", ValueError, "not 'CUDA:0'")]
+    for given, kind, words in refusals:
+        with pytest.raises(kind) as e:
+            parse_device(given, "f")
+        assert words in str(e.value), given
+    with pytest.raises(ValueError, match="^ferry: device must be .* not 'xpu'$"):
+        _gpu_ordinal("xpu")  # load_checkpoint's, str() of a torch.device included
+    p, _ = raw
+    with pytest.raises(ValueError, match="^ferry.fromfile: device must be .* not 'gpu'$"):
+        ferry.fromfile(p, np.float32, device="gpu")
+    with pytest.raises(TypeError, match="^ferry.load: device must be .* not bool$"):
+        ferry.load(p, np.float32, shape=(2,), device=True)

@@ -126,10 +126,10 @@ Memory resolve_memory(const std::string& text) {
   } else if (text != "auto") {
     throw Error(fmt::format("--memory '{}': expected gpu:N, pinned, host or auto", text));
   }
-  const Target target = resolve_target(choice);
+  const ChosenMemory target = choose_memory_or_throw(choice);
   Memory m;
-  m.kind = target.kind;
-  m.device = target.device;
+  m.kind = target.memory.kind;
+  m.device = target.memory.device;
   m.name = is_gpu(m.kind)                      ? fmt::format("gpu:{}", m.device)
            : m.kind == MemoryKind::kHostPinned ? "pinned"
                                                : "host";
@@ -716,7 +716,7 @@ Sweep make_sweep(const BenchArgs& a) {
   for (const std::string& m : memories) {
     p.memories.push_back(resolve_memory(m));
     if (m == "auto" && !is_gpu(p.memories.back().kind)) {
-      p.notes.push_back(resolve_target(MemoryChoice{}).note);
+      p.notes.push_back(choose_memory_or_throw(MemoryChoice{}).note);
     }
   }
   if (a.cold && is_write(p.mode)) {

@@ -59,8 +59,8 @@ int run(const DemoArgs& a) {
     out.sync();
   }
 
-  const Target target = resolve_target(MemoryChoice{});
-  Buffer buffer(target.kind, size, std::max(target.device, 0));
+  const ChosenMemory target = choose_memory_or_throw(MemoryChoice{});
+  Buffer buffer(target.memory.kind, size, std::max(target.memory.device, 0));
   File in(path, "r");
   IoFuture future = in.pread(buffer.data(), size, 0);
   wait_with_progress(future, size, "reading", progress_wanted(a.json));
@@ -74,8 +74,8 @@ int run(const DemoArgs& a) {
                           {"bytes", bytes},
                           {"seconds", route.seconds},
                           {"gbps", gbps(bytes, route.seconds)},
-                          {"memory", is_gpu(target.kind) ? "gpu" : "host"},
-                          {"device", target.device},
+                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
+                          {"device", target.memory.device},
                           {"verified", verified},
                           {"sha256", read_sha},
                           {"route", nlohmann::json::parse(route.to_json())}};
@@ -84,9 +84,9 @@ int run(const DemoArgs& a) {
   } else {
     fmt::print("ferry demo: wrote {} ({} B) to {}\n", format_size(size), size, path.string());
     if (!target.note.empty()) fmt::print("note: {}\n", target.note);
-    fmt::print("read it into {}{} in {:.4f} s: {:.2f} GB/s\n", to_string(target.kind),
-               is_gpu(target.kind) ? fmt::format(" {}", target.device) : "", route.seconds,
-               gbps(bytes, route.seconds));
+    fmt::print("read it into {}{} in {:.4f} s: {:.2f} GB/s\n", to_string(target.memory.kind),
+               is_gpu(target.memory.kind) ? fmt::format(" {}", target.memory.device) : "",
+               route.seconds, gbps(bytes, route.seconds));
     fmt::print("{}", route.to_text());
     fmt::print("data {}: sha256 {}\n", verified ? "verified" : "MISMATCH", read_sha);
   }

@@ -54,14 +54,14 @@ nlohmann::json tensor_json(const TensorInfo& t, const Checkpoint& ckpt) {
 }
 
 int run(const LoadArgs& a) {
-  const Target target = resolve_target(a.memory);
+  const ChosenMemory target = choose_memory_or_throw(a.memory);
   // CUDA's start-up (the GPU's context, staging) is paid once per process, before the clock
   // starts, and reported apart: the load's rate is then comparable with loaders timed after
   // CUDA is up, as users of torch are (bench/model_zoo.py).
   double cuda_start_seconds = 0;
-  if (is_gpu(target.kind)) {
+  if (is_gpu(target.memory.kind)) {
     const auto cuda_start = std::chrono::steady_clock::now();
-    warm_up(target.device);
+    warm_up(target.memory.device);
     cuda_start_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - cuda_start).count();
   }
@@ -71,8 +71,8 @@ int run(const LoadArgs& a) {
   const double open_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count();
   LoadOptions options;
-  options.memory = target.kind;
-  options.device = std::max(target.device, 0);
+  options.memory = target.memory.kind;
+  options.device = std::max(target.memory.device, 0);
   options.names = a.tensors;
   options.one_allocation = a.one_allocation;
   if (!a.host_load.empty()) options.host_load = parse_host_load(a.host_load, "--host-load");
@@ -90,8 +90,8 @@ int run(const LoadArgs& a) {
   const double cpu = cpu_seconds() - cpu0;
   const std::vector<std::string> digests =
       a.checksum ? tensor_digests(result) : std::vector<std::string>{};
-  const std::string where =
-      is_gpu(target.kind) ? fmt::format("GPU {}", target.device) : to_string(target.kind);
+  const std::string where = is_gpu(target.memory.kind) ? fmt::format("GPU {}", target.memory.device)
+                                                       : to_string(target.memory.kind);
   if (a.json) {
     const nlohmann::json routes = nlohmann::json::parse(report.to_json());  // both kinds
     nlohmann::json out = {{"checkpoint", shown_path(a.path)},
@@ -108,9 +108,9 @@ int run(const LoadArgs& a) {
                           {"cuda_start_seconds", cuda_start_seconds},
                           {"gbps", gbps(report.bytes, report.seconds)},
                           {"cpu_seconds", cpu},
-                          {"memory", is_gpu(target.kind) ? "gpu" : "host"},
-                          {"memory_kind", to_string(target.kind)},
-                          {"device", target.device},
+                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
+                          {"memory_kind", to_string(target.memory.kind)},
+                          {"device", target.memory.device},
                           {"one_allocation", a.one_allocation},
                           {"gets", report.gets},
                           {"retries", report.retries},
@@ -144,8 +144,9 @@ int run(const LoadArgs& a) {
       report.tensors, report.bytes, ckpt.shards().size(), where, report.seconds,
       gbps(report.bytes, report.seconds), cpu_words(cpu, report.bytes), report.allocate_seconds,
       open_seconds, report.open_reads, report.open_bytes,
-      is_gpu(target.kind) ? fmt::format(", CUDA started in {:.4f} s before", cuda_start_seconds)
-                          : "");
+      is_gpu(target.memory.kind)
+          ? fmt::format(", CUDA started in {:.4f} s before", cuda_start_seconds)
+          : "");
   if (report.gets > 0) {
     fmt::print(
         "remote: {} GET(s) for {} tensor(s) in {} request(s), {} retries, {} new "

@@ -173,8 +173,8 @@ int run(const ReadArgs& a) {
   }
   MemoryChoice memory = a.memory;
   if (gpus.size() == 1) memory.gpu = gpus.front();
-  const Target target = resolve_target(memory);
-  Buffer buffer(target.kind, size, std::max(target.device, 0));
+  const ChosenMemory target = choose_memory_or_throw(memory);
+  Buffer buffer(target.memory.kind, size, std::max(target.memory.device, 0));
   nlohmann::json runs = nlohmann::json::array();
   RouteReport route;
   std::size_t bytes = 0;
@@ -193,9 +193,9 @@ int run(const ReadArgs& a) {
         {{"seconds", route.seconds}, {"gbps", gbps(bytes, route.seconds)}, {"cpu_seconds", cpu}});
     if (!a.json) {
       fmt::print("read {} B from {} into {}{} in {:.4f} s: {:.2f} GB/s, {}\n", bytes, shown,
-                 to_string(target.kind),
-                 is_gpu(target.kind) ? fmt::format(" {}", target.device) : "", route.seconds,
-                 gbps(bytes, route.seconds), cpu_words(cpu, bytes));
+                 to_string(target.memory.kind),
+                 is_gpu(target.memory.kind) ? fmt::format(" {}", target.memory.device) : "",
+                 route.seconds, gbps(bytes, route.seconds), cpu_words(cpu, bytes));
     }
   }
   std::string digest = a.checksum ? sha256(buffer, bytes) : "";
@@ -206,9 +206,9 @@ int run(const ReadArgs& a) {
                           {"gbps", gbps(bytes, route.seconds)},
                           {"best_gbps", best},
                           {"cpu_seconds_per_gib", cpu_per_gib},
-                          {"memory", is_gpu(target.kind) ? "gpu" : "host"},
-                          {"memory_kind", to_string(target.kind)},
-                          {"device", target.device},
+                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
+                          {"memory_kind", to_string(target.memory.kind)},
+                          {"device", target.memory.device},
                           {"runs", runs},
                           {"route", nlohmann::json::parse(route.to_json())}};
     if (!target.note.empty()) out["note"] = target.note;

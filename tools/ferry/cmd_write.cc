@@ -90,8 +90,8 @@ int run(const WriteArgs& a) {
   if (a.path.empty()) {
     throw IoError(ENOENT, "write", "\"\"", 0, 0, 0, "empty path: name the file to write");
   }
-  const Target target = resolve_target(a.memory);
-  Buffer buffer(target.kind, size, std::max(target.device, 0));
+  const ChosenMemory target = choose_memory_or_throw(a.memory);
+  Buffer buffer(target.memory.kind, size, std::max(target.memory.device, 0));
   fill_pattern(buffer, a.pattern, a.seed);
   const std::string digest = a.checksum ? sha256(buffer, size) : "";
 
@@ -165,9 +165,9 @@ int run(const WriteArgs& a) {
                           {"seconds", route.seconds},
                           {"gbps", gbps(size, route.seconds)},
                           {"cpu_seconds_per_gib", cpu_per_gib},
-                          {"memory", is_gpu(target.kind) ? "gpu" : "host"},
-                          {"memory_kind", to_string(target.kind)},
-                          {"device", target.device},
+                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
+                          {"memory_kind", to_string(target.memory.kind)},
+                          {"device", target.memory.device},
                           {"synced", !a.no_sync},
                           {"sync_seconds", sync_seconds},
                           {"durable_gbps", a.no_sync ? nlohmann::json(nullptr)
@@ -179,8 +179,8 @@ int run(const WriteArgs& a) {
     return 0;
   }
   fmt::print("wrote {} B to {} from {} in {:.4f} s: {:.2f} GB/s, {}{}\n", size, a.path,
-             to_string(target.kind), route.seconds, gbps(size, route.seconds), cpu_words(cpu, size),
-             a.no_sync ? " (not synced)" : "");
+             to_string(target.memory.kind), route.seconds, gbps(size, route.seconds),
+             cpu_words(cpu, size), a.no_sync ? " (not synced)" : "");
   if (!a.no_sync) {
     fmt::print("synced (file and folder) in {:.4f} s more: {:.2f} GB/s durable\n", sync_seconds,
                gbps(size, durable_seconds));

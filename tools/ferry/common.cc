@@ -129,10 +129,10 @@ std::vector<int> resolve_gpus(const GpuList& list) {
   return list.ordinals;
 }
 
-Target resolve_target(const ferry::MemoryChoice& choice) {
-  const ChosenMemory chosen = choose_memory(choice);
+ChosenMemory choose_memory_or_throw(const ferry::MemoryChoice& choice) {
+  ChosenMemory chosen = choose_memory(choice);
   if (chosen.failure) throw CudaError(*chosen.failure, 0);
-  return {chosen.memory.kind, chosen.memory.device, chosen.note};
+  return chosen;
 }
 
 namespace {

@@ -51,15 +51,9 @@ struct SettingsFlags {
 void add_settings_options(CLI::App& cmd, SettingsFlags& flags);
 FileOptions file_options(const SettingsFlags& flags);
 
-// The memory a command will use, as plan and explain predict it (ferry::choose_memory): the GPU
-// asked for, or GPU 0 when one exists and --host was not given, else host memory. `note` says
-// why host memory was chosen when it was not asked for. Throws CudaError where it cannot be had.
-struct Target {
-  MemoryKind kind;
-  int device;
-  std::string note;
-};
-Target resolve_target(const ferry::MemoryChoice& choice);
+// The memory a command will use: ferry::choose_memory's, as plan and explain predict it, with
+// its failure thrown as a CudaError.
+ChosenMemory choose_memory_or_throw(const ferry::MemoryChoice& choice);
 
 // SHA-256 (hex) of `size` bytes of `buffer` from `offset`, copied back in chunks where needed.
 std::string sha256(const Buffer& buffer, std::size_t size, std::size_t offset = 0);
