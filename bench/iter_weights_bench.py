@@ -140,6 +140,11 @@ def case(kind: str, ckpt: str, device: str, budget: int, world: int, rank: int) 
         from ferry import _weights
         if kind == "iter_unguarded":  # torch's reservation not held to the budget (NOTES §50)
             _weights._cache_of = lambda fw: (None, "unguarded by the bench")
+        # The batch policy, for experiments (NOTES §59): a batch's bytes at most, batches at once.
+        if os.environ.get("IW_BATCH_CAP"):
+            _weights._BATCH_CAP = int(os.environ["IW_BATCH_CAP"])
+        if os.environ.get("IW_IN_FLIGHT"):
+            _weights._IN_FLIGHT = int(os.environ["IW_IN_FLIGHT"])
         calls: Dict[str, List[float]] = {"stats": [], "free_blocks": []}
         for method in calls:  # the time asking the allocator, by question
             def timed(self: Any, *a: Any, _f: Any = getattr(_weights._TorchCache, method),

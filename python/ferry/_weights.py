@@ -33,8 +33,10 @@ from .checkpoint import (_PACKED, Checkpoint, CheckpointError, PendingRead, _con
 
 DEFAULT_BUDGET = 256 << 20
 # A batch (one read_into call) holds at most half the budget, so that the next one reads while
-# the consumer takes the tensors of this one, and at most this much.
+# the consumer takes the tensors of this one, and at most this much; at most _IN_FLIGHT batches
+# read at once.
 _BATCH_CAP = 1 << 30
+_IN_FLIGHT = 2
 
 
 class Shard(NamedTuple):
@@ -678,9 +680,9 @@ class WeightIterator:
 
     def _fill(self) -> None:
         """Starts batches while they fit the budget (one, whatever its size, when nothing is
-        ahead), two at most in flight."""
+        ahead), _IN_FLIGHT at most."""
         todo, report = self._todo, self.report
-        while todo and len(self._batches) < 2:
+        while todo and len(self._batches) < _IN_FLIGHT:
             batch_bytes = max(1, min(self._limit // 2, _BATCH_CAP))
             take, need = 1, todo[0].entry.nbytes
             while take < len(todo) and need + todo[take].entry.nbytes <= batch_bytes:
