@@ -9,6 +9,7 @@
 #include <memory>
 #include <string_view>
 
+#include "backends/default_runtime.h"
 #include "core/open_file.h"
 #include "core/paths.h"
 #include "ferry/file.h"
@@ -22,7 +23,8 @@ class FileTestHelper {
   // A File on `path` whose system calls go through `io` (faults, delays, counters).
   static File open(const std::filesystem::path& path, std::string_view mode,
                    const FileOptions& options, io::IoSeam& io) {
-    return File(std::make_shared<core::OpenFile>(path, mode, options, &io));
+    return File(
+        std::make_shared<core::OpenFile>(path, mode, options, backends::runtime_of(options), &io));
   }
 };
 

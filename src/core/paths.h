@@ -135,8 +135,4 @@ struct Environment {
   }
 };
 
-// The environment of the default runtime, made once (src/backends/paths.cc): the system's calls,
-// the POSIX path and cuFile on this machine.
-const Environment& default_environment();
-
 }  // namespace ferry::core

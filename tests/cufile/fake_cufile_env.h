@@ -72,7 +72,7 @@ class FakeMachine {
   core::Environment environment() {
     core::Environment env;
     env.io = &io::system_io();
-    env.remote = core::default_environment().remote;  // URLs as the process reads them
+    env.remote = backends::default_environment().remote;  // URLs as the process reads them
     env.host = &residency_host();
     env.accelerated = &accelerated_;
     env.layer1_memory = [this](const MemoryInfo& memory) {
