@@ -652,9 +652,9 @@ TEST(Runtimes, GpuRequestsInFlightTogetherMayUseTheLargerThreadSetting) {
   WatchedIo io(20ms);  // each task still reading when the next request's jobs are queued
   core::Environment env = backends::default_environment();
   env.io = &io;
-  env.layer1_memory = [](const MemoryInfo&) {
+  test::EnvironmentTestHelper::set_layer1_view(env, [](const MemoryInfo&) {
     return MemoryInfo{MemoryKind::kDevice, 0, "treated as GPU memory by this test"};
-  };
+  });
   // A pool of its own, which no earlier request has grown.
   std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   SettingsOverride s;
