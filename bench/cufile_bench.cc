@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/default_runtime.h"
 #include "core/open_file.h"
 #include "cuda/cuda_driver.h"
 #include "cufile/cufile_file.h"
@@ -72,7 +73,8 @@ int main(int argc, char** argv) try {
   }
 
   // The bare loop: the same file, tasks and threads, cuFileRead and nothing else.
-  auto open = std::make_shared<ferry::core::OpenFile>(path, "r", ferry::FileOptions{});
+  auto open = std::make_shared<ferry::core::OpenFile>(path, "r", ferry::FileOptions{},
+                                                      ferry::backends::default_runtime());
   ferry::cufile::Probe probe = ferry::cufile::probe(*open, settings);
   if (!probe.state) throw std::runtime_error("cuFile probe: " + probe.why_not);
   const auto& lib = probe.state->library();

@@ -6,9 +6,12 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string_view>
+#include <utility>
 
+#include "backends/default_runtime.h"
 #include "core/open_file.h"
 #include "core/paths.h"
 #include "ferry/file.h"
@@ -22,7 +25,18 @@ class FileTestHelper {
   // A File on `path` whose system calls go through `io` (faults, delays, counters).
   static File open(const std::filesystem::path& path, std::string_view mode,
                    const FileOptions& options, io::IoSeam& io) {
-    return File(std::make_shared<core::OpenFile>(path, mode, options, &io));
+    return File(
+        std::make_shared<core::OpenFile>(path, mode, options, backends::runtime_of(options), &io));
+  }
+};
+
+class EnvironmentTestHelper {
+ public:
+  // Layer 1 of `env` decides on the memory `view` makes of a request's buffer (cuFile's double
+  // reads "GPU" bytes into host memory); none of its requests then runs inline.
+  static void set_layer1_view(core::Environment& env,
+                              std::function<MemoryInfo(const MemoryInfo&)> view) {
+    env.layer1_memory_ = std::move(view);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/paths.h"
 #include "core/paths.h"
 #include "ferry/runtime.h"
 #include "stats/stats_recorder.h"
@@ -82,7 +83,7 @@ class ResidencyHost final : public core::HostPath {
 
 // The process's ResidencyHost (leaked: runtimes' workers outlive static destructors).
 inline ResidencyHost& residency_host() {
-  static auto* host = new ResidencyHost(*core::default_environment().host);
+  static auto* host = new ResidencyHost(*backends::default_environment().host);
   return *host;
 }
 
@@ -93,7 +94,7 @@ inline void set_resident_fraction(std::optional<double> f) { residency_host().se
 // A runtime on the default environment but for residency_host().
 inline Runtime* residency_runtime() {
   static auto* runtime = [] {
-    core::Environment env = core::default_environment();
+    core::Environment env = backends::default_environment();
     env.host = &residency_host();
     return RuntimeTestHelper::make(env).release();
   }();

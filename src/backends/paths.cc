@@ -82,23 +82,22 @@ class CufilePath final : public AcceleratedPath {
 };
 
 }  // namespace
+}  // namespace ferry::core
 
-const Environment& default_environment() {
+namespace ferry::backends {
+
+const core::Environment& default_environment() {
   // Process-wide: the default runtime's (default_runtime()); leaked, as that runtime is.
-  static const Environment* env = [] {
-    auto* e = new Environment;
+  static const core::Environment* env = [] {
+    auto* e = new core::Environment;
     e->io = &io::system_io();
     e->remote = &remote::remote_objects();
-    e->host = new PosixPath;
-    e->accelerated = new CufilePath(cufile::Machine{});
+    e->host = new core::PosixPath;
+    e->accelerated = new core::CufilePath(cufile::Machine{});
     return e;
   }();
   return *env;
 }
-
-}  // namespace ferry::core
-
-namespace ferry::backends {
 
 std::unique_ptr<core::AcceleratedPath> make_cufile_path(cufile::Machine machine) {
   return std::make_unique<core::CufilePath>(std::move(machine));

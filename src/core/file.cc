@@ -46,10 +46,8 @@ bool IoFuture::cancel() {
 }
 
 File::File() = default;
-File::File(const std::filesystem::path& path, std::string_view mode, FileOptions options) {
-  const io::CancelScope cancel(options.cancel);
-  file_ = std::make_shared<core::OpenFile>(path, mode, std::move(options));
-}
+// File(path, mode, options) is defined in src/backends/default_runtime.cc, where the default
+// runtime is.
 File::File(std::shared_ptr<core::OpenFile> file) : file_(std::move(file)) {}
 File::~File() = default;
 File::File(File&&) noexcept = default;

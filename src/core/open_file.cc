@@ -17,7 +17,6 @@
 #include "core/request.h"
 #include "core/runtime_state.h"
 #include "ferry/error.h"
-#include "ferry/runtime.h"
 
 namespace ferry::core {
 
@@ -95,10 +94,6 @@ const char* file_type(mode_t mode) {
 // would keep close() waiting forever.
 using OpenFiles = ForkRegistry<OpenFile, &OpenFile::forget_parent_requests>;
 
-RuntimeState& runtime_of(const FileOptions& options) {
-  return options.runtime != nullptr ? state_of(*options.runtime) : default_runtime();
-}
-
 // The seam a File's system calls go through: the one given, else its runtime environment's
 // remote seam for a URL, else the environment's own. Throws where a URL has no seam.
 io::IoSeam& seam_for(const std::string& path, RuntimeState& runtime, io::IoSeam* given) {
@@ -115,11 +110,11 @@ io::IoSeam& seam_for(const std::string& path, RuntimeState& runtime, io::IoSeam*
 }  // namespace
 
 OpenFile::OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
-                   io::IoSeam* io)
+                   RuntimeState& runtime, io::IoSeam* io)
     : path_(path.string()),
       options_(std::move(options)),
-      io_(seam_for(path_, runtime_of(options_), io)),
-      runtime_(&runtime_of(options_)),
+      io_(seam_for(path_, runtime, io)),
+      runtime_(&runtime),
       remote_(io == nullptr && io::is_remote_url(path_)),
       lanes_(std::make_unique<Lane[]>(kLanes)) {
   int flags = open_flags(mode, path_, &readable_, &writable_);

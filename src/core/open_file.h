@@ -49,9 +49,11 @@ class RuntimeState;
 
 class OpenFile {
  public:
-  // `io`: the system calls on this file; null: its runtime's environment's.
+  // `runtime`: the one its requests run on (FileOptions::runtime's, or the default one, which
+  // backends/default_runtime.h names). `io`: the system calls on this file; null: the runtime's
+  // environment's.
   OpenFile(const std::filesystem::path& path, std::string_view mode, FileOptions options,
-           io::IoSeam* io = nullptr);
+           RuntimeState& runtime, io::IoSeam* io = nullptr);
   ~OpenFile();
   OpenFile(const OpenFile&) = delete;
   OpenFile& operator=(const OpenFile&) = delete;

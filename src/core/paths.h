@@ -23,6 +23,10 @@
 #include "io/io_seam.h"
 #include "stats/stats_recorder.h"
 
+namespace ferry::test {
+class EnvironmentTestHelper;
+}  // namespace ferry::test
+
 namespace ferry::core {
 
 // ferry's POSIX path: a Backend, plus what small requests and layer 1 ask of it directly.
@@ -97,19 +101,18 @@ struct Environment {
   io::IoSeam* remote = nullptr;
   HostPath* host = nullptr;
   const AcceleratedPath* accelerated = nullptr;
-  // The memory layer 1 decides on, given what a request's buffer is; empty: the buffer's own.
-  // An environment whose accelerated path moves "GPU" bytes through host memory (cuFile's test
-  // double on a machine without a GPU) sees host buffers as GPU memory here; the bytes still
-  // move as what they are, and no request of it runs inline in its caller's thread.
-  std::function<MemoryInfo(const MemoryInfo&)> layer1_memory;
-
   // Null: the process's clock, settings and statistics, called directly (no indirect call on
   // the small path).
   const Ambient* ambient = nullptr;
 
+  // The memory layer 1 decides on, given what a request's buffer is: the buffer's own, unless
+  // this environment was given a view of its own (layer1_memory_).
   MemoryInfo layer1_view(const MemoryInfo& memory) const {
-    return layer1_memory ? layer1_memory(memory) : memory;
+    return layer1_memory_ ? layer1_memory_(memory) : memory;
   }
+  // Whether layer 1 sees every buffer as what it is; a request runs inline in its caller's thread
+  // (the small path) only where it does.
+  bool layer1_sees_buffers_as_they_are() const { return !layer1_memory_; }
   Clock::time_point now() const { return ambient ? ambient->now() : Clock::now(); }
   Settings settings(const SettingsOverride& file) const {
     return ambient ? ambient->settings(file) : settings_with(file);
@@ -133,10 +136,13 @@ struct Environment {
   void note_request_ended(std::uint64_t bytes) const {
     ambient ? ambient->note_request_ended(bytes) : statistics::note_request_ended(bytes);
   }
-};
 
-// The environment of the default runtime, made once (src/backends/paths.cc): the system's calls,
-// the POSIX path and cuFile on this machine.
-const Environment& default_environment();
+ private:
+  // tests/test_hooks.h sets this, and nothing else does: an environment whose accelerated path
+  // moves "GPU" bytes through host memory (cuFile's double on a machine without a GPU) sees host
+  // buffers as GPU memory here; the bytes still move as what they are. Empty: the buffer's own.
+  friend class test::EnvironmentTestHelper;
+  std::function<MemoryInfo(const MemoryInfo&)> layer1_memory_;
+};
 
 }  // namespace ferry::core

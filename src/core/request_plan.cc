@@ -132,7 +132,7 @@ RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::
 RequestPlan plan_route(const Settings& settings, const MemoryInfo& memory, std::size_t size,
                        const PlanSubject& subject) {
   if (subject.file == nullptr) {
-    HypotheticalAsks asks(subject.env ? *subject.env : default_environment(), subject.probe);
+    HypotheticalAsks asks(*subject.env, subject.probe);
     PageCacheResidency cold;
     cold.why_not = "no file named: its page cache is not known (taken as cold)";
     RequestPlan p = plan_route(settings, memory, size, asks, cold);

@@ -41,7 +41,8 @@ struct PlanSubject {
   std::uint64_t offset = 0;
   std::uint64_t span = 0;  // the bytes a read's residency is measured over
   std::optional<std::optional<std::string>> probe;
-  // A hypothetical file's environment (whose cuFile outlook it asks); null: the default one.
+  // A hypothetical file's environment (whose cuFile outlook it asks): required where `file` is
+  // null (core cannot name the default one: backends/ composes it).
   const Environment* env = nullptr;
 };
 

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "core/fork_registry.h"
-#include "cuda/stream_order.h"
 #include "ferry/runtime.h"
 
 namespace ferry::core {
@@ -56,19 +55,10 @@ void RuntimeState::restart_in_child() {
   staging_.store(new io::StagingPool);
 }
 
-RuntimeState& default_runtime() {
-  // Process-wide: the runtime of every File opened without FileOptions::runtime. Leaked on
-  // purpose: requests still in flight at exit keep running threads that a static
-  // destructor must not join under them.
-  static RuntimeState* rt = new RuntimeState;
-  return *rt;
-}
-
 }  // namespace ferry::core
 
 namespace ferry {
 
-Runtime::Runtime() : state_(std::make_unique<core::RuntimeState>()) {}
 Runtime::Runtime(const core::Environment& env)
     : state_(std::make_unique<core::RuntimeState>(env)) {}
 Runtime::~Runtime() = default;
@@ -76,10 +66,6 @@ core::RuntimeState& core::state_of(const Runtime& runtime) { return *runtime.sta
 std::size_t Runtime::threads() const { return state_->pool().size(); }
 std::size_t Runtime::idle_staging() const { return state_->staging().idle(); }
 std::size_t Runtime::free_idle_staging() { return state_->staging().free_idle(); }
-std::size_t free_idle_staging() {
-  // Stream-ordered GPU requests stage through a process-wide cache of their own.
-  return core::default_runtime().staging().free_idle() + cuda::free_idle_staged_copies();
-}
 std::size_t Runtime::files() const { return state_->attached(); }
 
 }  // namespace ferry

@@ -1,8 +1,8 @@
 // What requests run on: the worker threads and the staging memory, owned by one runtime, and the
 // environment (core/paths.h) its requests ask for the system's calls and the paths. The
-// process has a default one (never destroyed, replaced in a fork() child); ferry::Runtime makes
-// others. Files attach to a runtime while open, and a runtime is destroyed only once none is.
-// Thread-safe.
+// process has a default one (backends/default_runtime.h: never destroyed, restarted in a fork()
+// child); ferry::Runtime makes others. Files attach to a runtime while open, and a runtime is
+// destroyed only once none is. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -18,7 +18,7 @@ namespace ferry::core {
 
 class RuntimeState {
  public:
-  explicit RuntimeState(Environment env = default_environment());
+  explicit RuntimeState(Environment env);
   // Waits until no File is attached, then joins the workers and frees the staging memory.
   ~RuntimeState();
   RuntimeState(const RuntimeState&) = delete;
@@ -51,8 +51,5 @@ class RuntimeState {
   std::condition_variable idle_;
   std::size_t files_ = 0;
 };
-
-// The runtime of Files opened without one.
-RuntimeState& default_runtime();
 
 }  // namespace ferry::core

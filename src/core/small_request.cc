@@ -30,7 +30,7 @@ bool small_settings(OpenFile& file, Op op, const void* buffer, std::size_t size,
     return false;
   }
   if (op == Op::kRead ? !file.readable() : !file.writable()) return false;
-  if (file.runtime().env().layer1_memory) return false;
+  if (!file.runtime().env().layer1_sees_buffers_as_they_are()) return false;
   try {
     route.settings = file.settings();
   } catch (const Error&) {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "backends/default_runtime.h"
 #include "core/open_file.h"
 #include "core/report_json.h"
 #include "core/request_plan.h"
@@ -190,7 +191,7 @@ Explanation explain(const std::filesystem::path& path, const ExplainRequest& r) 
   Explanation e;
   e.file = path.string();
   FileOptions options{r.direct, r.settings, r.runtime};
-  auto file = std::make_shared<core::OpenFile>(path, "r", options);
+  auto file = std::make_shared<core::OpenFile>(path, "r", options, backends::runtime_of(options));
   e.file = file->path();  // a URL without its query
   e.remote = file->remote();
   e.settings = file->settings();

@@ -7,6 +7,7 @@
 
 #include <cctype>
 
+#include "backends/paths.h"
 #include "core/paths.h"
 #include "core/request_plan.h"
 #include "core/runtime_state.h"
@@ -37,7 +38,7 @@ Plan plan(const PlanRequest& r) {
   Plan p;
   p.request = r;
   const core::Environment& env =
-      r.runtime ? core::state_of(*r.runtime).env() : core::default_environment();
+      r.runtime ? core::state_of(*r.runtime).env() : backends::default_environment();
   p.settings = env.settings(r.settings);
   ChosenMemory memory = choose_memory({r.gpu, r.host, r.pinned});
   p.memory = memory.memory.kind;

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backends/paths.h"
 #include "checkpoint/safetensors_writer.h"
 #include "core/paths.h"
 #include "ferry/checkpoint.h"
@@ -206,7 +207,7 @@ class OpenFlagsIo final : public test::PassThroughIo {
 TEST(SaveFile, OpensItsTemporaryFileWithoutTruncatingIt) {
   TempDir dir;
   OpenFlagsIo io;
-  core::Environment env = core::default_environment();
+  core::Environment env = backends::default_environment();
   env.io = &io;
   std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   Dict d = small_dict();
@@ -232,7 +233,7 @@ TEST(SaveFile, ADurableSaveStartsTheWritebackOfEveryByteAsItWritesThem) {
   Dict d = small_dict();
   for (bool durable : {true, false}) {
     OpenFlagsIo io;
-    core::Environment env = core::default_environment();
+    core::Environment env = backends::default_environment();
     env.io = &io;
     std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
     SaveOptions o;

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/paths.h"
 #include "core/open_file.h"
 #include "core/paths.h"
 #include "core/request.h"
@@ -562,7 +563,7 @@ TEST(Runtimes, AFilesSystemCallsGoThroughItsRuntimesEnvironment) {
   const auto data = test::random_bytes(4 << 20, 32);
   test::write_file(dir / "e.bin", data);
   WatchedIo io;
-  core::Environment env = core::default_environment();
+  core::Environment env = backends::default_environment();
   env.io = &io;
   std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   std::vector<unsigned char> buf(data.size());
@@ -618,7 +619,7 @@ TEST(Runtimes, ARuntimesRequestsUseItsOwnClockSettingsAndStatistics) {
   TempDir dir;
   const auto data = test::random_bytes(4 << 20, 33);
   test::write_file(dir / "o.bin", data);
-  core::Environment env = core::default_environment();
+  core::Environment env = backends::default_environment();
   env.ambient = &own;
   std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   reset_stats();
@@ -649,11 +650,11 @@ TEST(Runtimes, GpuRequestsInFlightTogetherMayUseTheLargerThreadSetting) {
   const auto data = test::random_bytes(4 << 20, 33);
   test::write_file(dir / "g.bin", data);
   WatchedIo io(20ms);  // each task still reading when the next request's jobs are queued
-  core::Environment env = core::default_environment();
+  core::Environment env = backends::default_environment();
   env.io = &io;
-  env.layer1_memory = [](const MemoryInfo&) {
+  test::EnvironmentTestHelper::set_layer1_view(env, [](const MemoryInfo&) {
     return MemoryInfo{MemoryKind::kDevice, 0, "treated as GPU memory by this test"};
-  };
+  });
   // A pool of its own, which no earlier request has grown.
   std::unique_ptr<Runtime> runtime = test::RuntimeTestHelper::make(env);
   SettingsOverride s;

@@ -72,13 +72,13 @@ class FakeMachine {
   core::Environment environment() {
     core::Environment env;
     env.io = &io::system_io();
-    env.remote = core::default_environment().remote;  // URLs as the process reads them
+    env.remote = backends::default_environment().remote;  // URLs as the process reads them
     env.host = &residency_host();
     env.accelerated = &accelerated_;
-    env.layer1_memory = [this](const MemoryInfo& memory) {
+    EnvironmentTestHelper::set_layer1_view(env, [this](const MemoryInfo& memory) {
       if (!host_as_gpu_.load() || is_gpu(memory.kind)) return memory;
       return MemoryInfo{MemoryKind::kDevice, thread_gpu(), {}};
-    };
+    });
     return env;
   }
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/default_runtime.h"
 #include "core/open_file.h"
 #include "core/runtime_state.h"
 #include "cuda/cuda_driver.h"
@@ -591,7 +592,7 @@ TEST_F(Gpu, ForkedChildSaysWhyCudaIsGoneAndStillReadsHostMemory) {
     // allocator's locks across fork() as glibc's malloc does (LLVM 18 does, llvm-project#75290),
     // so a lock a worker holds here stays held in the child, whose first malloc (in ferry's fork
     // handler) then waits forever. Fork once the workers wait for work.
-    const core::ThreadPool& pool = core::default_runtime().pool();
+    const core::ThreadPool& pool = backends::default_runtime().pool();
     for (int i = 0; i < 10000 && !pool.idle(); ++i) std::this_thread::sleep_for(1ms);
     ASSERT_TRUE(pool.idle()) << "the read's workers still run 10 s after it returned";
   }

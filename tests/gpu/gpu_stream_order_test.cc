@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/default_runtime.h"
 #include "core/runtime_state.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/stream_order.h"
@@ -92,7 +93,7 @@ class GpuStream : public ::testing::TestWithParam<bool> {
     round_.store(round);
   }
   void report_state(const char* when) {
-    core::ThreadPool& pool = core::default_runtime().ordered_pool();
+    core::ThreadPool& pool = backends::default_runtime().ordered_pool();
     std::fprintf(stderr,
                  "watchdog %s: the test is at '%s' (round %d); host functions queued %llu, run "
                  "%llu; gates in use %zu; ordered pool: %zu threads, %zu jobs waiting\n",

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "backends/default_runtime.h"
 #include "core/runtime_state.h"
 #include "ferry/ferry.h"
 #include "test_util.h"
@@ -29,7 +30,7 @@ std::size_t threads() { return count_entries("/proc/self/task"); }
 // the nthreads settings, so its size may still move after a warm-up (a request submitted while
 // the previous one's jobs are returning counts them): bounded, not a leak.
 std::size_t pool_threads() {
-  core::RuntimeState& rt = core::default_runtime();
+  core::RuntimeState& rt = backends::default_runtime();
   return rt.pool().size() + rt.ordered_pool().size();
 }
 constexpr std::size_t kHostThreadsDefault = 16;  // host_nthreads' default
@@ -81,7 +82,7 @@ TEST(Hygiene, TenThousandOpenReadCloseCyclesLeakNothing) {
   }
   EXPECT_EQ(open_fds(), fds);
   EXPECT_EQ(threads() - pool_threads(), others) << "threads outside ferry's pools";
-  EXPECT_LE(core::default_runtime().pool().size(), kHostThreadsDefault);
+  EXPECT_LE(backends::default_runtime().pool().size(), kHostThreadsDefault);
   if (!sanitized()) {
     EXPECT_LT(rss_kib(), rss + 8 * 1024) << "RSS grew by more than 8 MiB";
   }
@@ -110,7 +111,7 @@ TEST(Hygiene, WritesAndAsyncRequestsLeakNothing) {
   }
   EXPECT_EQ(open_fds(), fds);
   EXPECT_EQ(threads() - pool_threads(), others) << "threads outside ferry's pools";
-  EXPECT_LE(core::default_runtime().pool().size(), kHostThreadsDefault);
+  EXPECT_LE(backends::default_runtime().pool().size(), kHostThreadsDefault);
 }
 
 TEST(Hygiene, FailedOpensAndRequestsLeakNoDescriptors) {

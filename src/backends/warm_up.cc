@@ -7,7 +7,7 @@
 #include <exception>
 #include <mutex>
 
-#include "core/runtime_state.h"
+#include "backends/default_runtime.h"
 #include "core/thread_pool.h"
 #include "cuda/cuda_driver.h"
 #include "ferry/settings.h"
@@ -16,7 +16,7 @@
 namespace ferry {
 
 void warm_up(int device) {
-  core::RuntimeState& runtime = core::default_runtime();
+  core::RuntimeState& runtime = backends::default_runtime();
   const Settings s = runtime.env().settings({});
   cuda::use_device(device);  // throws CudaError for no driver or a bad ordinal
   const std::size_t staging_bytes =
