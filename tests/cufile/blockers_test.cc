@@ -6,8 +6,11 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "cufile/cufile_outlook.h"
 #include "platform/fs_type.h"
+#include "test_data.h"
 
 namespace ferry {
 namespace {
@@ -60,6 +63,23 @@ TEST(CufileBlockers, EveryFactHasItsCodeAndOnlyRoutingsAreDecisive) {
   ASSERT_EQ(j.blocking.size(), 5u);
   EXPECT_EQ(j.blocking[2].code, BlockerCode::kFileSystem);
   EXPECT_EQ(j.blocking[2].words, "/data is btrfs, which nvidia-fs does not accelerate");
+}
+
+// Over one captured machine, routing's decisive facts and explain's list agree on nvidia-fs.
+TEST(CufileBlockers, RoutingAndExplainAgreeOnNvidiaFs) {
+  for (const char* tree : {"nvfs_absent", "nvfs_rw_on"}) {
+    const auto root = test::test_data("platform") / tree;
+    std::optional<cufile::Blocker> routing = cufile::process_blocker(root);
+    cufile::Layer2Judgement explain = cufile::judge_layer2(read_platform(root), nullptr);
+    const bool explain_says = std::any_of(
+        explain.blocking.begin(), explain.blocking.end(),
+        [](const cufile::Blocker& b) { return b.code == BlockerCode::kNvfsMissing && b.decisive; });
+    EXPECT_EQ(routing.has_value(), explain_says) << tree;
+    if (routing) {
+      EXPECT_EQ(routing->code, BlockerCode::kNvfsMissing) << tree;
+    }
+    EXPECT_EQ(explain_says, std::string(tree) == "nvfs_absent");
+  }
 }
 
 TEST(CufileBlockers, RoutingNamesATmpfsFile) {
