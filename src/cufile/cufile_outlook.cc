@@ -15,10 +15,6 @@
 namespace ferry::cufile {
 namespace {
 
-bool contains(const std::optional<std::string>& s, std::string_view what) {
-  return s && s->find(what) != std::string::npos;
-}
-
 // Routing's words for a file system nvidia-fs does not serve, by statfs's name for it.
 std::string not_served_words(const std::string& name, unsigned long magic) {
   if (name == "tmpfs") return "the file is on tmpfs, which has no block device for nvidia-fs";
@@ -44,7 +40,7 @@ void judge_file_system(const PlatformStorage& s, Layer2Judgement& j) {
         return;
       }
       for (std::string_view mode : {"data=journal", "data=writeback"}) {
-        if (contains(s.super_options, mode)) {
+        if (s.super_options && s.super_options->find(mode) != std::string::npos) {
           j.fs_support = fmt::format("ext4 with {}: nvidia-fs needs data=ordered", mode);
           j.blocking.push_back(
               {BlockerCode::kExt4DataMode, false,
@@ -97,6 +93,30 @@ void judge_device(const PlatformStorage& s, const PlatformNvfs& nvfs, Layer2Judg
         "{} is not NVMe; whether nvidia-fs serves it depends on its drivers (modules: {})",
         source.empty() ? *s.device : source, modules_text(nvfs)));
   }
+}
+
+const std::string& process_facts(const std::filesystem::path& root) {
+  // Process-wide: the facts are the machine's, the same for every runtime, and slow to read.
+  struct Facts {
+    std::mutex mu;
+    std::optional<std::string> text;  // under mu: read from `root`
+    std::filesystem::path root;
+  };
+  static Facts* facts = [] {
+    auto* made = new Facts;
+    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
+    pthread_atfork(nullptr, nullptr, [] {
+      if (facts != nullptr) new (&facts->mu) std::mutex;
+    });
+    return made;
+  }();
+  std::lock_guard lock(facts->mu);
+  if (!facts->text || root != facts->root) {
+    std::optional<Blocker> blocker = process_blocker(root);
+    facts->text = blocker ? std::move(blocker->words) : std::string();
+    facts->root = root;
+  }
+  return *facts->text;
 }
 
 }  // namespace
@@ -175,34 +195,6 @@ Layer2Judgement judge_layer2(const PlatformReport& p, const PlatformStorage* sto
   }
   return j;
 }
-
-namespace {
-
-const std::string& process_facts(const std::filesystem::path& root) {
-  // Process-wide: the facts are the machine's, the same for every runtime, and slow to read.
-  struct Facts {
-    std::mutex mu;
-    std::optional<std::string> text;  // under mu: read from `root`
-    std::filesystem::path root;
-  };
-  static Facts* facts = [] {
-    auto* made = new Facts;
-    // A thread of the parent may hold the lock at fork(): the child starts with a free one.
-    pthread_atfork(nullptr, nullptr, [] {
-      if (facts != nullptr) new (&facts->mu) std::mutex;
-    });
-    return made;
-  }();
-  std::lock_guard lock(facts->mu);
-  if (!facts->text || root != facts->root) {
-    std::optional<Blocker> blocker = process_blocker(root);
-    facts->text = blocker ? std::move(blocker->words) : std::string();
-    facts->root = root;
-  }
-  return *facts->text;
-}
-
-}  // namespace
 
 Outlook accelerated_outlook(int fd, const std::filesystem::path& root) {
   const std::string& why = process_facts(root);
