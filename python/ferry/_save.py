@@ -22,7 +22,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from . import _ferry, _progress
+from . import _ferry, _progress, _streams
 
 PathLike = Union[str, "os.PathLike[str]"]
 # (name, dtype, shape, data pointer, nbytes, storage, storage bytes): rows with the same nonzero
@@ -141,7 +141,6 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
             f"differences when loading them again: {failing}. Save each storage once (e.g. "
             f"safetensors' save_model, which drops the duplicates), or clone the views.")
     rows: List[Row] = []
-    devices = set()
     # huggingface_hub's storage id, (device, storage address, storage bytes), numbered from 1 in
     # the order first seen. Empty tensors all have address 0 and share one, as they do there; a
     # tensor without a storage it can see counts as address 0 and its own bytes there too.
@@ -163,9 +162,7 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
         if fmt == "F4" and shape:  # two values a byte: the header counts values
             shape = shape[:-1] + (shape[-1] * 2,)
         nbytes = v.numel() * v.element_size()
-        if v.device.type == "cuda":
-            devices.add(v.device)
-        elif v.device.type != "cpu":
+        if v.device.type not in ("cpu", "cuda"):
             raise ValueError(f"ferry: tensor '{k}' is on {v.device}; ferry saves from CPU and "
                              f"CUDA memory")
         ptr, size = _storage(v)
@@ -174,9 +171,7 @@ def _torch_rows(tensors: Dict[str, Any], keep: List[Any]) -> List[Row]:
         keep.append(v)
         rows.append((k, fmt, shape, v.data_ptr() if nbytes else 0, nbytes, storage,
                      storage_bytes))
-    # ferry's copies run on its own streams: let the work queued for the tensors finish first.
-    for device in devices:
-        torch.cuda.current_stream(device).synchronize()
+    _streams.wait_for_torch(keep)
     return rows
 
 

@@ -3,7 +3,7 @@ an int (a CUstream), a CuPy stream, a PyTorch stream, or an object with ``__cuda
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from . import _ferry
 
@@ -35,6 +35,14 @@ def synchronize(stream: Any) -> None:
         sync()
         return
     _ferry.synchronize_stream(stream_handle(stream))
+
+
+def wait_for_torch(tensors: Iterable[Any]) -> None:
+    """Before ferry's copies, which run on streams of its own, read or write `tensors`: waits for
+    the work queued on the current stream of each GPU they are on."""
+    import torch
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()
 
 
 def settle(array: Any) -> None:

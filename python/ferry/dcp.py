@@ -42,7 +42,7 @@ except Exception as e:  # absent in torch 1.x; torch.distributed._shard fails on
         f"ferry.dcp needs torch.distributed.checkpoint (torch 2.x), which torch "
         f"{torch.__version__} here cannot import ({type(e).__name__}: {e})") from None
 
-from . import _ferry, _progress
+from . import _ferry, _progress, _streams
 from ._save import _TORCH_FORMAT
 from ._stager import Stager as _Stager
 
@@ -61,7 +61,6 @@ class _SavePrefix:
 
 def _rows(items: List[Any], planner: SavePlanner, keep: List[Any]) -> List[tuple]:
     rows: List[tuple] = []
-    devices = set()
     for item in items:
         fqn = item.index.fqn
         data = planner.resolve_data(item)
@@ -82,15 +81,11 @@ def _rows(items: List[Any], planner: SavePlanner, keep: List[Any]) -> List[tuple
                             f"does not save yet")
         if not t.is_contiguous():
             t = t.contiguous()
-        if t.device.type == "cuda":
-            devices.add(t.device)
         nbytes = t.numel() * t.element_size()
         keep.append(t)
         rows.append((fqn, fmt, tuple(int(d) for d in t.shape), t.data_ptr() if nbytes else 0,
                      nbytes))
-    # ferry's copies run on its own streams: the work queued for the tensors finishes first.
-    for device in devices:
-        torch.cuda.current_stream(device).synchronize()
+    _streams.wait_for_torch(keep)
     return rows
 
 
@@ -329,9 +324,7 @@ class FileSystemReader(_StockReader):
                          into.data_ptr() if into.numel() else 0))
             landed.append((req, target, into))
         if rows:
-            # ferry's copies run on its own streams: the work queued for the targets goes first.
-            for device in {t.device for _, t, _ in landed if t.device.type == "cuda"}:
-                torch.cuda.current_stream(device).synchronize()
+            _streams.wait_for_torch(t for _, t, _ in landed)
             self.last_report = _ferry.dcp_read(str(self.path), rows)
             for req, target, into in landed:
                 if into is not target:

@@ -74,7 +74,6 @@ class _Saver:
         # (device, address) -> (key, dtype, nbytes, data pointer, first path)
         self.storages: Dict[Tuple[str, int], Tuple[str, Any, int, int, str]] = {}
         self.keep: List[Any] = []
-        self.devices: set = set()
 
     def walk(self, value: Any, path: str) -> None:
         kind = type(value)
@@ -112,8 +111,6 @@ class _Saver:
         known = self.storages.get(ident)
         if known is None:
             self.storages[ident] = (str(len(self.storages)), t.dtype, nbytes, ptr, path)
-            if t.device.type == "cuda":
-                self.devices.add(t.device)
         elif known[1] != t.dtype:
             raise TypeError(f"ferry.torch.save: {path} ({t.dtype}) and {known[4]} ({known[1]}) "
                             f"view one storage as different types, which torch.save refuses too")
@@ -175,8 +172,7 @@ def save(obj: Any, f: Any, *, alignment: int = 4096, durable: bool = True,
         return None
     data_pkl = saver.pickle(obj)
     rows = [(key, ptr, nbytes) for key, _, nbytes, ptr, _ in saver.storages.values()]
-    for device in saver.devices:  # ferry's copies run on its own streams
-        torch.cuda.current_stream(device).synchronize()
+    _streams.wait_for_torch(saver.keep)
     _progress.check(progress)
     callback = _progress.reporter(progress, "saving")
     try:

@@ -21,102 +21,19 @@
 #include "core/runtime_state.h"
 #include "core/task_splitter.h"
 #include "cufile/cufile_file.h"
+#include "cufile/cufile_outlook.h"
 #include "ferry/plan.h"
 #include "io/io_seam.h"
 #include "posix/posix_backend.h"
 
 namespace ferry {
-namespace {
-
-bool contains(const std::optional<std::string>& s, std::string_view what) {
-  return s && s->find(what) != std::string::npos;
-}
-
-// What cuFile makes of a file system: GDS documents nvidia-fs support for local ext4 (ordered
-// data mode) and xfs, and for distributed file systems only with their RDMA client setup.
-void judge_file_system(const PlatformStorage& s, Layer2Facts& f) {
-  if (!s.fs_type) {
-    f.fs_support = "unknown: " + s.mount_reason;
-    f.unknowns.push_back("the file system is unknown: " + s.mount_reason);
-    return;
-  }
-  const std::string& fs = *s.fs_type;
-  if (fs == "ext4") {
-    for (std::string_view mode : {"data=journal", "data=writeback"}) {
-      if (contains(s.super_options, mode)) {
-        f.fs_support = fmt::format("ext4 with {}: nvidia-fs needs data=ordered", mode);
-        f.blocking.push_back(fmt::format("{} is mounted ext4 with {}; nvidia-fs needs data=ordered",
-                                         s.mount_point.value_or("the mount"), mode));
-        return;
-      }
-    }
-    f.fs_support = "ext4 in ordered data mode: supported by nvidia-fs";
-  } else if (fs == "xfs") {
-    f.fs_support = "xfs: supported by nvidia-fs";
-  } else if (fs == "nfs" || fs == "nfs4" || fs == "lustre" || fs == "wekafs" || fs == "gpfs" ||
-             fs == "beegfs") {
-    f.fs_support = fs + ": accelerated only with its RDMA client set up for GDS";
-    f.unknowns.push_back(fmt::format(
-        "{} takes the nvidia-fs path only with its GDS-enabled RDMA client, which ferry does "
-        "not check",
-        fs));
-  } else {
-    f.fs_support = fs +
-                   ": no nvidia-fs support (GDS accelerates ext4, xfs and some distributed "
-                   "file systems)";
-    f.blocking.push_back(fmt::format("{} is {}, which nvidia-fs does not accelerate",
-                                     s.mount_point.value_or("the file's mount"), fs));
-  }
-}
-
-std::string modules_text(const PlatformNvfs& nvfs) {
-  std::string modules;
-  for (const auto& m : nvfs.storage_modules) modules += (modules.empty() ? "" : ", ") + m;
-  return modules.empty() ? "none" : modules;
-}
-
-void judge_device(const PlatformStorage& s, const PlatformNvfs& nvfs, Layer2Facts& f) {
-  if (!s.device || s.device->rfind("0:", 0) == 0) return;  // no block device: judged by fs
-  const std::string source = s.source.value_or("");
-  if (source.rfind("/dev/nvme", 0) == 0) {
-    if (nvfs.loaded && nvfs.nvme_registered == false)
-      f.blocking.push_back(
-          fmt::format("{} is NVMe but nvidia-fs has no nvme driver registered "
-                      "(modules: {})",
-                      source, modules_text(nvfs)));
-  } else if (source.rfind("/dev/vd", 0) == 0) {
-    f.blocking.push_back(
-        fmt::format("{} is a virtio disk, which nvidia-fs has no driver for", source));
-  } else if (nvfs.loaded) {
-    f.unknowns.push_back(fmt::format(
-        "{} is not NVMe; whether nvidia-fs serves it depends on its drivers (modules: {})",
-        source.empty() ? *s.device : source, modules_text(nvfs)));
-  }
-}
-
-}  // namespace
 
 Layer2Facts layer2_facts(const PlatformReport& p, const PlatformStorage* storage) {
+  cufile::Layer2Judgement j = cufile::judge_layer2(p, storage);
   Layer2Facts f;
-  if (cufile_setting(p, "properties.force_compat_mode") == "true")
-    f.blocking.push_back(
-        "properties.force_compat_mode is true (cufile.json or CUFILE_FORCE_COMPAT_MODE): cuFile "
-        "serves every request through its compatibility path");
-  if (!p.nvfs.loaded) f.blocking.push_back("nvidia-fs is not loaded: " + p.nvfs.reason);
-  if (storage != nullptr) {
-    judge_file_system(*storage, f);
-    judge_device(*storage, p.nvfs, f);
-  } else if (p.nvfs.loaded && p.nvfs.nvme_registered == false) {
-    f.blocking.push_back(fmt::format(
-        "nvidia-fs has no nvme driver registered (modules: {}): it cannot serve local NVMe",
-        modules_text(p.nvfs)));
-  }
-  if (p.iommu.on == true && p.iommu.how.find("passthrough") == std::string::npos) {
-    f.blocking.push_back("the IOMMU is on (" + p.iommu.how +
-                         "); GDS documents that nvidia-fs needs it off or in passthrough mode");
-  } else if (!p.iommu.on) {
-    f.unknowns.push_back("IOMMU state unknown: " + p.iommu.how);
-  }
+  for (cufile::Blocker& b : j.blocking) f.blocking.push_back(std::move(b.words));
+  f.unknowns = std::move(j.unknowns);
+  f.fs_support = std::move(j.fs_support);
   return f;
 }
 

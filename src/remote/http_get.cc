@@ -956,16 +956,14 @@ std::optional<HttpAnswer> direct_get_range(const CurlApi& api, const RemoteTarge
     return a;
   }
   // A 206's body is the range; a 200's (checked to be the object's length) holds it after x.skip.
-  if (a.refused.empty() && !a.whole_object && *h.content_length != size) {
-    a.refused = *h.content_length > size
-                    ? fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
-                                  offset + size - 1)
-                    : fmt::format("the answer held {} B of the {} B of bytes {}-{}",
-                                  *h.content_length, size, offset, offset + size - 1);
-  }
-  if (a.refused.empty() && !a.whole_object && body.carry.size() > size) {
-    a.refused = fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
-                            offset + size - 1);
+  if (a.refused.empty() && !a.whole_object) {
+    if (*h.content_length < size) {
+      a.refused = fmt::format("the answer held {} B of the {} B of bytes {}-{}", *h.content_length,
+                              size, offset, offset + size - 1);
+    } else if (*h.content_length > size || body.carry.size() > size) {
+      a.refused = fmt::format("the server sent more than the {} B of bytes {}-{}", size, offset,
+                              offset + size - 1);
+    }
   }
   if (!a.refused.empty()) {
     c.drop();  // the body is not read: the connection cannot serve another request

@@ -414,3 +414,21 @@ def test_a_save_to_a_url_is_refused_and_writes_nothing(tmp_path, monkeypatch, ur
             save()
         assert "secret" not in str(e.value) and "Signature" not in str(e.value)
     assert not list(tmp_path.iterdir()), "nothing was created locally"
+
+
+def test_saves_wait_once_for_each_gpus_current_stream(monkeypatch):
+    """ferry's copies run on streams of its own: before a save reads GPU tensors, the work queued
+    on the current stream of each GPU they are on is waited for, once a GPU (CPU tensors: none)."""
+    from types import SimpleNamespace
+
+    from ferry import _streams
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device: SimpleNamespace(synchronize=lambda: waited.append(device)))
+    on = [SimpleNamespace(device=torch.device(d)) for d in ("cuda:1", "cpu", "cuda:0", "cuda:1")]
+    _streams.wait_for_torch(iter(on))
+    assert sorted(str(d) for d in waited) == ["cuda:0", "cuda:1"]
+    waited.clear()
+    _streams.wait_for_torch([torch.zeros(2)])
+    assert waited == []

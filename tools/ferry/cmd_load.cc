@@ -108,16 +108,13 @@ int run(const LoadArgs& a) {
                           {"cuda_start_seconds", cuda_start_seconds},
                           {"gbps", gbps(report.bytes, report.seconds)},
                           {"cpu_seconds", cpu},
-                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
-                          {"memory_kind", to_string(target.memory.kind)},
-                          {"device", target.memory.device},
                           {"one_allocation", a.one_allocation},
                           {"gets", report.gets},
                           {"retries", report.retries},
                           {"connections", report.connections},
                           {"routes", routes["routes"]},
                           {"host_routes", routes["host_routes"]}};
-    if (!target.note.empty()) out["note"] = target.note;
+    out.update(memory_json(target));
     if (a.list || a.checksum) {
       nlohmann::json list = nlohmann::json::array();
       for (std::size_t k = 0; k < result.tensors.size(); ++k) {

@@ -206,12 +206,9 @@ int run(const ReadArgs& a) {
                           {"gbps", gbps(bytes, route.seconds)},
                           {"best_gbps", best},
                           {"cpu_seconds_per_gib", cpu_per_gib},
-                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
-                          {"memory_kind", to_string(target.memory.kind)},
-                          {"device", target.memory.device},
                           {"runs", runs},
                           {"route", nlohmann::json::parse(route.to_json())}};
-    if (!target.note.empty()) out["note"] = target.note;
+    out.update(memory_json(target));
     if (!short_note.empty()) out["end_of_file"] = short_note;
     if (a.checksum) out["sha256"] = digest;
     fmt::print("{}\n", json_text(out, 2));

@@ -165,15 +165,12 @@ int run(const WriteArgs& a) {
                           {"seconds", route.seconds},
                           {"gbps", gbps(size, route.seconds)},
                           {"cpu_seconds_per_gib", cpu_per_gib},
-                          {"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
-                          {"memory_kind", to_string(target.memory.kind)},
-                          {"device", target.memory.device},
                           {"synced", !a.no_sync},
                           {"sync_seconds", sync_seconds},
                           {"durable_gbps", a.no_sync ? nlohmann::json(nullptr)
                                                      : nlohmann::json(gbps(size, durable_seconds))},
                           {"route", nlohmann::json::parse(route.to_json())}};
-    if (!target.note.empty()) out["note"] = target.note;
+    out.update(memory_json(target));
     if (a.checksum) out["sha256"] = digest;
     fmt::print("{}\n", json_text(out, 2));
     return 0;

@@ -135,6 +135,14 @@ ChosenMemory choose_memory_or_throw(const ferry::MemoryChoice& choice) {
   return chosen;
 }
 
+nlohmann::json memory_json(const ChosenMemory& target) {
+  nlohmann::json j = {{"memory", is_gpu(target.memory.kind) ? "gpu" : "host"},
+                      {"memory_kind", to_string(target.memory.kind)},
+                      {"device", target.memory.device}};
+  if (!target.note.empty()) j["note"] = target.note;
+  return j;
+}
+
 namespace {
 
 struct Part {

@@ -54,6 +54,9 @@ FileOptions file_options(const SettingsFlags& flags);
 // The memory a command will use: ferry::choose_memory's, as plan and explain predict it, with
 // its failure thrown as a CudaError.
 ChosenMemory choose_memory_or_throw(const ferry::MemoryChoice& choice);
+// --json's fields for that memory: memory ("gpu" or "host"), memory_kind, device, and the note
+// saying why it is not the memory asked for, where there is one.
+nlohmann::json memory_json(const ChosenMemory& target);
 
 // SHA-256 (hex) of `size` bytes of `buffer` from `offset`, copied back in chunks where needed.
 std::string sha256(const Buffer& buffer, std::size_t size, std::size_t offset = 0);
