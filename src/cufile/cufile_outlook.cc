@@ -172,9 +172,17 @@ Layer2Judgement judge_layer2(const PlatformReport& p, const PlatformStorage* sto
         {BlockerCode::kForcedCompat, true,
          "properties.force_compat_mode is true (cufile.json or CUFILE_FORCE_COMPAT_MODE): cuFile "
          "serves every request through its compatibility path"});
-  if (!p.nvfs.loaded)
-    j.blocking.push_back(
-        {BlockerCode::kNvfsMissing, true, "nvidia-fs is not loaded: " + p.nvfs.reason});
+  if (!p.nvfs.loaded) {
+    // As routing judges it (process_blocker): cuFile 1.14+ DMAs through the kernel's PCI P2PDMA
+    // without nvidia-fs where its configuration asks for it and the kernel has it.
+    const bool p2p_asked = cufile_setting(p, "properties.use_pci_p2pdma") == "true";
+    if (!p2p_asked || p.p2pdma.on != true) {
+      j.blocking.push_back(
+          {BlockerCode::kNvfsMissing, true,
+           "nvidia-fs is not loaded: " + p.nvfs.reason +
+               (p2p_asked ? ", and PCI P2PDMA is not available (" + p.p2pdma.how + ")" : "")});
+    }
+  }
   if (storage != nullptr) {
     judge_file_system(*storage, j);
     judge_device(*storage, p.nvfs, j);

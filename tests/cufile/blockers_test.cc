@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "cufile/cufile_outlook.h"
+#include "platform/fake_tree.h"
 #include "platform/fs_type.h"
 #include "test_data.h"
 
@@ -96,6 +97,31 @@ TEST(CufileBlockers, RoutingNamesATmpfsFile) {
   EXPECT_EQ(b->code, BlockerCode::kFileSystem);
   EXPECT_TRUE(b->decisive);
   EXPECT_EQ(b->words, "the file is on tmpfs, which has no block device for nvidia-fs");
+}
+
+// A machine without nvidia-fs whose cuFile is asked to use PCI P2PDMA, which the kernel has:
+// routing sends reads to cuFile, and explain no longer predicts the compatibility path.
+TEST(CufileBlockers, RoutingAndExplainAgreeOnPciP2pdma) {
+  for (const bool published : {true, false}) {
+    platform::testing::FakeTree t;
+    t.write("etc/cufile.json", R"({"properties": {"use_pci_p2pdma": true}})");
+    t.write("proc/sys/kernel/osrelease", "6.8.0-test\n");
+    t.write("boot/config-6.8.0-test", "CONFIG_PCI=y\nCONFIG_PCI_P2PDMA=y\n");
+    t.pci("pci0000:00/0000:00:01.0/0000:01:00.0");
+    if (published) t.mkdir("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/p2pmem");
+    std::optional<cufile::Blocker> routing = cufile::process_blocker(t.root());
+    cufile::Layer2Judgement explain = cufile::judge_layer2(read_platform(t.root()), nullptr);
+    auto nvfs =
+        std::find_if(explain.blocking.begin(), explain.blocking.end(),
+                     [](const cufile::Blocker& b) { return b.code == BlockerCode::kNvfsMissing; });
+    EXPECT_EQ(routing.has_value(), !published);
+    EXPECT_EQ(nvfs != explain.blocking.end(), !published);
+    if (!published) {
+      EXPECT_NE(routing->words.find("PCI P2PDMA is not available"), std::string::npos)
+          << routing->words;
+      EXPECT_NE(nvfs->words.find("PCI P2PDMA is not available"), std::string::npos) << nvfs->words;
+    }
+  }
 }
 
 }  // namespace
