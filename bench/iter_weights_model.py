@@ -30,6 +30,22 @@ def sizes_of(total):
     return out
 
 
+def pieces(nbytes, task):
+    """A read of `nbytes` as the engine cuts it: tasks of `task` bytes, the last shorter."""
+    return [min(task, nbytes - b) for b in range(0, nbytes, task)]
+
+
+def schedule(free_at, tasks, now, rate):
+    """Gives each task, in order, to the worker free first (`free_at`, updated: each reads at
+    rate / workers); returns when the last one ends (`now` for none)."""
+    end = now
+    for k in tasks:
+        w = min(range(len(free_at)), key=lambda j: free_at[j])
+        free_at[w] = max(free_at[w], now) + k / (rate / len(free_at))
+        end = max(end, free_at[w])
+    return end
+
+
 def run(sizes, limit, W=8, task=4 * MiB, rate=44e9, drain=0.25e-3, turn=0.5e-3, tail_split=0,
         spill=0):
     """Seconds for iter_weights' schedule (two batches in flight, each at most limit / 2, one
@@ -41,30 +57,13 @@ def run(sizes, limit, W=8, task=4 * MiB, rate=44e9, drain=0.25e-3, turn=0.5e-3, 
     spilled = {}  # the first tensor of a waiting batch: (bytes read ahead, when they land)
 
     def queue(nbytes, now):
-        end = now
-        while nbytes > 0:
-            k = min(task, nbytes)
-            nbytes -= k
-            w = min(range(W), key=lambda j: free_at[j])
-            free_at[w] = max(free_at[w], now) + k / (rate / W)
-            end = max(end, free_at[w])
-        return end
+        return schedule(free_at, pieces(nbytes, task), now, rate)
 
     def start(items, now):
-        tasks = []
-        for i in items:
-            n = sizes[i]
-            while n > 0:
-                tasks.append(min(task, n))
-                n -= tasks[-1]
+        tasks = [k for i in items for k in pieces(sizes[i], task)]
         if tail_split and len(tasks) > W:  # the last round cut into tail_split pieces each
             tasks = tasks[:-W] + [x / tail_split for x in tasks[-W:] for _ in range(tail_split)]
-        end = 0.0
-        for k in tasks:
-            w = min(range(W), key=lambda j: free_at[j])
-            free_at[w] = max(free_at[w], now) + k / (rate / W)
-            end = max(end, free_at[w])
-        return end + drain
+        return schedule(free_at, tasks, now, rate) + drain
 
     while True:
         while todo and len(batches) < 2:
@@ -111,14 +110,8 @@ def ring(sizes, R, W=8, task=4 * MiB, req=32 * MiB, rate=44e9, drain=0.5e-3, tur
     def fill(now):
         nonlocal issued
         while issued < total and min(issued + req, total) <= freed + R:
-            e, end, n = min(issued + req, total), now, min(issued + req, total) - issued
-            while n > 0:
-                k = min(task, n)
-                n -= k
-                w = min(range(W), key=lambda j: free_at[j])
-                free_at[w] = max(free_at[w], now) + k / (rate / W)
-                end = max(end, free_at[w])
-            reqs.append((issued, e, end + drain))
+            e = min(issued + req, total)
+            reqs.append((issued, e, schedule(free_at, pieces(e - issued, task), now, rate) + drain))
             issued = e
 
     fill(0.0)
